@@ -1,0 +1,49 @@
+# Skiff: `make up` starts a local 3-master cluster, `make test` runs the tests.
+# Both first install what a fresh Debian machine lacks (see `deps`).
+
+# One optimised build, kept outside the clone so CI and later runs reuse it.
+CARGO_TARGET_DIR ?= $(HOME)/.cache/skiff/target
+export CARGO_TARGET_DIR
+BIN := $(CARGO_TARGET_DIR)/release
+CARGO ?= cargo
+
+.PHONY: deps build up test chaos lint fmt clean-up
+
+# libclang-dev: bindgen for RocksDB's bindings; etcd-client: etcdctl for the
+# compatibility tests. Installed only when missing.
+deps:
+	@missing=""; \
+	dpkg -s libclang-dev >/dev/null 2>&1 || missing="$$missing libclang-dev"; \
+	command -v etcdctl >/dev/null 2>&1 || missing="$$missing etcd-client"; \
+	command -v g++ >/dev/null 2>&1 || missing="$$missing g++"; \
+	if [ -n "$$missing" ]; then \
+		echo "installing:$$missing"; \
+		SUDO=""; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
+		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing; \
+	fi
+
+build: deps
+	$(CARGO) build --release --workspace --bins
+
+# A 3-master cluster on 127.0.0.1 (client ports 2379/2389/2399), foreground; Ctrl-C stops it.
+up: build
+	$(BIN)/skiff up --masters 3 --dir .skiff/up
+
+test: deps
+	$(CARGO) build --release --workspace --bins
+	$(CARGO) test --release --workspace -- --test-threads 2
+
+# Longer chaos runs (more leader kills), not part of `make test`.
+chaos: deps
+	$(CARGO) build --release --workspace --bins
+	SKIFF_CHAOS_KILLS=10 $(CARGO) test --release --test chaos -- --ignored --test-threads 1
+
+lint:
+	$(CARGO) fmt --all -- --check
+	$(CARGO) clippy --release --workspace --all-targets -- -D warnings
+
+fmt:
+	$(CARGO) fmt --all
+
+clean-up:
+	rm -rf .skiff/up

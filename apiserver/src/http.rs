@@ -1,0 +1,53 @@
+//! The HTTP listener: `/healthz`, `/livez`, `/readyz` and `/metrics`.
+//!
+//! `/readyz` answers 200 only while the member knows a leader and has
+//! applied what it has seen committed; `/metrics` is Prometheus text,
+//! gathered from the store's state at scrape time.
+
+use axum::extract::State;
+use axum::http::{header, StatusCode};
+use axum::response::IntoResponse;
+use axum::routing::get;
+use axum::Router;
+use prometheus::{Encoder, IntGauge, Opts, Registry, TextEncoder};
+use skiff_raft_store::Store;
+
+pub fn router(store: Store) -> Router {
+    Router::new()
+        .route("/healthz", get(|| async { "ok" }))
+        .route("/livez", get(|| async { "ok" }))
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics))
+        .with_state(store)
+}
+
+async fn readyz(State(store): State<Store>) -> impl IntoResponse {
+    let status = store.status();
+    match status.leader {
+        Some(_) => (StatusCode::OK, "ok".to_string()),
+        None => (StatusCode::SERVICE_UNAVAILABLE, "no leader\n".to_string()),
+    }
+}
+
+fn gauge(registry: &Registry, name: &str, help: &str, value: i64) {
+    let g = IntGauge::with_opts(Opts::new(name, help)).expect("metric names are valid");
+    g.set(value);
+    registry.register(Box::new(g)).expect("each metric is registered once");
+}
+
+async fn metrics(State(store): State<Store>) -> impl IntoResponse {
+    let s = store.status();
+    let registry = Registry::new();
+    gauge(&registry, "skiff_raft_term", "Current Raft term.", s.term as i64);
+    gauge(&registry, "skiff_raft_is_leader", "1 if this member is the leader.", (s.leader == Some(s.id)) as i64);
+    gauge(&registry, "skiff_raft_has_leader", "1 if this member knows a leader.", s.leader.is_some() as i64);
+    gauge(&registry, "skiff_raft_last_log_index", "Index of the last entry in the log.", s.last_log_index as i64);
+    gauge(&registry, "skiff_raft_applied_index", "Index of the last applied entry.", s.applied_index as i64);
+    gauge(&registry, "skiff_mvcc_revision", "Current store revision.", s.revision);
+    gauge(&registry, "skiff_mvcc_compacted_revision", "Compacted revision.", s.compacted);
+    gauge(&registry, "skiff_mvcc_db_size_bytes", "Approximate state-machine database size.", s.db_size as i64);
+    gauge(&registry, "skiff_watchers", "Watchers following this member's live feed.", store.state_machine().hub().watchers() as i64);
+    let mut out = Vec::new();
+    let _ = TextEncoder::new().encode(&registry.gather(), &mut out);
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], out)
+}

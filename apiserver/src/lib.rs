@@ -1,0 +1,135 @@
+//! The `skiff apiserver` process: one master replica.
+//!
+//! # Layout
+//! - [`config`]: the process configuration (what the flags fill in).
+//! - [`http`]: the HTTP listener: health, readiness and Prometheus metrics.
+//! - [`run`]: opens the store, serves the peer, client and HTTP listeners,
+//!   bootstraps or rejoins the cluster, and stops cleanly on shutdown.
+//!
+//! For now the apiserver composes the raft store; the Kubernetes resource
+//! API arrives on top of it.
+
+pub mod config;
+pub mod http;
+
+use std::future::Future;
+use std::net::SocketAddr;
+
+use skiff_raft_store::etcd::{cluster::ClusterService, control::ControlService, kv::KvService};
+use skiff_raft_store::etcd::{maintenance::MaintenanceService, watch::WatchService};
+use skiff_raft_store::peer::PeerService;
+use skiff_raft_store::Store;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+
+pub use config::ApiserverConfig;
+
+/// Why the apiserver stopped with an error. One line each.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    #[error("cannot listen on {addr}: {source}")]
+    Listen { addr: String, source: std::io::Error },
+    #[error(transparent)]
+    Start(#[from] skiff_raft_store::store::StartError),
+    #[error("{0}")]
+    Serve(String),
+}
+
+async fn bind(addr: &str) -> Result<TcpListener, RunError> {
+    TcpListener::bind(addr).await.map_err(|source| RunError::Listen { addr: addr.to_string(), source })
+}
+
+/// Listeners bound before anything else starts, so bad addresses fail fast.
+pub struct Listeners {
+    pub peer: TcpListener,
+    pub client: TcpListener,
+    pub http: TcpListener,
+}
+
+impl Listeners {
+    pub async fn bind(config: &ApiserverConfig) -> Result<Listeners, RunError> {
+        Ok(Listeners {
+            peer: bind(&config.peer_listen).await?,
+            client: bind(&config.client_listen).await?,
+            http: bind(&config.http_listen).await?,
+        })
+    }
+
+    pub fn addrs(&self) -> (SocketAddr, SocketAddr, SocketAddr) {
+        let a = |l: &TcpListener| l.local_addr().expect("bound listener has an address");
+        (a(&self.peer), a(&self.client), a(&self.http))
+    }
+}
+
+/// A running apiserver, for in-process tests.
+pub struct Running {
+    pub store: Store,
+    stop: watch::Sender<bool>,
+    task: tokio::task::JoinHandle<Result<(), RunError>>,
+}
+
+impl Running {
+    /// Stops serving and shuts Raft down.
+    pub async fn stop(self) -> Result<(), RunError> {
+        let _ = self.stop.send(true);
+        self.task.await.map_err(|e| RunError::Serve(e.to_string()))?
+    }
+}
+
+/// Serves until `shutdown` completes.
+pub async fn run(config: ApiserverConfig, shutdown: impl Future<Output = ()> + Send + 'static) -> Result<(), RunError> {
+    let listeners = Listeners::bind(&config).await?;
+    let running = start(config, listeners).await?;
+    shutdown.await;
+    running.stop().await
+}
+
+/// Opens the store, starts serving on `listeners` and bootstraps.
+pub async fn start(config: ApiserverConfig, listeners: Listeners) -> Result<Running, RunError> {
+    let store = Store::open(config.store.clone()).await?;
+    let (stop, stop_rx) = watch::channel(false);
+    let stopped = |mut rx: watch::Receiver<bool>| async move {
+        let _ = rx.wait_for(|s| *s).await;
+    };
+
+    let peer = tonic::transport::Server::builder()
+        .add_service(PeerService::server(store.clone()))
+        .serve_with_incoming_shutdown(
+            tokio_stream::wrappers::TcpListenerStream::new(listeners.peer),
+            stopped(stop_rx.clone()),
+        );
+    let client = tonic::transport::Server::builder()
+        .add_service(KvService::server(store.clone()))
+        .add_service(WatchService::server(store.clone(), config.watch_progress_interval))
+        .add_service(ClusterService::server(store.clone()))
+        .add_service(MaintenanceService::server(store.clone()))
+        .add_service(ControlService::server(store.clone()))
+        .serve_with_incoming_shutdown(
+            tokio_stream::wrappers::TcpListenerStream::new(listeners.client),
+            stopped(stop_rx.clone()),
+        );
+    let http = axum::serve(listeners.http, http::router(store.clone()))
+        .with_graceful_shutdown(stopped(stop_rx.clone()));
+
+    let peer = tokio::spawn(peer);
+    let client = tokio::spawn(client);
+    let http = tokio::spawn(async move { http.await });
+
+    if let Err(e) = store.bootstrap().await {
+        let _ = stop.send(true);
+        store.shutdown().await;
+        return Err(e.into());
+    }
+    tracing::info!(id = store.id(), "member started");
+
+    let s = store.clone();
+    let task = tokio::spawn(async move {
+        let (p, c, h) = tokio::join!(peer, client, http);
+        s.shutdown().await;
+        p.map_err(|e| RunError::Serve(e.to_string()))?.map_err(|e| RunError::Serve(e.to_string()))?;
+        c.map_err(|e| RunError::Serve(e.to_string()))?.map_err(|e| RunError::Serve(e.to_string()))?;
+        h.map_err(|e| RunError::Serve(e.to_string()))?.map_err(|e| RunError::Serve(e.to_string()))?;
+        Ok(())
+    });
+    Ok(Running { store, stop, task })
+}

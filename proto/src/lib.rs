@@ -1,0 +1,54 @@
+//! Skiff's protobuf types and gRPC service stubs.
+//!
+//! Everything here is generated at build time (see `build.rs`) from the
+//! `.proto` files under `proto/proto/`, compiled with the pure-Rust `protox`
+//! compiler and `tonic-build`. This crate performs no I/O of its own; it only
+//! exposes message types, tonic clients and tonic server traits.
+//!
+//! # Layout
+//!
+//! - [`mvccpb`]: etcd's `mvccpb` package (`KeyValue`, `Event`), wire-compatible
+//!   with etcd's `api/mvccpb/kv.proto`.
+//! - [`etcdserverpb`]: the subset of etcd's `etcdserverpb` package Skiff
+//!   serves: the `KV`, `Watch`, `Lease`, `Cluster` and `Maintenance` services
+//!   (no `Auth`, no `Downgrade`) with all of their request/response messages,
+//!   wire-compatible with etcd's `api/etcdserverpb/rpc.proto`.
+//! - [`peer`]: Skiff's internal `skiff.peer.Peer` service used between
+//!   apiserver replicas for Raft RPCs and request forwarding. Each RPC carries
+//!   an opaque [`peer::Payload`] whose bytes are bincode-encoded openraft /
+//!   Skiff types.
+//! - [`control`] (defined as `skiff::control`): Skiff's own client-facing
+//!   `skiff.control.Control` service (`History`, `Join`).
+
+/// etcd `mvccpb` package: key-value and watch-event messages.
+#[allow(missing_docs, clippy::all, clippy::pedantic, rustdoc::all)]
+pub mod mvccpb {
+    tonic::include_proto!("mvccpb");
+}
+
+/// etcd `etcdserverpb` package: KV, Watch, Lease, Cluster and Maintenance
+/// services and their messages.
+#[allow(missing_docs, clippy::all, clippy::pedantic, rustdoc::all)]
+pub mod etcdserverpb {
+    tonic::include_proto!("etcdserverpb");
+}
+
+/// Skiff `skiff.peer` package: inter-replica Raft and forwarding service.
+#[allow(missing_docs, clippy::all, clippy::pedantic, rustdoc::all)]
+pub mod peer {
+    tonic::include_proto!("skiff.peer");
+}
+
+/// Namespace mirroring the `skiff.*` protobuf packages that refer to other
+/// packages. Generated code for `skiff.control` names etcd types as
+/// `super::super::etcdserverpb::…`, so it must sit two modules below the crate
+/// root; use it through the [`control`] re-export.
+pub mod skiff {
+    /// Skiff `skiff.control` package: Skiff's own client-facing calls.
+    #[allow(missing_docs, clippy::all, clippy::pedantic, rustdoc::all)]
+    pub mod control {
+        tonic::include_proto!("skiff.control");
+    }
+}
+
+pub use skiff::control;

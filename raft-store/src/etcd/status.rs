@@ -1,0 +1,92 @@
+//! The one mapping from Skiff's errors to gRPC statuses.
+//!
+//! Codes and messages are etcd's own (`api/v3rpc/rpctypes/error.go`):
+//! etcd clients match on the message text to recognise an error (for
+//! example `rpctypes.ErrCompacted`), so the strings must be exact.
+
+use tonic::Status;
+
+use crate::error::StoreError;
+use crate::etcd::convert::RequestError;
+use crate::types::ApplyError;
+
+const LEADER_CHANGED: &str = "etcdserver: leader changed";
+
+impl From<ApplyError> for Status {
+    fn from(e: ApplyError) -> Self {
+        match e {
+            ApplyError::Compacted { .. } | ApplyError::FutureRevision { .. } => Status::out_of_range(e.to_string()),
+            ApplyError::KeyNotFound | ApplyError::DuplicateKey => Status::invalid_argument(e.to_string()),
+        }
+    }
+}
+
+impl From<StoreError> for Status {
+    fn from(e: StoreError) -> Self {
+        match e {
+            StoreError::Apply(e) => e.into(),
+            StoreError::NotLeader { .. } => Status::unavailable(LEADER_CHANGED),
+            StoreError::NoLeader | StoreError::Timeout => Status::unavailable(e.to_string()),
+            StoreError::MemberNotFound { .. } => Status::not_found(e.to_string()),
+            StoreError::MemberExists { reason, .. } => Status::failed_precondition(reason),
+            StoreError::InvalidArgument(m) => Status::invalid_argument(m),
+            StoreError::FailedPrecondition(m) => Status::failed_precondition(m),
+            StoreError::Unavailable(m) => Status::unavailable(m),
+            StoreError::Internal(m) => Status::internal(m),
+        }
+    }
+}
+
+impl From<RequestError> for Status {
+    /// Every malformed request is the client's fault: `InvalidArgument`.
+    fn from(e: RequestError) -> Self {
+        Status::invalid_argument(e.to_string())
+    }
+}
+
+/// A request came back with an answer of the wrong kind (another command's
+/// output, another admin response): a bug, not a client error.
+pub fn unexpected(answer: impl std::fmt::Debug) -> Status {
+    StoreError::Internal(format!("unexpected answer from the store: {answer:?}")).into()
+}
+
+#[cfg(test)]
+mod tests {
+    use tonic::Code;
+
+    use super::*;
+
+    #[test]
+    fn store_errors_keep_etcd_codes_and_messages() {
+        let cases = [
+            (
+                StoreError::Apply(ApplyError::Compacted { compacted: 5 }),
+                Code::OutOfRange,
+                "etcdserver: mvcc: required revision has been compacted",
+            ),
+            (
+                StoreError::Apply(ApplyError::FutureRevision { current: 5 }),
+                Code::OutOfRange,
+                "etcdserver: mvcc: required revision is a future revision",
+            ),
+            (
+                StoreError::Apply(ApplyError::DuplicateKey),
+                Code::InvalidArgument,
+                "etcdserver: duplicate key given in txn request",
+            ),
+            (StoreError::NotLeader { leader: Some(2) }, Code::Unavailable, "etcdserver: leader changed"),
+            (StoreError::NoLeader, Code::Unavailable, "etcdserver: no leader"),
+            (StoreError::Timeout, Code::Unavailable, "etcdserver: request timed out"),
+            (StoreError::MemberNotFound { id: 9 }, Code::NotFound, "etcdserver: member not found"),
+            (
+                StoreError::MemberExists { id: 0, reason: "etcdserver: Peer URLs already exists".into() },
+                Code::FailedPrecondition,
+                "etcdserver: Peer URLs already exists",
+            ),
+        ];
+        for (error, code, message) in cases {
+            let status = Status::from(error);
+            assert_eq!((status.code(), status.message()), (code, message));
+        }
+    }
+}

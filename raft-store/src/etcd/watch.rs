@@ -1,0 +1,320 @@
+//! etcd's Watch service, served by every member from its own applied state.
+//!
+//! Each watcher is a task that first replays history from RocksDB (from its
+//! start revision up to the current one), then follows the member's [`Hub`]
+//! live. Revisions are delivered whole, in order, once each: the task keeps
+//! `next`, the first revision it has not processed, and whenever the live
+//! feed shows a gap (it lagged, or a snapshot replaced the state) it goes
+//! back to RocksDB from `next`. All watchers of one stream share one bounded
+//! output channel; a slow client makes its watchers fall behind and catch up
+//! from disk, never grows memory and never slows the applier.
+//!
+//! [`Hub`]: crate::hub::Hub
+
+use std::collections::HashMap;
+use std::pin::Pin;
+use std::time::Duration;
+
+use futures::Stream;
+use skiff_proto::etcdserverpb::watch_request::RequestUnion;
+use skiff_proto::etcdserverpb::watch_server::{Watch, WatchServer};
+use skiff_proto::etcdserverpb::{watch_create_request::FilterType, WatchCreateRequest, WatchRequest, WatchResponse};
+use skiff_proto::mvccpb;
+use tokio::sync::{broadcast, mpsc};
+use tokio::task::JoinHandle;
+use tokio_stream::wrappers::ReceiverStream;
+use tokio_stream::StreamExt;
+use tonic::{Request, Response, Status, Streaming};
+
+use crate::hub::HubMessage;
+use crate::mvcc::{in_range, Event, EventKind, Reader, RevisionEvents};
+use crate::store::Store;
+use crate::types::KeyValue;
+
+/// Responses buffered per watch stream before its watchers wait.
+const STREAM_BUFFER: usize = 1024;
+/// Revisions read from RocksDB per step of a catch-up.
+const REPLAY_CHUNK: usize = 512;
+/// Events packed into one response while catching up.
+const MAX_EVENTS_PER_RESPONSE: usize = 1000;
+
+pub struct WatchService {
+    store: Store,
+    progress_interval: Duration,
+}
+
+impl WatchService {
+    /// `progress_interval`: how often watchers that asked for progress
+    /// notifications get one (etcd's default is ten minutes).
+    pub fn server(store: Store, progress_interval: Duration) -> WatchServer<WatchService> {
+        WatchServer::new(WatchService { store, progress_interval })
+    }
+}
+
+type WatchStream = Pin<Box<dyn Stream<Item = Result<WatchResponse, Status>> + Send>>;
+
+#[tonic::async_trait]
+impl Watch for WatchService {
+    type WatchStream = WatchStream;
+
+    async fn watch(&self, request: Request<Streaming<WatchRequest>>) -> Result<Response<WatchStream>, Status> {
+        let mut requests = request.into_inner();
+        let (tx, rx) = mpsc::channel(STREAM_BUFFER);
+        let store = self.store.clone();
+        let progress_interval = self.progress_interval;
+        tokio::spawn(async move {
+            let mut watchers: HashMap<i64, JoinHandle<()>> = HashMap::new();
+            let mut next_id: i64 = 0;
+            while let Some(Ok(req)) = requests.next().await {
+                watchers.retain(|_, h| !h.is_finished());
+                let response = match req.request_union {
+                    Some(RequestUnion::CreateRequest(create)) => {
+                        let id = if create.watch_id != 0 { create.watch_id } else { next_id };
+                        if watchers.contains_key(&id) {
+                            WatchResponse {
+                                header: Some(super::header(store.header())),
+                                watch_id: id,
+                                created: true,
+                                canceled: true,
+                                cancel_reason: "etcdserver: duplicate watch ID".into(),
+                                ..Default::default()
+                            }
+                        } else {
+                            next_id = next_id.max(id + 1);
+                            let created = WatchResponse {
+                                header: Some(super::header(store.header())),
+                                watch_id: id,
+                                created: true,
+                                ..Default::default()
+                            };
+                            if tx.send(Ok(created)).await.is_err() {
+                                break;
+                            }
+                            let spec = WatcherSpec::new(id, &create);
+                            let handle = tokio::spawn(run_watcher(store.clone(), spec, tx.clone(), progress_interval));
+                            watchers.insert(id, handle);
+                            continue;
+                        }
+                    }
+                    Some(RequestUnion::CancelRequest(cancel)) => {
+                        if let Some(h) = watchers.remove(&cancel.watch_id) {
+                            h.abort();
+                        }
+                        WatchResponse {
+                            header: Some(super::header(store.header())),
+                            watch_id: cancel.watch_id,
+                            canceled: true,
+                            ..Default::default()
+                        }
+                    }
+                    Some(RequestUnion::ProgressRequest(_)) => {
+                        // Not tied to one watcher: etcd answers with id -1.
+                        let mut header = super::header(store.header());
+                        header.revision = store.state_machine().revision();
+                        WatchResponse { header: Some(header), watch_id: -1, ..Default::default() }
+                    }
+                    None => continue,
+                };
+                if tx.send(Ok(response)).await.is_err() {
+                    break;
+                }
+            }
+            for (_, h) in watchers {
+                h.abort();
+            }
+        });
+        Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
+    }
+}
+
+/// What one watcher wants.
+#[derive(Clone, Debug)]
+struct WatcherSpec {
+    id: i64,
+    key: Vec<u8>,
+    range_end: Vec<u8>,
+    start_revision: i64,
+    prev_kv: bool,
+    progress_notify: bool,
+    no_put: bool,
+    no_delete: bool,
+}
+
+impl WatcherSpec {
+    fn new(id: i64, c: &WatchCreateRequest) -> Self {
+        WatcherSpec {
+            id,
+            key: c.key.clone(),
+            range_end: c.range_end.clone(),
+            start_revision: c.start_revision,
+            prev_kv: c.prev_kv,
+            progress_notify: c.progress_notify,
+            no_put: c.filters.contains(&(FilterType::Noput as i32)),
+            no_delete: c.filters.contains(&(FilterType::Nodelete as i32)),
+        }
+    }
+
+    fn wants(&self, e: &Event) -> bool {
+        in_range(&e.kv.key, &self.key, &self.range_end)
+            && match e.kind {
+                EventKind::Put => !self.no_put,
+                EventKind::Delete => !self.no_delete,
+            }
+    }
+
+    fn to_wire(&self, e: &Event) -> mvccpb::Event {
+        mvccpb::Event {
+            r#type: match e.kind {
+                EventKind::Put => mvccpb::event::EventType::Put as i32,
+                EventKind::Delete => mvccpb::event::EventType::Delete as i32,
+            },
+            kv: Some(kv_to_wire(&e.kv)),
+            prev_kv: if self.prev_kv { e.prev_kv.as_ref().map(kv_to_wire) } else { None },
+        }
+    }
+}
+
+fn kv_to_wire(kv: &KeyValue) -> mvccpb::KeyValue {
+    mvccpb::KeyValue {
+        key: kv.key.clone(),
+        create_revision: kv.create_revision,
+        mod_revision: kv.mod_revision,
+        version: kv.version,
+        value: kv.value.clone(),
+        lease: kv.lease,
+    }
+}
+
+type Out = mpsc::Sender<Result<WatchResponse, Status>>;
+
+/// Why a watcher stopped.
+enum Stop {
+    /// The client went away or the watcher was canceled.
+    Gone,
+    /// Its next revision was compacted away.
+    Compacted(i64),
+}
+
+struct Watcher {
+    store: Store,
+    spec: WatcherSpec,
+    out: Out,
+    /// The first revision not yet processed.
+    next: i64,
+}
+
+async fn run_watcher(store: Store, spec: WatcherSpec, out: Out, progress_interval: Duration) {
+    let mut live = store.state_machine().hub().subscribe();
+    let next = if spec.start_revision > 0 { spec.start_revision } else { store.state_machine().revision() + 1 };
+    let mut w = Watcher { store, spec, out, next };
+    if let Err(Stop::Compacted(compacted)) = w.run(&mut live, progress_interval).await {
+        let response = WatchResponse {
+            header: Some(super::header(w.store.header())),
+            watch_id: w.spec.id,
+            canceled: true,
+            compact_revision: compacted,
+            cancel_reason: "etcdserver: mvcc: required revision has been compacted".into(),
+            ..Default::default()
+        };
+        let _ = w.out.send(Ok(response)).await;
+    }
+}
+
+impl Watcher {
+    async fn run(&mut self, live: &mut broadcast::Receiver<HubMessage>, progress_interval: Duration) -> Result<(), Stop> {
+        let mut progress = tokio::time::interval_at(tokio::time::Instant::now() + progress_interval, progress_interval);
+        loop {
+            self.catch_up().await?;
+            // Follow the live feed until it shows a gap.
+            loop {
+                tokio::select! {
+                    msg = live.recv() => match msg {
+                        Ok(HubMessage::Revision(ev)) => {
+                            if ev.revision < self.next {
+                                continue;
+                            }
+                            if ev.revision > self.next {
+                                break;
+                            }
+                            self.send_revisions(std::slice::from_ref(&ev)).await?;
+                        }
+                        Ok(HubMessage::Reset) | Err(broadcast::error::RecvError::Lagged(_)) => break,
+                        Err(broadcast::error::RecvError::Closed) => return Err(Stop::Gone),
+                    },
+                    _ = progress.tick(), if self.spec.progress_notify => self.send_progress().await?,
+                }
+            }
+        }
+    }
+
+    /// Replays from RocksDB everything from `next` up to the current revision.
+    async fn catch_up(&mut self) -> Result<(), Stop> {
+        loop {
+            let sm = self.store.state_machine().clone();
+            let from = self.next;
+            let read = tokio::task::spawn_blocking(move || {
+                let db = sm.db();
+                let reader = Reader::snapshot(&db);
+                let current = reader.revision()?;
+                let compacted = reader.compacted()?;
+                if from < compacted {
+                    return Ok((Err(compacted), current));
+                }
+                reader.revisions(from, current, REPLAY_CHUNK).map(|r| (Ok(r), current))
+            })
+            .await;
+            let (revisions, current) = match read {
+                Ok(Ok(r)) => r,
+                Ok(Err(e)) => {
+                    tracing::error!(error = %e, "watch replay failed");
+                    return Err(Stop::Gone);
+                }
+                Err(_) => return Err(Stop::Gone),
+            };
+            let revisions = revisions.map_err(Stop::Compacted)?;
+            if revisions.is_empty() {
+                // Nothing stored in [next, current]: every revision up to
+                // `current` has been seen.
+                self.next = self.next.max(current + 1);
+                return Ok(());
+            }
+            self.send_revisions(&revisions).await?;
+        }
+    }
+
+    /// Sends the events this watcher wants from consecutive revisions,
+    /// never splitting a revision across responses.
+    async fn send_revisions<R: std::borrow::Borrow<RevisionEvents>>(&mut self, revisions: &[R]) -> Result<(), Stop> {
+        let mut events = Vec::new();
+        let mut last = self.next - 1;
+        for r in revisions {
+            let r = r.borrow();
+            events.extend(r.events.iter().filter(|e| self.spec.wants(e)).map(|e| self.spec.to_wire(e)));
+            last = r.revision;
+            if events.len() >= MAX_EVENTS_PER_RESPONSE {
+                self.send_events(std::mem::take(&mut events), last).await?;
+            }
+            self.next = r.revision + 1;
+        }
+        if !events.is_empty() {
+            self.send_events(events, last).await?;
+        }
+        Ok(())
+    }
+
+    async fn send_events(&self, events: Vec<mvccpb::Event>, revision: i64) -> Result<(), Stop> {
+        let mut header = super::header(self.store.header());
+        header.revision = revision;
+        let response = WatchResponse { header: Some(header), watch_id: self.spec.id, events, ..Default::default() };
+        self.out.send(Ok(response)).await.map_err(|_| Stop::Gone)
+    }
+
+    /// Tells the client that every revision up to `next - 1` has been
+    /// delivered to it.
+    async fn send_progress(&self) -> Result<(), Stop> {
+        let mut header = super::header(self.store.header());
+        header.revision = self.next - 1;
+        let response = WatchResponse { header: Some(header), watch_id: self.spec.id, ..Default::default() };
+        self.out.send(Ok(response)).await.map_err(|_| Stop::Gone)
+    }
+}

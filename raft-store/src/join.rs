@@ -1,0 +1,44 @@
+//! The client side of `--join`: ask a running member to add this one.
+
+use std::time::Duration;
+
+use skiff_proto::control::control_client::ControlClient;
+use skiff_proto::control::JoinRequest;
+
+use crate::types::MemberInfo;
+
+/// Asks the member at `client_addr` to add `info` to its cluster and waits
+/// until it is a voter. Returns the cluster id.
+pub async fn request_join(client_addr: &str, info: &MemberInfo, timeout: Duration) -> Result<u64, String> {
+    let url = if client_addr.contains("://") { client_addr.to_string() } else { format!("http://{client_addr}") };
+    let endpoint = tonic::transport::Endpoint::from_shared(url.clone())
+        .map_err(|e| format!("bad --join address {client_addr}: {e}"))?
+        .connect_timeout(Duration::from_secs(3));
+    let deadline = tokio::time::Instant::now() + timeout;
+    // The cluster may be starting too: retry connecting until the deadline.
+    let channel = loop {
+        match endpoint.connect().await {
+            Ok(c) => break c,
+            Err(e) if tokio::time::Instant::now() + Duration::from_millis(500) < deadline => {
+                tracing::info!(error = %e, "cluster at {client_addr} not reachable yet; retrying");
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+            Err(e) => return Err(format!("cannot reach the cluster at {client_addr}: {e}")),
+        }
+    };
+    let mut client = ControlClient::new(channel);
+    let mut request = tonic::Request::new(JoinRequest {
+        id: info.id,
+        name: info.name.clone(),
+        peer_urls: info.peer_urls.clone(),
+        client_urls: info.client_urls.clone(),
+        incarnation: info.incarnation,
+        timeout_ms: timeout.as_millis() as u64,
+    });
+    request.set_timeout(timeout + Duration::from_secs(5));
+    let response = client
+        .join(request)
+        .await
+        .map_err(|s| format!("the cluster at {client_addr} refused to add member {}: {}", info.id, s.message()))?;
+    Ok(response.into_inner().cluster_id)
+}

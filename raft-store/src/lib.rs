@@ -1,0 +1,31 @@
+//! Skiff's replicated store: etcd's MVCC data model on RocksDB, replicated
+//! with openraft, served through etcd-compatible gRPC services.
+//!
+//! # Layout
+//! In data-flow order, from a client's request to disk and back:
+//! - [`etcd`]: the etcd v3 gRPC services (KV, Watch, Cluster, Maintenance)
+//!   and Skiff's `Control` service, translating wire types.
+//! - [`store`]: one member: write batching and forwarding, linearizable
+//!   reads, membership administration, bootstrap.
+//! - [`join`]: the client side of joining a running cluster.
+//! - [`network`] and [`peer`]: the peer channel (Raft RPCs, forwarding).
+//! - [`log_store`]: the Raft log on its own RocksDB instance.
+//! - [`state_machine`]: applies entries to the MVCC engine, snapshots.
+//! - [`mvcc`]: the MVCC engine (revisions, history, compaction, reads).
+//! - [`hub`]: fan-out of applied revisions to watchers.
+//! - [`types`] and [`error`]: what travels through the log, and failures.
+
+pub mod error;
+pub mod etcd;
+pub mod hub;
+pub mod join;
+pub mod log_store;
+pub mod mvcc;
+pub mod network;
+pub mod peer;
+pub mod state_machine;
+pub mod store;
+pub mod types;
+
+pub use error::StoreError;
+pub use store::{Store, StoreConfig};

@@ -1,0 +1,887 @@
+//! The MVCC engine: etcd's data model on RocksDB.
+//!
+//! Every change to a key is a record under `hist` keyed by the key (escaped
+//! so that byte order is preserved) followed by the big-endian revision, so a
+//! read at revision `R` is one `seek_for_prev` per key. `rev` maps each
+//! revision to its commit time and the keys it changed, which is what watch
+//! replay and `history` walk. `meta` holds the replicated counters. Nothing in
+//! this module knows about Raft: the state machine calls [`Applier`] for each
+//! batch and commits its `WriteBatch` together with `last_applied`.
+
+use std::collections::BTreeMap;
+
+use rocksdb::{ColumnFamily, ReadOptions, SnapshotWithThreadMode, WriteBatch, DB};
+use serde::{Deserialize, Serialize};
+
+use crate::types::{
+    ApplyError, Command, Compare, CompareResult, CompareTarget, DeleteRequest, KeyValue, Op,
+    OpResult, Output, ProposalResult, PutRequest, RangeRequest, RangeResult, RequestId,
+    SortOrder, SortTarget, Txn, TxnResult,
+};
+
+pub const CF_HIST: &str = "hist";
+pub const CF_REV: &str = "rev";
+pub const CF_META: &str = "meta";
+pub const CF_DEDUP: &str = "dedup";
+/// Column families of the state-machine database.
+pub const COLUMN_FAMILIES: [&str; 4] = [CF_HIST, CF_REV, CF_META, CF_DEDUP];
+
+pub const META_REVISION: &[u8] = b"revision";
+pub const META_COMPACTED: &[u8] = b"compacted";
+
+/// How long a request id is remembered after its write was applied: a retry
+/// arriving later than this is applied again.
+pub const DEDUP_RETENTION_MS: u64 = 10 * 60 * 1000;
+
+/// One stored version of a key.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KvRecord {
+    pub create_revision: i64,
+    pub mod_revision: i64,
+    pub version: i64,
+    pub lease: i64,
+    pub value: Vec<u8>,
+    /// A tombstone: the key was deleted at `mod_revision`.
+    pub deleted: bool,
+}
+
+impl KvRecord {
+    fn to_kv(&self, key: &[u8]) -> KeyValue {
+        KeyValue {
+            key: key.to_vec(),
+            create_revision: self.create_revision,
+            mod_revision: self.mod_revision,
+            version: self.version,
+            value: self.value.clone(),
+            lease: self.lease,
+        }
+    }
+}
+
+/// What one revision changed, as stored under `rev`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct RevRecord {
+    pub timestamp_ms: u64,
+    pub keys: Vec<Vec<u8>>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum EventKind {
+    Put,
+    Delete,
+}
+
+/// A change to one key, as a watcher sees it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Event {
+    pub kind: EventKind,
+    /// For a delete: the key with `mod_revision` set to the deleting revision.
+    pub kv: KeyValue,
+    pub prev_kv: Option<KeyValue>,
+}
+
+/// Everything one revision changed, delivered to watchers atomically.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RevisionEvents {
+    pub revision: i64,
+    pub timestamp_ms: u64,
+    pub events: Vec<Event>,
+}
+
+/// One entry of a key's history.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct HistoryEntry {
+    pub revision: i64,
+    pub timestamp_ms: u64,
+    pub kind: EventKind,
+    pub kv: KeyValue,
+}
+
+/// Failures of the engine's own storage (not of a client's request).
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    #[error("rocksdb: {0}")]
+    Rocks(#[from] rocksdb::Error),
+    #[error("corrupt record in {cf}: {reason}")]
+    Corrupt { cf: &'static str, reason: String },
+}
+
+/// Reads fail either because of the request (compacted, future revision)
+/// or because of storage.
+#[derive(Debug, thiserror::Error)]
+pub enum ReadError {
+    #[error(transparent)]
+    Request(#[from] ApplyError),
+    #[error(transparent)]
+    Engine(#[from] EngineError),
+}
+
+impl From<rocksdb::Error> for ReadError {
+    fn from(e: rocksdb::Error) -> Self {
+        ReadError::Engine(EngineError::Rocks(e))
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Key encoding
+
+/// Escapes `key` so that the encoding sorts like the raw bytes and no
+/// encoded key is a prefix of another: 0x00 becomes 0x00 0xff and the key
+/// ends with 0x00 0x01.
+pub fn encode_key(key: &[u8], out: &mut Vec<u8>) {
+    for &b in key {
+        out.push(b);
+        if b == 0 {
+            out.push(0xff);
+        }
+    }
+    out.extend_from_slice(&[0, 1]);
+}
+
+fn hist_key(key: &[u8], revision: i64) -> Vec<u8> {
+    let mut out = Vec::with_capacity(key.len() + 10);
+    encode_key(key, &mut out);
+    out.extend_from_slice(&(revision as u64).to_be_bytes());
+    out
+}
+
+/// Splits a `hist` key into the raw key and the revision.
+fn decode_hist_key(raw: &[u8]) -> Result<(Vec<u8>, i64), EngineError> {
+    let corrupt = || EngineError::Corrupt { cf: CF_HIST, reason: "bad key encoding".into() };
+    if raw.len() < 10 {
+        return Err(corrupt());
+    }
+    let (enc, rev) = raw.split_at(raw.len() - 8);
+    let revision = u64::from_be_bytes(rev.try_into().map_err(|_| corrupt())?) as i64;
+    let mut key = Vec::with_capacity(enc.len());
+    let mut i = 0;
+    while i < enc.len() {
+        let b = enc[i];
+        if b == 0 {
+            match enc.get(i + 1) {
+                Some(0xff) => key.push(0),
+                Some(1) if i + 2 == enc.len() => return Ok((key, revision)),
+                _ => return Err(corrupt()),
+            }
+            i += 2;
+        } else {
+            key.push(b);
+            i += 1;
+        }
+    }
+    Err(corrupt())
+}
+
+pub fn rev_key(revision: i64) -> [u8; 8] {
+    (revision as u64).to_be_bytes()
+}
+
+/// Whether `key` lies in etcd's range `[start, end)`; an empty `end` means
+/// `start` alone and `"\0"` means every key from `start` on.
+pub fn in_range(key: &[u8], start: &[u8], end: &[u8]) -> bool {
+    if end.is_empty() {
+        key == start
+    } else if end == [0] {
+        key >= start
+    } else {
+        key >= start && key < end
+    }
+}
+
+fn decode<T: for<'de> Deserialize<'de>>(cf: &'static str, bytes: &[u8]) -> Result<T, EngineError> {
+    bincode::deserialize(bytes).map_err(|e| EngineError::Corrupt { cf, reason: e.to_string() })
+}
+
+pub(crate) fn encode<T: Serialize>(value: &T) -> Vec<u8> {
+    bincode::serialize(value).expect("bincode serialization of plain data cannot fail")
+}
+
+pub(crate) fn cf<'a>(db: &'a DB, name: &'static str) -> &'a ColumnFamily {
+    db.cf_handle(name).expect("column families are created when the database is opened")
+}
+
+// ---------------------------------------------------------------------------
+// Reads
+
+/// A consistent view for reads: a RocksDB snapshot, or the live database
+/// inside `apply` (the only writer).
+pub struct Reader<'a> {
+    db: &'a DB,
+    snapshot: Option<SnapshotWithThreadMode<'a, DB>>,
+}
+
+impl<'a> Reader<'a> {
+    /// A point-in-time view for serving clients.
+    pub fn snapshot(db: &'a DB) -> Self {
+        Reader { db, snapshot: Some(db.snapshot()) }
+    }
+
+    /// The live database; only for the applier, which is the only writer.
+    pub fn live(db: &'a DB) -> Self {
+        Reader { db, snapshot: None }
+    }
+
+    fn opts(&self) -> ReadOptions {
+        let mut opts = ReadOptions::default();
+        if let Some(s) = &self.snapshot {
+            opts.set_snapshot(s);
+        }
+        opts
+    }
+
+    fn meta_i64(&self, key: &[u8]) -> Result<i64, EngineError> {
+        Ok(self
+            .db
+            .get_cf_opt(cf(self.db, CF_META), key, &self.opts())?
+            .map(|v| decode::<i64>(CF_META, &v))
+            .transpose()?
+            .unwrap_or(0))
+    }
+
+    /// The store's current revision in this view.
+    pub fn revision(&self) -> Result<i64, EngineError> {
+        self.meta_i64(META_REVISION)
+    }
+
+    /// The compacted revision in this view (0 if never compacted).
+    pub fn compacted(&self) -> Result<i64, EngineError> {
+        self.meta_i64(META_COMPACTED)
+    }
+
+    /// The newest record of `key` at or below `revision`, tombstones included.
+    pub fn record_at(&self, key: &[u8], revision: i64) -> Result<Option<KvRecord>, EngineError> {
+        let mut it = self.db.raw_iterator_cf_opt(cf(self.db, CF_HIST), self.opts());
+        it.seek_for_prev(hist_key(key, revision));
+        if let (Some(k), Some(v)) = (it.key(), it.value()) {
+            let (found, _) = decode_hist_key(k)?;
+            if found == key {
+                return Ok(Some(decode(CF_HIST, v)?));
+            }
+        }
+        it.status()?;
+        Ok(None)
+    }
+
+    /// The newest record at or below `revision` of every key in the range,
+    /// tombstones included, in key order.
+    fn scan_at(
+        &self,
+        start: &[u8],
+        end: &[u8],
+        revision: i64,
+    ) -> Result<BTreeMap<Vec<u8>, KvRecord>, EngineError> {
+        let mut out = BTreeMap::new();
+        if end.is_empty() {
+            if let Some(r) = self.record_at(start, revision)? {
+                out.insert(start.to_vec(), r);
+            }
+            return Ok(out);
+        }
+        let mut it = self.db.raw_iterator_cf_opt(cf(self.db, CF_HIST), self.opts());
+        let mut seek = Vec::with_capacity(start.len() + 2);
+        encode_key(start, &mut seek);
+        it.seek(&seek);
+        while let Some(k) = it.key() {
+            let (key, _) = decode_hist_key(k)?;
+            if !in_range(&key, start, end) {
+                break;
+            }
+            // Newest version of this key at or below `revision`.
+            it.seek_for_prev(hist_key(&key, revision));
+            if let (Some(k2), Some(v)) = (it.key(), it.value()) {
+                if decode_hist_key(k2)?.0 == key {
+                    out.insert(key.clone(), decode(CF_HIST, v)?);
+                }
+            }
+            // Past every version of this key.
+            it.seek(hist_key(&key, i64::MAX));
+            if it.key().is_some_and(|k| k == hist_key(&key, i64::MAX).as_slice()) {
+                it.next();
+            }
+        }
+        it.status()?;
+        Ok(out)
+    }
+
+    /// etcd's Range, served from this view.
+    pub fn range(&self, req: &RangeRequest) -> Result<RangeResult, ReadError> {
+        let current = self.revision()?;
+        let compacted = self.compacted()?;
+        let at = resolve_revision(req.revision, current, compacted)?;
+        let found = self.scan_at(&req.key, &req.range_end, at)?;
+        Ok(finish_range(req, found.into_iter()))
+    }
+
+    /// Every revision in `[from, to]` with its events (prev_kv included),
+    /// at most `limit` revisions.
+    pub fn revisions(&self, from: i64, to: i64, limit: usize) -> Result<Vec<RevisionEvents>, EngineError> {
+        let mut out = Vec::new();
+        if from > to {
+            return Ok(out);
+        }
+        let mut it = self.db.raw_iterator_cf_opt(cf(self.db, CF_REV), self.opts());
+        it.seek(rev_key(from));
+        while let (Some(k), Some(v)) = (it.key(), it.value()) {
+            let revision = u64::from_be_bytes(k.try_into().map_err(|_| EngineError::Corrupt {
+                cf: CF_REV,
+                reason: "bad revision key".into(),
+            })?) as i64;
+            if revision > to || out.len() >= limit {
+                break;
+            }
+            let rec: RevRecord = decode(CF_REV, v)?;
+            let mut events = Vec::with_capacity(rec.keys.len());
+            for key in &rec.keys {
+                let Some(now) = self.record_at(key, revision)? else { continue };
+                let prev = if revision > 1 { self.record_at(key, revision - 1)? } else { None };
+                events.push(make_event(key, &now, prev.as_ref()));
+            }
+            out.push(RevisionEvents { revision, timestamp_ms: rec.timestamp_ms, events });
+            it.next();
+        }
+        it.status()?;
+        Ok(out)
+    }
+
+    /// Every stored version of `key`, oldest first.
+    pub fn history(&self, key: &[u8]) -> Result<Vec<HistoryEntry>, EngineError> {
+        let mut prefix = Vec::with_capacity(key.len() + 2);
+        encode_key(key, &mut prefix);
+        let mut it = self.db.raw_iterator_cf_opt(cf(self.db, CF_HIST), self.opts());
+        it.seek(&prefix);
+        let mut out = Vec::new();
+        while let (Some(k), Some(v)) = (it.key(), it.value()) {
+            if !k.starts_with(&prefix) {
+                break;
+            }
+            let (_, revision) = decode_hist_key(k)?;
+            let rec: KvRecord = decode(CF_HIST, v)?;
+            let timestamp_ms = self
+                .db
+                .get_cf_opt(cf(self.db, CF_REV), rev_key(revision), &self.opts())?
+                .map(|v| decode::<RevRecord>(CF_REV, &v))
+                .transpose()?
+                .map(|r| r.timestamp_ms)
+                .unwrap_or(0);
+            let kind = if rec.deleted { EventKind::Delete } else { EventKind::Put };
+            out.push(HistoryEntry { revision, timestamp_ms, kind, kv: rec.to_kv(key) });
+            it.next();
+        }
+        it.status()?;
+        Ok(out)
+    }
+}
+
+fn make_event(key: &[u8], now: &KvRecord, prev: Option<&KvRecord>) -> Event {
+    let prev_kv = prev.filter(|p| !p.deleted).map(|p| p.to_kv(key));
+    if now.deleted {
+        Event {
+            kind: EventKind::Delete,
+            kv: KeyValue { key: key.to_vec(), mod_revision: now.mod_revision, ..Default::default() },
+            prev_kv,
+        }
+    } else {
+        Event { kind: EventKind::Put, kv: now.to_kv(key), prev_kv }
+    }
+}
+
+/// The revision a read names, checked against the store: 0 or less means
+/// the current one.
+pub fn resolve_revision(requested: i64, current: i64, compacted: i64) -> Result<i64, ApplyError> {
+    if requested <= 0 {
+        Ok(current)
+    } else if requested > current {
+        Err(ApplyError::FutureRevision { current })
+    } else if requested < compacted {
+        Err(ApplyError::Compacted { compacted })
+    } else {
+        Ok(requested)
+    }
+}
+
+/// Turns the newest records of the keys in range into etcd's response:
+/// count of live keys, then the mod/create filters, sort and limit.
+fn finish_range(req: &RangeRequest, found: impl Iterator<Item = (Vec<u8>, KvRecord)>) -> RangeResult {
+    let live: Vec<KeyValue> = found.filter(|(_, r)| !r.deleted).map(|(k, r)| r.to_kv(&k)).collect();
+    let count = live.len() as i64;
+    if req.count_only {
+        return RangeResult { kvs: Vec::new(), more: false, count };
+    }
+    let mut kvs: Vec<KeyValue> = live
+        .into_iter()
+        .filter(|kv| req.min_mod_revision <= 0 || kv.mod_revision >= req.min_mod_revision)
+        .filter(|kv| req.max_mod_revision <= 0 || kv.mod_revision <= req.max_mod_revision)
+        .filter(|kv| req.min_create_revision <= 0 || kv.create_revision >= req.min_create_revision)
+        .filter(|kv| req.max_create_revision <= 0 || kv.create_revision <= req.max_create_revision)
+        .collect();
+    let order = match (req.sort_order, req.sort_target) {
+        // etcd sorts by key ascending when only a target is named.
+        (SortOrder::None, SortTarget::Key) => SortOrder::None,
+        (SortOrder::None, _) => SortOrder::Ascend,
+        (o, _) => o,
+    };
+    if order != SortOrder::None {
+        kvs.sort_by(|a, b| {
+            let ord = match req.sort_target {
+                SortTarget::Key => a.key.cmp(&b.key),
+                SortTarget::Version => a.version.cmp(&b.version),
+                SortTarget::Create => a.create_revision.cmp(&b.create_revision),
+                SortTarget::Mod => a.mod_revision.cmp(&b.mod_revision),
+                SortTarget::Value => a.value.cmp(&b.value),
+            };
+            // Ties stay in key order, as etcd's stable sort leaves them.
+            if order == SortOrder::Descend { ord.reverse() } else { ord }
+        });
+    }
+    let mut more = false;
+    if req.limit > 0 && kvs.len() as i64 > req.limit {
+        kvs.truncate(req.limit as usize);
+        more = true;
+    }
+    if req.keys_only {
+        for kv in &mut kvs {
+            kv.value.clear();
+        }
+    }
+    RangeResult { kvs, more, count }
+}
+
+// ---------------------------------------------------------------------------
+// Writes
+
+/// Applies proposals to the database through one `WriteBatch`.
+///
+/// Writes are buffered in `pending` (every version written in this batch, per
+/// key) so that later transactions in the same batch, and reads inside a
+/// transaction, see them before the batch is committed.
+pub struct Applier<'a> {
+    reader: Reader<'a>,
+    pub batch: WriteBatch,
+    pub revision: i64,
+    pub compacted: i64,
+    pending: BTreeMap<Vec<u8>, Vec<KvRecord>>,
+    /// Revisions created by this batch, for the watch hub.
+    pub events: Vec<RevisionEvents>,
+    dedup: BTreeMap<RequestId, ProposalResult>,
+}
+
+/// A request id's remembered result, with its application time for expiry.
+#[derive(Serialize, Deserialize)]
+struct DedupRecord {
+    timestamp_ms: u64,
+    result: ProposalResult,
+}
+
+impl<'a> Applier<'a> {
+    pub fn new(db: &'a DB) -> Result<Self, EngineError> {
+        let reader = Reader::live(db);
+        let revision = reader.revision()?;
+        let compacted = reader.compacted()?;
+        Ok(Applier {
+            reader,
+            batch: WriteBatch::default(),
+            revision,
+            compacted,
+            pending: BTreeMap::new(),
+            events: Vec::new(),
+            dedup: BTreeMap::new(),
+        })
+    }
+
+    fn db(&self) -> &'a DB {
+        self.reader.db
+    }
+
+    /// Applies one proposal, or returns the remembered result of an earlier
+    /// proposal with the same id.
+    pub fn apply(&mut self, id: RequestId, command: &Command, timestamp_ms: u64) -> Result<ProposalResult, EngineError> {
+        if let Some(done) = self.remembered(id)? {
+            return Ok(done);
+        }
+        let result = match command {
+            Command::Txn(txn) => self.apply_txn(txn, timestamp_ms)?,
+            Command::Compact { revision } => self.compact(*revision)?,
+            Command::PublishMember(_) => Ok(Output::Published),
+        };
+        self.remember(id, &result, timestamp_ms);
+        Ok(result)
+    }
+
+    fn remembered(&self, id: RequestId) -> Result<Option<ProposalResult>, EngineError> {
+        if let Some(r) = self.dedup.get(&id) {
+            return Ok(Some(r.clone()));
+        }
+        let key = dedup_key(id);
+        match self.db().get_cf(cf(self.db(), CF_DEDUP), key)? {
+            Some(v) => Ok(Some(decode::<DedupRecord>(CF_DEDUP, &v)?.result)),
+            None => Ok(None),
+        }
+    }
+
+    fn remember(&mut self, id: RequestId, result: &ProposalResult, timestamp_ms: u64) {
+        let rec = DedupRecord { timestamp_ms, result: result.clone() };
+        let db = self.db();
+        self.batch.put_cf(cf(db, CF_DEDUP), dedup_key(id), encode(&rec));
+        // Index by time so expiry is a range scan (deterministic: the time is
+        // the leader's, carried in the entry).
+        self.batch.put_cf(cf(db, CF_DEDUP), dedup_expiry_key(timestamp_ms, id), []);
+        self.dedup.insert(id, result.clone());
+    }
+
+    /// Forgets request ids applied more than [`DEDUP_RETENTION_MS`] before `now_ms`.
+    pub fn expire_request_ids(&mut self, now_ms: u64) -> Result<(), EngineError> {
+        let cutoff = now_ms.saturating_sub(DEDUP_RETENTION_MS);
+        let db = self.db();
+        let mut it = db.raw_iterator_cf(cf(db, CF_DEDUP));
+        it.seek(DEDUP_EXPIRY_PREFIX);
+        let mut n = 0;
+        while let Some(k) = it.key() {
+            if !k.starts_with(DEDUP_EXPIRY_PREFIX) || k.len() != DEDUP_EXPIRY_PREFIX.len() + 24 || n >= 10_000 {
+                break;
+            }
+            let ts = u64::from_be_bytes(k[1..9].try_into().expect("length checked"));
+            if ts >= cutoff {
+                break;
+            }
+            let id = u128::from_be_bytes(k[9..25].try_into().expect("length checked"));
+            self.batch.delete_cf(cf(db, CF_DEDUP), k);
+            self.batch.delete_cf(cf(db, CF_DEDUP), dedup_key(RequestId(id)));
+            n += 1;
+            it.next();
+        }
+        it.status()?;
+        Ok(())
+    }
+
+    /// The newest record of `key` including this batch's and this txn's writes.
+    fn latest(&self, key: &[u8], txn: &BTreeMap<Vec<u8>, KvRecord>) -> Result<Option<KvRecord>, EngineError> {
+        if let Some(r) = txn.get(key) {
+            return Ok(Some(r.clone()));
+        }
+        if let Some(r) = self.pending.get(key).and_then(|v| v.last()) {
+            return Ok(Some(r.clone()));
+        }
+        self.reader.record_at(key, i64::MAX)
+    }
+
+    fn apply_txn(&mut self, txn: &Txn, timestamp_ms: u64) -> Result<ProposalResult, EngineError> {
+        let mut changes = BTreeMap::new();
+        let revision = self.revision + 1;
+        let result = match self.exec_txn(txn, revision, &mut changes)? {
+            Ok(r) => r,
+            Err(e) => return Ok(Err(e)),
+        };
+        if !changes.is_empty() {
+            self.commit_revision(revision, timestamp_ms, changes)?;
+        }
+        Ok(Ok(Output::Txn { result, revision: self.revision }))
+    }
+
+    fn exec_txn(
+        &mut self,
+        txn: &Txn,
+        revision: i64,
+        changes: &mut BTreeMap<Vec<u8>, KvRecord>,
+    ) -> Result<Result<TxnResult, ApplyError>, EngineError> {
+        let mut succeeded = true;
+        for c in &txn.compare {
+            if !self.compare(c, changes)? {
+                succeeded = false;
+                break;
+            }
+        }
+        let ops = if succeeded { &txn.success } else { &txn.failure };
+        let mut responses = Vec::with_capacity(ops.len());
+        for op in ops {
+            let r = match op {
+                Op::Range(r) => self.txn_range(r, revision, changes)?.map(OpResult::Range),
+                Op::Put(p) => self.put(p, revision, changes)?,
+                Op::DeleteRange(d) => self.delete(d, revision, changes)?,
+                Op::Txn(t) => self.exec_txn(t, revision, changes)?.map(OpResult::Txn),
+            };
+            match r {
+                Ok(r) => responses.push(r),
+                Err(e) => return Ok(Err(e)),
+            }
+        }
+        Ok(Ok(TxnResult { succeeded, responses }))
+    }
+
+    fn compare(&self, c: &Compare, changes: &BTreeMap<Vec<u8>, KvRecord>) -> Result<bool, EngineError> {
+        let keys: Vec<(Vec<u8>, Option<KvRecord>)> = if c.range_end.is_empty() {
+            vec![(c.key.clone(), self.latest(&c.key, changes)?.filter(|r| !r.deleted))]
+        } else {
+            self.view_range(&c.key, &c.range_end, i64::MAX, changes)?
+                .into_iter()
+                .filter(|(_, r)| !r.deleted)
+                .map(|(k, r)| (k, Some(r)))
+                .collect()
+        };
+        // etcd: a range compare holds when it holds for every key in range.
+        for (_, rec) in keys {
+            let ord = match (&c.target, &rec) {
+                (CompareTarget::Value(v), Some(r)) => r.value.as_slice().cmp(v.as_slice()),
+                // Comparing the value of a missing key is false.
+                (CompareTarget::Value(_), None) => return Ok(false),
+                (CompareTarget::Version(v), r) => r.as_ref().map_or(0, |r| r.version).cmp(v),
+                (CompareTarget::CreateRevision(v), r) => r.as_ref().map_or(0, |r| r.create_revision).cmp(v),
+                (CompareTarget::ModRevision(v), r) => r.as_ref().map_or(0, |r| r.mod_revision).cmp(v),
+                (CompareTarget::Lease(v), r) => r.as_ref().map_or(0, |r| r.lease).cmp(v),
+            };
+            let ok = match c.result {
+                CompareResult::Equal => ord.is_eq(),
+                CompareResult::NotEqual => ord.is_ne(),
+                CompareResult::Greater => ord.is_gt(),
+                CompareResult::Less => ord.is_lt(),
+            };
+            if !ok {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+
+    /// Newest records at or below `at` of every key in range, from the
+    /// database overlaid with this batch's and this txn's writes.
+    fn view_range(
+        &self,
+        start: &[u8],
+        end: &[u8],
+        at: i64,
+        changes: &BTreeMap<Vec<u8>, KvRecord>,
+    ) -> Result<BTreeMap<Vec<u8>, KvRecord>, EngineError> {
+        let mut found = self.reader.scan_at(start, end, at)?;
+        for (k, versions) in &self.pending {
+            if in_range(k, start, end) {
+                if let Some(r) = versions.iter().rev().find(|r| r.mod_revision <= at) {
+                    found.insert(k.clone(), r.clone());
+                }
+            }
+        }
+        for (k, r) in changes {
+            if in_range(k, start, end) && r.mod_revision <= at {
+                found.insert(k.clone(), r.clone());
+            }
+        }
+        Ok(found)
+    }
+
+    fn txn_range(
+        &self,
+        req: &RangeRequest,
+        revision: i64,
+        changes: &BTreeMap<Vec<u8>, KvRecord>,
+    ) -> Result<Result<RangeResult, ApplyError>, EngineError> {
+        // Reads inside a txn see its earlier writes, as in etcd.
+        let current = if changes.is_empty() { self.revision } else { revision };
+        let at = match resolve_revision(req.revision, current, self.compacted) {
+            Ok(at) => at,
+            Err(e) => return Ok(Err(e)),
+        };
+        let found = self.view_range(&req.key, &req.range_end, at, changes)?;
+        Ok(Ok(finish_range(req, found.into_iter())))
+    }
+
+    fn put(
+        &self,
+        p: &PutRequest,
+        revision: i64,
+        changes: &mut BTreeMap<Vec<u8>, KvRecord>,
+    ) -> Result<Result<OpResult, ApplyError>, EngineError> {
+        if changes.contains_key(&p.key) {
+            return Ok(Err(ApplyError::DuplicateKey));
+        }
+        let prev = self.latest(&p.key, changes)?.filter(|r| !r.deleted);
+        let value = if p.ignore_value {
+            match &prev {
+                Some(r) => r.value.clone(),
+                None => return Ok(Err(ApplyError::KeyNotFound)),
+            }
+        } else {
+            p.value.clone()
+        };
+        let lease = if p.ignore_lease {
+            match &prev {
+                Some(r) => r.lease,
+                None => return Ok(Err(ApplyError::KeyNotFound)),
+            }
+        } else {
+            p.lease
+        };
+        let rec = KvRecord {
+            create_revision: prev.as_ref().map_or(revision, |r| r.create_revision),
+            mod_revision: revision,
+            version: prev.as_ref().map_or(1, |r| r.version + 1),
+            lease,
+            value,
+            deleted: false,
+        };
+        changes.insert(p.key.clone(), rec);
+        let prev_kv = if p.prev_kv { prev.map(|r| r.to_kv(&p.key)) } else { None };
+        Ok(Ok(OpResult::Put { prev_kv }))
+    }
+
+    fn delete(
+        &self,
+        d: &DeleteRequest,
+        revision: i64,
+        changes: &mut BTreeMap<Vec<u8>, KvRecord>,
+    ) -> Result<Result<OpResult, ApplyError>, EngineError> {
+        let live: Vec<(Vec<u8>, KvRecord)> = self
+            .view_range(&d.key, &d.range_end, i64::MAX, changes)?
+            .into_iter()
+            .filter(|(_, r)| !r.deleted)
+            .collect();
+        let mut prev_kvs = Vec::new();
+        for (k, r) in &live {
+            if changes.get(k).is_some_and(|c| c.mod_revision == revision) {
+                return Ok(Err(ApplyError::DuplicateKey));
+            }
+            if d.prev_kv {
+                prev_kvs.push(r.to_kv(k));
+            }
+        }
+        for (k, _) in &live {
+            let tombstone = KvRecord {
+                create_revision: 0,
+                mod_revision: revision,
+                version: 0,
+                lease: 0,
+                value: Vec::new(),
+                deleted: true,
+            };
+            changes.insert(k.clone(), tombstone);
+        }
+        Ok(Ok(OpResult::DeleteRange { deleted: live.len() as i64, prev_kvs }))
+    }
+
+    fn commit_revision(
+        &mut self,
+        revision: i64,
+        timestamp_ms: u64,
+        changes: BTreeMap<Vec<u8>, KvRecord>,
+    ) -> Result<(), EngineError> {
+        let db = self.db();
+        let mut events = Vec::with_capacity(changes.len());
+        let mut keys = Vec::with_capacity(changes.len());
+        for (k, rec) in changes {
+            let prev = self.latest(&k, &BTreeMap::new())?;
+            events.push(make_event(&k, &rec, prev.as_ref()));
+            self.batch.put_cf(cf(db, CF_HIST), hist_key(&k, revision), encode(&rec));
+            keys.push(k.clone());
+            self.pending.entry(k).or_default().push(rec);
+        }
+        self.batch.put_cf(cf(db, CF_REV), rev_key(revision), encode(&RevRecord { timestamp_ms, keys }));
+        self.revision = revision;
+        self.events.push(RevisionEvents { revision, timestamp_ms, events });
+        Ok(())
+    }
+
+    /// Replicated compaction: reads below `revision` fail from now on, and
+    /// every version no read at or above it can reach is deleted.
+    fn compact(&mut self, revision: i64) -> Result<ProposalResult, EngineError> {
+        if revision <= self.compacted {
+            return Ok(Err(ApplyError::Compacted { compacted: self.compacted }));
+        }
+        if revision > self.revision {
+            return Ok(Err(ApplyError::FutureRevision { current: self.revision }));
+        }
+        self.compacted = revision;
+        let db = self.db();
+        let hist = cf(db, CF_HIST);
+        let mut it = db.raw_iterator_cf(hist);
+        it.seek_to_first();
+        // Of each key's versions below `revision`, keep only the newest, and
+        // only if it is live: it is what a read at `revision` returns.
+        let mut group: Option<Vec<u8>> = None;
+        let mut newest_below: Option<(Vec<u8>, bool)> = None; // (raw hist key, tombstone)
+        while let (Some(k), Some(v)) = (it.key(), it.value()) {
+            let (key, rev) = decode_hist_key(k)?;
+            if group.as_ref() != Some(&key) {
+                if let Some((raw, true)) = newest_below.take() {
+                    self.batch.delete_cf(hist, raw);
+                }
+                group = Some(key);
+            }
+            if rev < revision {
+                if let Some((older, _)) = newest_below.take() {
+                    self.batch.delete_cf(hist, older);
+                }
+                let rec: KvRecord = decode(CF_HIST, v)?;
+                newest_below = Some((k.to_vec(), rec.deleted));
+            }
+            it.next();
+        }
+        it.status()?;
+        if let Some((raw, true)) = newest_below {
+            self.batch.delete_cf(hist, raw);
+        }
+        self.batch.delete_range_cf(cf(db, CF_REV), rev_key(0), rev_key(revision));
+        Ok(Ok(Output::Compacted { revision }))
+    }
+
+    /// Adds the counters to the batch; the caller adds `last_applied` and
+    /// writes the batch.
+    pub fn finish(mut self) -> (WriteBatch, Vec<RevisionEvents>, i64) {
+        let db = self.db();
+        self.batch.put_cf(cf(db, CF_META), META_REVISION, encode(&self.revision));
+        self.batch.put_cf(cf(db, CF_META), META_COMPACTED, encode(&self.compacted));
+        (self.batch, self.events, self.revision)
+    }
+}
+
+const DEDUP_EXPIRY_PREFIX: &[u8] = b"t";
+
+fn dedup_key(id: RequestId) -> Vec<u8> {
+    let mut k = Vec::with_capacity(17);
+    k.push(b'i');
+    k.extend_from_slice(&id.0.to_be_bytes());
+    k
+}
+
+fn dedup_expiry_key(timestamp_ms: u64, id: RequestId) -> Vec<u8> {
+    let mut k = Vec::with_capacity(25);
+    k.extend_from_slice(DEDUP_EXPIRY_PREFIX);
+    k.extend_from_slice(&timestamp_ms.to_be_bytes());
+    k.extend_from_slice(&id.0.to_be_bytes());
+    k
+}
+
+/// Opens (creating if needed) a state-machine database with its column families.
+pub fn open_db(path: &std::path::Path) -> Result<DB, rocksdb::Error> {
+    let mut opts = rocksdb::Options::default();
+    opts.create_if_missing(true);
+    opts.create_missing_column_families(true);
+    opts.set_compression_type(rocksdb::DBCompressionType::Lz4);
+    DB::open_cf(&opts, path, COLUMN_FAMILIES)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn encoded_keys_sort_like_raw_keys() {
+        let keys: Vec<&[u8]> = vec![b"", b"\0", b"\0\0", b"\0\x01", b"a", b"a\0", b"a\0b", b"a\x01", b"ab", b"b", b"\xff"];
+        for w in keys.windows(2) {
+            let (a, b) = (hist_key(w[0], 5), hist_key(w[1], 1));
+            assert!(a < b, "{:?} should sort before {:?}", w[0], w[1]);
+        }
+    }
+
+    #[test]
+    fn hist_keys_round_trip() {
+        for key in [&b""[..], b"\0", b"a\0\xffb", b"plain/key"] {
+            assert_eq!(decode_hist_key(&hist_key(key, 42)).unwrap(), (key.to_vec(), 42));
+        }
+    }
+
+    #[test]
+    fn range_ends_follow_etcd() {
+        assert!(in_range(b"a", b"a", b""));
+        assert!(!in_range(b"ab", b"a", b""));
+        assert!(in_range(b"zzz", b"a", b"\0"));
+        assert!(in_range(b"ab", b"a", b"b"));
+        assert!(!in_range(b"b", b"a", b"b"));
+    }
+}

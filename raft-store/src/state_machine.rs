@@ -1,0 +1,473 @@
+//! The Raft state machine: the MVCC engine's database plus what openraft
+//! needs to restart from it (last applied log id and membership).
+//!
+//! Data flow: openraft hands committed entries to [`StateMachine::apply`],
+//! which runs the [`Applier`] over them off the async workers and commits
+//! data, revision counters, `last_applied` and membership in **one**
+//! `WriteBatch`, so a SIGKILL at any instant leaves a consistent state that
+//! openraft completes by re-applying `(last_applied, committed]`. Only then
+//! are the revisions published to the watch [`Hub`].
+//!
+//! The database lives in `sm/db-<n>`, named by `sm/CURRENT`. A snapshot is a
+//! RocksDB checkpoint of it (taken while applies are paused, so it matches
+//! its `last_applied` exactly) packed into one file; installing one unpacks
+//! it into a fresh `db-<n+1>`, syncs it, and only then flips `CURRENT`.
+
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+
+use openraft::storage::{RaftStateMachine, Snapshot};
+use openraft::{EntryPayload, RaftSnapshotBuilder, StorageIOError};
+use rocksdb::DB;
+use serde::{Deserialize, Serialize};
+use tokio::sync::watch;
+
+use crate::hub::{Hub, HubMessage};
+use crate::mvcc::{self, cf, encode, Applier, Reader, CF_META};
+use crate::types::{
+    BatchResponse, Command, LogId, MemberInfo, NodeId, SnapshotMeta, StorageError, StoredMembership,
+    TypeConfig,
+};
+
+const META_LAST_APPLIED: &[u8] = b"last_applied";
+const META_MEMBERSHIP: &[u8] = b"membership";
+const META_MEMBER_PREFIX: &[u8] = b"member/";
+
+fn member_key(id: NodeId) -> Vec<u8> {
+    let mut k = META_MEMBER_PREFIX.to_vec();
+    k.extend_from_slice(&id.to_be_bytes());
+    k
+}
+
+/// What the applier has reached, for readers that must wait for it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Applied {
+    pub index: u64,
+    pub revision: i64,
+}
+
+/// Failures opening the state machine.
+#[derive(Debug, thiserror::Error)]
+pub enum OpenError {
+    #[error("cannot open state machine at {path}: {source}")]
+    Rocks { path: PathBuf, source: rocksdb::Error },
+    #[error("state machine at {path} is unreadable: {reason}")]
+    Corrupt { path: PathBuf, reason: String },
+    #[error("{path}: {source}")]
+    Io { path: PathBuf, source: io::Error },
+}
+
+struct Shared {
+    dir: PathBuf,
+    snapshot_dir: PathBuf,
+    db: RwLock<Arc<DB>>,
+    hub: Hub,
+    applied: watch::Sender<Applied>,
+    compacted: AtomicI64,
+    /// Last applied log id and membership, as committed with the data.
+    raft_state: Mutex<(Option<LogId>, StoredMembership)>,
+    /// The file openraft is writing an incoming snapshot into.
+    receiving: Mutex<Option<PathBuf>>,
+}
+
+/// A cheap handle: openraft owns one, the servers clone others for reads.
+#[derive(Clone)]
+pub struct StateMachine {
+    shared: Arc<Shared>,
+}
+
+#[derive(Serialize, Deserialize)]
+struct StoredSnapshotMeta {
+    meta: SnapshotMeta,
+}
+
+fn io_err(path: &Path) -> impl Fn(io::Error) -> OpenError + '_ {
+    move |source| OpenError::Io { path: path.to_path_buf(), source }
+}
+
+fn sm_error(e: impl std::fmt::Display) -> StorageError {
+    StorageIOError::write_state_machine(&io::Error::other(e.to_string())).into()
+}
+
+fn snapshot_error(e: impl std::fmt::Display) -> StorageError {
+    StorageIOError::write_snapshot(None, &io::Error::other(e.to_string())).into()
+}
+
+impl StateMachine {
+    /// Opens the state machine under `data_dir`, creating an empty one if none exists.
+    pub fn open(data_dir: &Path) -> Result<Self, OpenError> {
+        let dir = data_dir.join("sm");
+        let snapshot_dir = data_dir.join("snapshots");
+        std::fs::create_dir_all(&dir).map_err(io_err(&dir))?;
+        std::fs::create_dir_all(&snapshot_dir).map_err(io_err(&snapshot_dir))?;
+        let current = dir.join("CURRENT");
+        let name = match std::fs::read_to_string(&current) {
+            Ok(s) => s.trim().to_string(),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                write_durably(&current, b"db-1").map_err(io_err(&current))?;
+                "db-1".to_string()
+            }
+            Err(e) => return Err(OpenError::Io { path: current, source: e }),
+        };
+        let db_path = dir.join(&name);
+        let db = mvcc::open_db(&db_path).map_err(|source| OpenError::Rocks { path: db_path.clone(), source })?;
+        let (last_applied, membership) =
+            read_raft_state(&db).map_err(|reason| OpenError::Corrupt { path: db_path.clone(), reason })?;
+        let reader = Reader::live(&db);
+        let corrupt = |e: mvcc::EngineError| OpenError::Corrupt { path: db_path.clone(), reason: e.to_string() };
+        let applied = Applied { index: last_applied.map_or(0, |l| l.index), revision: reader.revision().map_err(corrupt)? };
+        let compacted = reader.compacted().map_err(corrupt)?;
+        drop(reader);
+        let (applied_tx, _) = watch::channel(applied);
+        Ok(StateMachine {
+            shared: Arc::new(Shared {
+                dir,
+                snapshot_dir,
+                db: RwLock::new(Arc::new(db)),
+                hub: Hub::default(),
+                applied: applied_tx,
+                compacted: AtomicI64::new(compacted),
+                raft_state: Mutex::new((last_applied, membership)),
+                receiving: Mutex::new(None),
+            }),
+        })
+    }
+
+    /// The current database, for reads. Hold it only for one request: a
+    /// snapshot install swaps it.
+    pub fn db(&self) -> Arc<DB> {
+        self.shared.db.read().expect("state machine lock poisoned").clone()
+    }
+
+    pub fn hub(&self) -> &Hub {
+        &self.shared.hub
+    }
+
+    /// The applied index and revision, updated after each commit.
+    pub fn applied(&self) -> watch::Receiver<Applied> {
+        self.shared.applied.subscribe()
+    }
+
+    pub fn revision(&self) -> i64 {
+        self.shared.applied.borrow().revision
+    }
+
+    pub fn compacted(&self) -> i64 {
+        self.shared.compacted.load(Ordering::Acquire)
+    }
+
+    /// Waits until the entry at `index` has been applied here.
+    pub async fn wait_applied(&self, index: u64) {
+        let mut rx = self.applied();
+        // The sender lives as long as `self`, so this cannot fail.
+        let _ = rx.wait_for(|a| a.index >= index).await;
+    }
+
+    /// Members' published names and URLs.
+    pub fn members(&self) -> Vec<MemberInfo> {
+        let db = self.db();
+        let mut out = Vec::new();
+        let mut it = db.raw_iterator_cf(cf(&db, CF_META));
+        it.seek(META_MEMBER_PREFIX);
+        while let (Some(k), Some(v)) = (it.key(), it.value()) {
+            if !k.starts_with(META_MEMBER_PREFIX) {
+                break;
+            }
+            if let Ok(m) = bincode::deserialize::<MemberInfo>(v) {
+                out.push(m);
+            }
+            it.next();
+        }
+        out
+    }
+
+    /// The membership as last applied here.
+    pub fn membership(&self) -> StoredMembership {
+        self.shared.raft_state.lock().expect("state machine lock poisoned").1.clone()
+    }
+
+    /// Approximate on-disk size of the state-machine database.
+    pub fn db_size(&self) -> u64 {
+        let db = self.db();
+        mvcc::COLUMN_FAMILIES
+            .iter()
+            .filter_map(|name| db.property_int_value_cf(cf(&db, name), "rocksdb.total-sst-files-size").ok().flatten())
+            .sum::<u64>()
+            + mvcc::COLUMN_FAMILIES
+                .iter()
+                .filter_map(|name| db.property_int_value_cf(cf(&db, name), "rocksdb.cur-size-all-mem-tables").ok().flatten())
+                .sum::<u64>()
+    }
+
+    fn apply_blocking(&self, entries: Vec<crate::types::Entry>) -> Result<Vec<BatchResponse>, StorageError> {
+        let db = self.db();
+        let mut applier = Applier::new(&db).map_err(sm_error)?;
+        let (mut last_applied, mut membership) = self.shared.raft_state.lock().expect("poisoned").clone();
+        let mut responses = Vec::with_capacity(entries.len());
+        let mut last_ts = None;
+        for entry in entries {
+            last_applied = Some(entry.log_id);
+            match entry.payload {
+                EntryPayload::Blank => responses.push(BatchResponse::default()),
+                EntryPayload::Membership(m) => {
+                    membership = StoredMembership::new(Some(entry.log_id), m);
+                    responses.push(BatchResponse::default());
+                }
+                EntryPayload::Normal(batch) => {
+                    let mut results = Vec::with_capacity(batch.proposals.len());
+                    for p in &batch.proposals {
+                        if let Command::PublishMember(info) = &p.command {
+                            applier.batch.put_cf(cf(&db, CF_META), member_key(info.id), encode(info));
+                        }
+                        results.push(applier.apply(p.id, &p.command, batch.timestamp_ms).map_err(sm_error)?);
+                    }
+                    last_ts = Some(batch.timestamp_ms);
+                    responses.push(BatchResponse { results });
+                }
+            }
+        }
+        if let Some(ts) = last_ts {
+            applier.expire_request_ids(ts).map_err(sm_error)?;
+        }
+        let compacted = applier.compacted;
+        let (mut batch, events, revision) = applier.finish();
+        batch.put_cf(cf(&db, CF_META), META_LAST_APPLIED, encode(&last_applied));
+        batch.put_cf(cf(&db, CF_META), META_MEMBERSHIP, encode(&membership));
+        // No fsync here: the log holds every applied entry until a snapshot
+        // (a checkpoint, which is durable) covers it, and openraft re-applies
+        // `(last_applied, committed]` after a crash. The WAL survives SIGKILL.
+        db.write(batch).map_err(sm_error)?;
+        *self.shared.raft_state.lock().expect("poisoned") = (last_applied, membership);
+        self.shared.compacted.store(compacted, Ordering::Release);
+        for ev in events {
+            self.shared.hub.publish(HubMessage::Revision(Arc::new(ev)));
+        }
+        self.shared.applied.send_replace(Applied { index: last_applied.map_or(0, |l| l.index), revision });
+        Ok(responses)
+    }
+
+    fn snapshot_paths(&self, id: &str) -> (PathBuf, PathBuf) {
+        let d = &self.shared.snapshot_dir;
+        (d.join(format!("{id}.snap")), d.join(format!("{id}.meta")))
+    }
+
+    /// Keeps only the snapshot `keep` in the snapshot directory.
+    fn remove_other_snapshots(&self, keep: &str) {
+        let Ok(dir) = std::fs::read_dir(&self.shared.snapshot_dir) else { return };
+        for e in dir.flatten() {
+            let name = e.file_name().to_string_lossy().to_string();
+            let stem = name.rsplit_once('.').map_or(name.as_str(), |(s, _)| s);
+            if stem != keep {
+                let p = e.path();
+                let _ = if p.is_dir() { std::fs::remove_dir_all(&p) } else { std::fs::remove_file(&p) };
+            }
+        }
+    }
+
+    fn install_blocking(&self, meta: SnapshotMeta, incoming: PathBuf) -> Result<(), StorageError> {
+        // Keep the received file as our current snapshot.
+        let (snap_path, meta_path) = self.snapshot_paths(&meta.snapshot_id);
+        std::fs::rename(&incoming, &snap_path).map_err(snapshot_error)?;
+        write_durably(&meta_path, &encode(&StoredSnapshotMeta { meta: meta.clone() })).map_err(snapshot_error)?;
+
+        let current = self.shared.dir.join("CURRENT");
+        let old_name = std::fs::read_to_string(&current).map_err(snapshot_error)?.trim().to_string();
+        let n: u64 = old_name.strip_prefix("db-").and_then(|s| s.parse().ok()).unwrap_or(1);
+        let new_name = format!("db-{}", n + 1);
+        let new_path = self.shared.dir.join(&new_name);
+        if new_path.exists() {
+            std::fs::remove_dir_all(&new_path).map_err(snapshot_error)?;
+        }
+        unpack(&snap_path, &new_path).map_err(snapshot_error)?;
+        let db = mvcc::open_db(&new_path).map_err(snapshot_error)?;
+        db.flush_wal(true).map_err(snapshot_error)?;
+        let (last_applied, membership) = read_raft_state(&db).map_err(snapshot_error)?;
+        if last_applied != meta.last_log_id {
+            return Err(snapshot_error(format!(
+                "snapshot {} covers {:?} but its data was applied to {:?}",
+                meta.snapshot_id, meta.last_log_id, last_applied
+            )));
+        }
+        let reader = Reader::live(&db);
+        let revision = reader.revision().map_err(snapshot_error)?;
+        let compacted = reader.compacted().map_err(snapshot_error)?;
+        drop(reader);
+        // The new database is complete and synced: only now does it become current.
+        write_durably(&current, new_name.as_bytes()).map_err(snapshot_error)?;
+        *self.shared.db.write().expect("poisoned") = Arc::new(db);
+        *self.shared.raft_state.lock().expect("poisoned") = (last_applied, membership);
+        self.shared.compacted.store(compacted, Ordering::Release);
+        self.shared.applied.send_replace(Applied { index: last_applied.map_or(0, |l| l.index), revision });
+        self.shared.hub.publish(HubMessage::Reset);
+        // Readers holding the old database keep it open until they finish.
+        let _ = std::fs::remove_dir_all(self.shared.dir.join(&old_name));
+        self.remove_other_snapshots(&meta.snapshot_id);
+        Ok(())
+    }
+}
+
+fn read_raft_state(db: &DB) -> Result<(Option<LogId>, StoredMembership), String> {
+    let get = |k: &[u8]| db.get_cf(cf(db, CF_META), k).map_err(|e| e.to_string());
+    let last_applied = match get(META_LAST_APPLIED)? {
+        Some(v) => bincode::deserialize(&v).map_err(|e| e.to_string())?,
+        None => None,
+    };
+    let membership = match get(META_MEMBERSHIP)? {
+        Some(v) => bincode::deserialize(&v).map_err(|e| e.to_string())?,
+        None => StoredMembership::default(),
+    };
+    Ok((last_applied, membership))
+}
+
+/// Writes `path` through a temporary file, syncs it, renames it into place
+/// and syncs the directory, so a crash leaves the old or the new content.
+pub fn write_durably(path: &Path, data: &[u8]) -> io::Result<()> {
+    use std::io::Write;
+    let tmp = path.with_extension("tmp");
+    let mut f = std::fs::File::create(&tmp)?;
+    f.write_all(data)?;
+    f.sync_all()?;
+    std::fs::rename(&tmp, path)?;
+    if let Some(dir) = path.parent() {
+        std::fs::File::open(dir)?.sync_all()?;
+    }
+    Ok(())
+}
+
+/// Packs a checkpoint directory into one file.
+fn pack(dir: &Path, file: &Path) -> io::Result<()> {
+    let f = std::fs::File::create(file)?;
+    let mut tar = tar::Builder::new(io::BufWriter::new(f));
+    tar.append_dir_all(".", dir)?;
+    let f = tar.into_inner()?.into_inner().map_err(|e| e.into_error())?;
+    f.sync_all()
+}
+
+fn unpack(file: &Path, dir: &Path) -> io::Result<()> {
+    let f = std::fs::File::open(file)?;
+    tar::Archive::new(io::BufReader::new(f)).unpack(dir)?;
+    std::fs::File::open(dir)?.sync_all()
+}
+
+/// Builds a snapshot from a checkpoint taken when the builder was made.
+pub struct SnapshotBuilder {
+    sm: StateMachine,
+    checkpoint: Option<(PathBuf, SnapshotMeta)>,
+    error: Option<String>,
+}
+
+impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
+    async fn build_snapshot(&mut self) -> Result<Snapshot<TypeConfig>, StorageError> {
+        if let Some(e) = self.error.take() {
+            return Err(snapshot_error(e));
+        }
+        let Some((checkpoint, meta)) = self.checkpoint.take() else {
+            return Err(snapshot_error("snapshot builder used twice"));
+        };
+        let sm = self.sm.clone();
+        let id = meta.snapshot_id.clone();
+        let (snap_path, meta_path) = sm.snapshot_paths(&id);
+        let m = meta.clone();
+        tokio::task::spawn_blocking(move || -> io::Result<()> {
+            pack(&checkpoint, &snap_path)?;
+            std::fs::remove_dir_all(&checkpoint)?;
+            write_durably(&meta_path, &encode(&StoredSnapshotMeta { meta: m }))?;
+            sm.remove_other_snapshots(&id);
+            Ok(())
+        })
+        .await
+        .map_err(snapshot_error)?
+        .map_err(snapshot_error)?;
+        let file = tokio::fs::File::open(self.sm.snapshot_paths(&meta.snapshot_id).0).await.map_err(snapshot_error)?;
+        Ok(Snapshot { meta, snapshot: Box::new(file) })
+    }
+}
+
+impl RaftStateMachine<TypeConfig> for StateMachine {
+    type SnapshotBuilder = SnapshotBuilder;
+
+    async fn applied_state(&mut self) -> Result<(Option<LogId>, StoredMembership), StorageError> {
+        Ok(self.shared.raft_state.lock().expect("poisoned").clone())
+    }
+
+    async fn apply<I>(&mut self, entries: I) -> Result<Vec<BatchResponse>, StorageError>
+    where
+        I: IntoIterator<Item = crate::types::Entry> + Send,
+        I::IntoIter: Send,
+    {
+        let entries: Vec<_> = entries.into_iter().collect();
+        let sm = self.clone();
+        tokio::task::spawn_blocking(move || sm.apply_blocking(entries)).await.map_err(sm_error)?
+    }
+
+    async fn get_snapshot_builder(&mut self) -> SnapshotBuilder {
+        // Runs serialized with `apply`: the checkpoint and the recorded
+        // last_applied/membership describe exactly the same state.
+        let (last_applied, membership) = self.shared.raft_state.lock().expect("poisoned").clone();
+        let snapshot_id = format!(
+            "{}-{}-{:016x}",
+            last_applied.map_or(0, |l| l.leader_id.term),
+            last_applied.map_or(0, |l| l.index),
+            rand::random::<u64>()
+        );
+        let checkpoint = self.shared.snapshot_dir.join(format!("{snapshot_id}.checkpoint"));
+        let db = self.db();
+        let path = checkpoint.clone();
+        let made = tokio::task::spawn_blocking(move || {
+            rocksdb::checkpoint::Checkpoint::new(&db).and_then(|c| c.create_checkpoint(&path))
+        })
+        .await;
+        let meta = SnapshotMeta { last_log_id: last_applied, last_membership: membership, snapshot_id };
+        match made {
+            Ok(Ok(())) => SnapshotBuilder { sm: self.clone(), checkpoint: Some((checkpoint, meta)), error: None },
+            Ok(Err(e)) => SnapshotBuilder { sm: self.clone(), checkpoint: None, error: Some(e.to_string()) },
+            Err(e) => SnapshotBuilder { sm: self.clone(), checkpoint: None, error: Some(e.to_string()) },
+        }
+    }
+
+    async fn begin_receiving_snapshot(&mut self) -> Result<Box<tokio::fs::File>, StorageError> {
+        let path = self.shared.snapshot_dir.join(format!("incoming-{:016x}.part", rand::random::<u64>()));
+        let file = tokio::fs::File::create(&path).await.map_err(snapshot_error)?;
+        *self.shared.receiving.lock().expect("poisoned") = Some(path);
+        Ok(Box::new(file))
+    }
+
+    async fn install_snapshot(&mut self, meta: &SnapshotMeta, snapshot: Box<tokio::fs::File>) -> Result<(), StorageError> {
+        // openraft's receiver does not sync what it wrote: do it here.
+        snapshot.sync_all().await.map_err(snapshot_error)?;
+        drop(snapshot);
+        let incoming = self
+            .shared
+            .receiving
+            .lock()
+            .expect("poisoned")
+            .take()
+            .ok_or_else(|| snapshot_error("install_snapshot without begin_receiving_snapshot"))?;
+        let sm = self.clone();
+        let meta = meta.clone();
+        tokio::task::spawn_blocking(move || sm.install_blocking(meta, incoming)).await.map_err(snapshot_error)?
+    }
+
+    async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot<TypeConfig>>, StorageError> {
+        let mut best: Option<SnapshotMeta> = None;
+        let dir = match std::fs::read_dir(&self.shared.snapshot_dir) {
+            Ok(d) => d,
+            Err(e) => return Err(snapshot_error(e)),
+        };
+        for e in dir.flatten() {
+            let p = e.path();
+            if p.extension().is_some_and(|x| x == "meta") {
+                let Ok(bytes) = std::fs::read(&p) else { continue };
+                let Ok(m) = bincode::deserialize::<StoredSnapshotMeta>(&bytes) else { continue };
+                if best.as_ref().is_none_or(|b| m.meta.last_log_id > b.last_log_id) {
+                    best = Some(m.meta);
+                }
+            }
+        }
+        let Some(meta) = best else { return Ok(None) };
+        let file = tokio::fs::File::open(self.snapshot_paths(&meta.snapshot_id).0).await.map_err(snapshot_error)?;
+        Ok(Some(Snapshot { meta, snapshot: Box::new(file) }))
+    }
+}

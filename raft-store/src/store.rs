@@ -1,0 +1,943 @@
+//! [`Store`]: one member of the replicated store, the handle every server
+//! in the process uses.
+//!
+//! Writes: any member accepts them. The leader's batcher drains every write
+//! waiting at that moment into one Raft entry (openraft 0.9 fsyncs once per
+//! `client_write`), with up to `max_in_flight` entries in flight; a follower
+//! forwards the write to the leader over the peer channel. Each write has a
+//! [`RequestId`] fixed when it first arrives, so a retry after a failover is
+//! applied once (the state machine remembers recent ids).
+//!
+//! Reads: linearizable by default. A read barrier coalesces every read
+//! waiting at that moment into one `ensure_linearizable` round on the leader
+//! (a follower asks the leader for that read index, then waits until it has
+//! applied it locally). Serializable reads are served from local state.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use openraft::error::{ClientWriteError, InitializeError, RaftError};
+use openraft::{ChangeMembers, ServerState, SnapshotPolicy};
+use serde::{Deserialize, Serialize};
+use tokio::sync::{mpsc, oneshot, Mutex, Semaphore};
+
+use crate::error::StoreError;
+use crate::log_store::LogStore;
+use crate::mvcc::Reader;
+use crate::network::{PeerClients, PeerMethod};
+use crate::state_machine::{write_durably, StateMachine};
+use crate::types::{
+    Batch, Command, MemberInfo, Node, NodeId, Output, Proposal, ProposalResult, Raft, RangeRequest, RangeResult,
+    RequestId,
+};
+
+/// Everything a member needs to start.
+#[derive(Clone, Debug)]
+pub struct StoreConfig {
+    pub id: NodeId,
+    pub name: String,
+    pub data_dir: PathBuf,
+    /// The peer address others reach this member at.
+    pub peer_addr: String,
+    /// The client URLs published to the cluster.
+    pub client_urls: Vec<String>,
+    /// `id -> peer address` of the founding members, for a fresh bootstrap.
+    pub initial_cluster: BTreeMap<NodeId, String>,
+    /// A member's client address to join through, for a fresh member.
+    pub join: Option<String>,
+    pub heartbeat: Duration,
+    pub election_timeout_min: Duration,
+    pub election_timeout_max: Duration,
+    /// Build a snapshot (and purge the log) after this many entries.
+    pub snapshot_logs: u64,
+    pub join_timeout: Duration,
+    pub request_timeout: Duration,
+    /// Most proposals the leader puts in one Raft entry.
+    pub max_batch: usize,
+    /// Raft entries the leader's batcher keeps in flight at once.
+    pub max_in_flight: usize,
+}
+
+impl StoreConfig {
+    pub fn new(id: NodeId, data_dir: PathBuf, peer_addr: String) -> Self {
+        StoreConfig {
+            id,
+            name: format!("member-{id}"),
+            data_dir,
+            peer_addr,
+            client_urls: Vec::new(),
+            initial_cluster: BTreeMap::new(),
+            join: None,
+            heartbeat: Duration::from_millis(100),
+            election_timeout_min: Duration::from_millis(300),
+            election_timeout_max: Duration::from_millis(600),
+            snapshot_logs: 20_000,
+            join_timeout: Duration::from_secs(60),
+            request_timeout: Duration::from_secs(10),
+            max_batch: 2048,
+            max_in_flight: 4,
+        }
+    }
+}
+
+/// Why a member could not start. Each is one line for the operator.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error("data dir {path}: {reason}")]
+    DataDir { path: PathBuf, reason: String },
+    #[error("{0}")]
+    Storage(String),
+    #[error("bad configuration: {0}")]
+    Config(String),
+    #[error("refused: {0}")]
+    Refused(String),
+    #[error("join failed: {0}")]
+    Join(String),
+}
+
+/// The identity of a data directory, written once when it is created.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct DataDirIdentity {
+    pub id: NodeId,
+    pub cluster_id: u64,
+    /// Random per data directory; see [`MemberInfo::incarnation`].
+    pub incarnation: u64,
+}
+
+const IDENTITY_FILE: &str = "skiff-member.json";
+
+/// Requests between members that only the leader may carry out.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub enum AdminRequest {
+    /// A fresh member asks to be added (learner, catch up, promote).
+    Join { info: MemberInfo, timeout_ms: u64 },
+    /// etcd's MemberAdd: register a member that will start later.
+    Add { peer_addr: String, learner: bool },
+    Promote { id: NodeId },
+    Remove { id: NodeId },
+    /// Whether this member has cluster state, and what it knows of members.
+    Probe,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub enum AdminResponse {
+    Joined { cluster_id: u64 },
+    Added { id: NodeId },
+    Done,
+    Probe { initialized: bool, cluster_id: u64, members: Vec<MemberInfo>, voters: Vec<NodeId> },
+}
+
+/// One member as the Cluster API shows it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MemberView {
+    pub id: NodeId,
+    pub name: String,
+    pub peer_urls: Vec<String>,
+    pub client_urls: Vec<String>,
+    pub is_learner: bool,
+}
+
+/// Raft status of this member, for `endpoint status` and `skiffctl status`.
+#[derive(Clone, Debug)]
+pub struct MemberStatus {
+    pub id: NodeId,
+    pub leader: Option<NodeId>,
+    pub term: u64,
+    pub last_log_index: u64,
+    pub applied_index: u64,
+    pub revision: i64,
+    pub compacted: i64,
+    pub db_size: u64,
+    pub is_learner: bool,
+    pub state: String,
+}
+
+/// The response header etcd puts on every response.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Header {
+    pub cluster_id: u64,
+    pub member_id: NodeId,
+    pub revision: i64,
+    pub raft_term: u64,
+}
+
+struct PendingWrite {
+    proposal: Proposal,
+    reply: oneshot::Sender<Result<ProposalResult, StoreError>>,
+}
+
+type ReadWaiter = oneshot::Sender<Result<u64, StoreError>>;
+
+struct Inner {
+    config: StoreConfig,
+    identity: std::sync::Mutex<DataDirIdentity>,
+    raft: Raft,
+    sm: StateMachine,
+    log: LogStore,
+    peers: PeerClients,
+    writes: mpsc::Sender<PendingWrite>,
+    reads: mpsc::Sender<ReadWaiter>,
+    /// openraft allows one membership change at a time.
+    admin: Mutex<()>,
+}
+
+/// A member of the replicated store. Cheap to clone.
+#[derive(Clone)]
+pub struct Store {
+    inner: Arc<Inner>,
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
+}
+
+/// Cluster id of a bootstrapped cluster: every founding member derives the
+/// same one from the founding membership (FNV-1a).
+pub fn cluster_id_of(initial: &BTreeMap<NodeId, String>) -> u64 {
+    let mut h: u64 = 0xcbf29ce484222325;
+    for (id, addr) in initial {
+        for b in format!("{id}={addr},").bytes() {
+            h ^= b as u64;
+            h = h.wrapping_mul(0x100000001b3);
+        }
+    }
+    h
+}
+
+fn load_identity(config: &StoreConfig) -> Result<(DataDirIdentity, bool), StartError> {
+    let dir = &config.data_dir;
+    let bad = |reason: String| StartError::DataDir { path: dir.clone(), reason };
+    let path = dir.join(IDENTITY_FILE);
+    if path.exists() {
+        let bytes = std::fs::read(&path).map_err(|e| bad(e.to_string()))?;
+        let identity: DataDirIdentity = serde_json::from_slice(&bytes)
+            .map_err(|e| bad(format!("{IDENTITY_FILE} is corrupt ({e}); refusing to touch this directory")))?;
+        if identity.id != config.id {
+            return Err(bad(format!("belongs to member {}, not member {}", identity.id, config.id)));
+        }
+        return Ok((identity, false));
+    }
+    if dir.exists() {
+        let mut entries = std::fs::read_dir(dir).map_err(|e| bad(e.to_string()))?;
+        if entries.next().is_some() {
+            return Err(bad(format!(
+                "is not empty and has no {IDENTITY_FILE}: not a Skiff data directory; refusing to use it"
+            )));
+        }
+    }
+    std::fs::create_dir_all(dir).map_err(|e| bad(e.to_string()))?;
+    let cluster_id = if config.initial_cluster.is_empty() { 0 } else { cluster_id_of(&config.initial_cluster) };
+    let identity = DataDirIdentity { id: config.id, cluster_id, incarnation: rand::random() };
+    save_identity(dir, &identity).map_err(|e| bad(e.to_string()))?;
+    Ok((identity, true))
+}
+
+fn save_identity(dir: &std::path::Path, identity: &DataDirIdentity) -> std::io::Result<()> {
+    let bytes = serde_json::to_vec_pretty(identity).map_err(std::io::Error::other)?;
+    write_durably(&dir.join(IDENTITY_FILE), &bytes)
+}
+
+impl Store {
+    /// Opens the member's storage and starts Raft. Call [`Store::bootstrap`]
+    /// once the peer listener is serving.
+    pub async fn open(config: StoreConfig) -> Result<Store, StartError> {
+        if config.election_timeout_max < config.election_timeout_min * 2 {
+            return Err(StartError::Config(
+                "the election timeout range must be at least 2x wide (max >= 2 * min)".into(),
+            ));
+        }
+        if config.election_timeout_min <= config.heartbeat {
+            return Err(StartError::Config("the election timeout must exceed the heartbeat interval".into()));
+        }
+        let (identity, _fresh) = load_identity(&config)?;
+        let log = LogStore::open(&config.data_dir.join("raft-log")).map_err(|e| StartError::Storage(e.to_string()))?;
+        let sm = StateMachine::open(&config.data_dir).map_err(|e| StartError::Storage(e.to_string()))?;
+        let raft_config = openraft::Config {
+            cluster_name: "skiff".into(),
+            heartbeat_interval: config.heartbeat.as_millis() as u64,
+            election_timeout_min: config.election_timeout_min.as_millis() as u64,
+            election_timeout_max: config.election_timeout_max.as_millis() as u64,
+            install_snapshot_timeout: 30_000,
+            snapshot_policy: SnapshotPolicy::LogsSinceLast(config.snapshot_logs),
+            max_in_snapshot_log_to_keep: 5_000,
+            max_payload_entries: 256,
+            snapshot_max_chunk_size: 4 * 1024 * 1024,
+            ..Default::default()
+        }
+        .validate()
+        .map_err(|e| StartError::Config(e.to_string()))?;
+        let peers = PeerClients::default();
+        let raft = Raft::new(config.id, Arc::new(raft_config), peers.clone(), log.clone(), sm.clone())
+            .await
+            .map_err(|e| StartError::Storage(e.to_string()))?;
+
+        let (writes, write_rx) = mpsc::channel(16 * 1024);
+        let (reads, read_rx) = mpsc::channel(16 * 1024);
+        tokio::spawn(run_batcher(raft.clone(), write_rx, config.max_batch, config.max_in_flight));
+        tokio::spawn(run_read_barrier(raft.clone(), peers.clone(), config.id, config.request_timeout, read_rx));
+        tokio::spawn(run_election_watchdog(raft.clone(), config.election_timeout_max));
+        Ok(Store {
+            inner: Arc::new(Inner {
+                config,
+                identity: std::sync::Mutex::new(identity),
+                raft,
+                sm,
+                log,
+                peers,
+                writes,
+                reads,
+                admin: Mutex::new(()),
+            }),
+        })
+    }
+
+    pub fn id(&self) -> NodeId {
+        self.inner.config.id
+    }
+
+    pub fn config(&self) -> &StoreConfig {
+        &self.inner.config
+    }
+
+    pub fn raft(&self) -> &Raft {
+        &self.inner.raft
+    }
+
+    pub fn state_machine(&self) -> &StateMachine {
+        &self.inner.sm
+    }
+
+    pub fn cluster_id(&self) -> u64 {
+        self.inner.identity.lock().expect("poisoned").cluster_id
+    }
+
+    fn incarnation(&self) -> u64 {
+        self.inner.identity.lock().expect("poisoned").incarnation
+    }
+
+    /// The header for a response, at the current applied revision.
+    pub fn header(&self) -> Header {
+        let m = self.inner.raft.metrics().borrow().clone();
+        Header {
+            cluster_id: self.cluster_id(),
+            member_id: self.id(),
+            revision: self.inner.sm.revision(),
+            raft_term: m.current_term,
+        }
+    }
+
+    pub fn leader(&self) -> Option<NodeId> {
+        self.inner.raft.metrics().borrow().current_leader
+    }
+
+    fn leader_addr(&self, leader: NodeId) -> Option<String> {
+        leader_addr(&self.inner.raft, leader)
+    }
+
+    /// Brings a fresh member into its cluster: the lowest founding id
+    /// initializes, a joining member asks the cluster to add it. A member
+    /// with Raft state on disk does nothing here: it simply rejoins.
+    pub async fn bootstrap(&self) -> Result<(), StartError> {
+        if self.inner.log.has_state() {
+            self.spawn_publisher();
+            return Ok(());
+        }
+        let config = &self.inner.config;
+        if let Some(join) = config.join.clone() {
+            self.join(&join).await?;
+        } else if !config.initial_cluster.is_empty() {
+            self.bootstrap_initial().await?;
+        } else {
+            return Err(StartError::Config("a fresh data dir needs --initial-cluster or --join".into()));
+        }
+        self.spawn_publisher();
+        Ok(())
+    }
+
+    async fn bootstrap_initial(&self) -> Result<(), StartError> {
+        let config = &self.inner.config;
+        if !config.initial_cluster.contains_key(&config.id) {
+            return Err(StartError::Config(format!("--initial-cluster does not name this member's id {}", config.id)));
+        }
+        // Ask the other founders whether a cluster already exists: a wiped
+        // member must not initialize again or rejoin under its old id.
+        let mut existing = false;
+        for (&id, addr) in &config.initial_cluster {
+            if id == config.id {
+                continue;
+            }
+            let probe: Result<Result<AdminResponse, StoreError>, _> = self
+                .inner
+                .peers
+                .call(addr, id, PeerMethod::Admin, &AdminRequest::Probe, Duration::from_millis(800))
+                .await;
+            if let Ok(Ok(AdminResponse::Probe { initialized: true, members, .. })) = probe {
+                existing = true;
+                if let Some(me) = members.iter().find(|m| m.id == config.id) {
+                    if me.incarnation != self.incarnation() {
+                        return Err(StartError::Refused(format!(
+                            "member {} ({}) already belongs to the running cluster and this data dir is new: \
+                             its data was lost. Remove it (skiffctl member remove {}) and add it back with a new id",
+                            config.id, me.name, config.id
+                        )));
+                    }
+                }
+            }
+        }
+        let lowest = *config.initial_cluster.keys().next().expect("checked non-empty");
+        if existing || lowest != config.id {
+            // The founder that initializes replicates the membership to us.
+            return Ok(());
+        }
+        let members: BTreeMap<NodeId, Node> =
+            config.initial_cluster.iter().map(|(id, addr)| (*id, Node { addr: addr.clone() })).collect();
+        match self.inner.raft.initialize(members).await {
+            Ok(()) => Ok(()),
+            Err(RaftError::APIError(InitializeError::NotAllowed(_))) => Ok(()),
+            Err(e) => Err(StartError::Storage(format!("initialize: {e}"))),
+        }
+    }
+
+    async fn join(&self, client_addr: &str) -> Result<(), StartError> {
+        let config = &self.inner.config;
+        let info = self.member_info();
+        let cluster_id = crate::join::request_join(client_addr, &info, config.join_timeout)
+            .await
+            .map_err(StartError::Join)?;
+        let mut identity = self.inner.identity.lock().expect("poisoned").clone();
+        identity.cluster_id = cluster_id;
+        save_identity(&config.data_dir, &identity).map_err(|e| StartError::DataDir {
+            path: config.data_dir.clone(),
+            reason: e.to_string(),
+        })?;
+        *self.inner.identity.lock().expect("poisoned") = identity;
+        Ok(())
+    }
+
+    fn member_info(&self) -> MemberInfo {
+        let config = &self.inner.config;
+        MemberInfo {
+            id: config.id,
+            name: config.name.clone(),
+            peer_urls: vec![format!("http://{}", config.peer_addr)],
+            client_urls: config.client_urls.clone(),
+            incarnation: self.incarnation(),
+        }
+    }
+
+    /// Publishes this member's name and URLs through the log once it is
+    /// part of the cluster, and again whenever they change.
+    fn spawn_publisher(&self) {
+        let store = self.clone();
+        tokio::spawn(async move {
+            let info = store.member_info();
+            let mut delay = Duration::from_millis(200);
+            loop {
+                let published = store.inner.sm.members().into_iter().any(|m| m == info);
+                if published {
+                    return;
+                }
+                let in_cluster = store.inner.sm.membership().membership().get_node(&info.id).is_some();
+                if in_cluster {
+                    match store.write(Command::PublishMember(info.clone())).await {
+                        Ok(_) => return,
+                        Err(e) => tracing::debug!(error = %e, "publishing member info; will retry"),
+                    }
+                }
+                tokio::time::sleep(delay).await;
+                delay = (delay * 2).min(Duration::from_secs(2));
+            }
+        });
+    }
+
+    // ----------------------------------------------------------------- writes
+
+    /// Replicates `command` and returns its result. Retries across leader
+    /// changes with the same request id until `request_timeout`.
+    pub async fn write(&self, command: Command) -> Result<Output, StoreError> {
+        let proposal = Proposal { id: RequestId::random(), command };
+        let deadline = Instant::now() + self.inner.config.request_timeout;
+        let mut backoff = Duration::from_millis(20);
+        loop {
+            let attempt = match self.leader() {
+                Some(l) if l == self.id() => self.submit_local(vec![proposal.clone()]).await.pop(),
+                Some(l) => self.forward(l, vec![proposal.clone()], deadline).await.pop(),
+                None => Some(Err(StoreError::NoLeader)),
+            };
+            let result = attempt.unwrap_or_else(|| Err(StoreError::Internal("empty response".into())));
+            match result {
+                Ok(r) => return r.map_err(StoreError::Apply),
+                Err(e) if e.is_retryable() && Instant::now() + backoff < deadline => {
+                    tracing::debug!(error = %e, id = %proposal.id, "write will be retried");
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(Duration::from_millis(200));
+                }
+                Err(e) if e.is_retryable() => return Err(StoreError::Timeout),
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// Hands proposals to this member's batcher (which succeeds only while
+    /// this member is the leader).
+    pub async fn submit_local(&self, proposals: Vec<Proposal>) -> Vec<Result<ProposalResult, StoreError>> {
+        let mut replies = Vec::with_capacity(proposals.len());
+        for proposal in proposals {
+            let (reply, rx) = oneshot::channel();
+            if self.inner.writes.send(PendingWrite { proposal, reply }).await.is_err() {
+                replies.push(None);
+            } else {
+                replies.push(Some(rx));
+            }
+        }
+        let mut out = Vec::with_capacity(replies.len());
+        for rx in replies {
+            out.push(match rx {
+                Some(rx) => rx.await.unwrap_or_else(|_| Err(StoreError::Unavailable("store is shutting down".into()))),
+                None => Err(StoreError::Unavailable("store is shutting down".into())),
+            });
+        }
+        out
+    }
+
+    async fn forward(
+        &self,
+        leader: NodeId,
+        proposals: Vec<Proposal>,
+        deadline: Instant,
+    ) -> Vec<Result<ProposalResult, StoreError>> {
+        let n = proposals.len();
+        let Some(addr) = self.leader_addr(leader) else {
+            return vec![Err(StoreError::NoLeader); n];
+        };
+        let timeout = deadline.saturating_duration_since(Instant::now()).max(Duration::from_millis(100));
+        let r: Result<Vec<Result<ProposalResult, StoreError>>, _> =
+            self.inner.peers.call(&addr, leader, PeerMethod::Forward, &proposals, timeout).await;
+        match r {
+            Ok(results) => results,
+            Err(e) => vec![Err(StoreError::Unavailable(e.to_string())); n],
+        }
+    }
+
+    // ------------------------------------------------------------------ reads
+
+    /// Waits until this member's state reflects every write acknowledged
+    /// before the call (linearizable read).
+    pub async fn linearize(&self) -> Result<(), StoreError> {
+        let (tx, rx) = oneshot::channel();
+        self.inner.reads.send(tx).await.map_err(|_| StoreError::Unavailable("store is shutting down".into()))?;
+        let index = rx.await.map_err(|_| StoreError::Unavailable("store is shutting down".into()))??;
+        tokio::time::timeout(self.inner.config.request_timeout, self.inner.sm.wait_applied(index))
+            .await
+            .map_err(|_| StoreError::Timeout)
+    }
+
+    /// The read index for a linearizable read, computed on the leader
+    /// (called by followers over the peer channel).
+    pub async fn read_index(&self) -> Result<u64, StoreError> {
+        let (tx, rx) = oneshot::channel();
+        self.inner.reads.send(tx).await.map_err(|_| StoreError::Unavailable("store is shutting down".into()))?;
+        rx.await.map_err(|_| StoreError::Unavailable("store is shutting down".into()))?
+    }
+
+    /// etcd's Range.
+    pub async fn range(&self, req: RangeRequest, serializable: bool) -> Result<(RangeResult, Header), StoreError> {
+        if !serializable {
+            self.linearize().await?;
+        }
+        let sm = self.inner.sm.clone();
+        let header = self.header();
+        let result = tokio::task::spawn_blocking(move || {
+            let db = sm.db();
+            let reader = Reader::snapshot(&db);
+            let revision = reader.revision();
+            reader.range(&req).map(|r| (r, revision))
+        })
+        .await
+        .map_err(|e| StoreError::Internal(e.to_string()))?;
+        match result {
+            Ok((r, revision)) => Ok((r, Header { revision: revision.unwrap_or(header.revision), ..header })),
+            Err(crate::mvcc::ReadError::Request(e)) => Err(StoreError::Apply(e)),
+            Err(crate::mvcc::ReadError::Engine(e)) => Err(StoreError::Internal(e.to_string())),
+        }
+    }
+
+    // ------------------------------------------------------------- membership
+
+    /// Members as the Cluster API lists them: every voter and learner, with
+    /// the name and client URLs it published.
+    pub fn members(&self) -> Vec<MemberView> {
+        let membership = self.inner.raft.metrics().borrow().membership_config.clone();
+        let published: BTreeMap<NodeId, MemberInfo> =
+            self.inner.sm.members().into_iter().map(|m| (m.id, m)).collect();
+        let voters: BTreeSet<NodeId> = membership.membership().voter_ids().collect();
+        membership
+            .membership()
+            .nodes()
+            .map(|(id, node)| {
+                let info = published.get(id);
+                MemberView {
+                    id: *id,
+                    name: info.map(|i| i.name.clone()).unwrap_or_default(),
+                    peer_urls: vec![format!("http://{}", node.addr)],
+                    client_urls: info.map(|i| i.client_urls.clone()).unwrap_or_default(),
+                    is_learner: !voters.contains(id),
+                }
+            })
+            .collect()
+    }
+
+    /// Runs an admin request on the leader, forwarding it if need be.
+    pub async fn admin(&self, req: AdminRequest) -> Result<AdminResponse, StoreError> {
+        let timeout = match &req {
+            AdminRequest::Join { timeout_ms, .. } => Duration::from_millis(*timeout_ms + 2_000),
+            _ => self.inner.config.request_timeout,
+        };
+        let deadline = Instant::now() + timeout;
+        loop {
+            let result = match self.leader() {
+                Some(l) if l == self.id() => self.admin_on_leader(req.clone()).await,
+                Some(l) => match self.leader_addr(l) {
+                    Some(addr) => {
+                        let left = deadline.saturating_duration_since(Instant::now());
+                        match self.inner.peers.call(&addr, l, PeerMethod::Admin, &req, left).await {
+                            Ok(r) => r,
+                            Err(e) => Err(StoreError::Unavailable(e.to_string())),
+                        }
+                    }
+                    None => Err(StoreError::NoLeader),
+                },
+                None => Err(StoreError::NoLeader),
+            };
+            match result {
+                Err(e) if e.is_retryable() && Instant::now() < deadline => {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                Err(e) if e.is_retryable() => return Err(StoreError::Timeout),
+                other => return other,
+            }
+        }
+    }
+
+    /// Carries out an admin request here; fails with `NotLeader` elsewhere.
+    pub async fn admin_on_leader(&self, req: AdminRequest) -> Result<AdminResponse, StoreError> {
+        if let AdminRequest::Probe = req {
+            let membership = self.inner.sm.membership();
+            return Ok(AdminResponse::Probe {
+                initialized: self.inner.log.has_state(),
+                cluster_id: self.cluster_id(),
+                members: self.inner.sm.members(),
+                voters: membership.membership().voter_ids().collect(),
+            });
+        }
+        if self.leader() != Some(self.id()) {
+            return Err(StoreError::NotLeader { leader: self.leader() });
+        }
+        let _serial = self.inner.admin.lock().await;
+        let raft = &self.inner.raft;
+        let membership = raft.metrics().borrow().membership_config.clone();
+        let nodes: BTreeMap<NodeId, Node> =
+            membership.membership().nodes().map(|(id, n)| (*id, n.clone())).collect();
+        let voters: BTreeSet<NodeId> = membership.membership().voter_ids().collect();
+        match req {
+            AdminRequest::Probe => unreachable!("handled above"),
+            AdminRequest::Join { info, timeout_ms } => {
+                let published = self.inner.sm.members().into_iter().find(|m| m.id == info.id);
+                if let Some(p) = published {
+                    if nodes.contains_key(&info.id) && p.incarnation != info.incarnation {
+                        return Err(StoreError::MemberExists {
+                            id: info.id,
+                            reason: format!(
+                                "member {} already exists in the cluster (as {:?}); a member whose data was lost \
+                                 must be removed and join with a new id",
+                                info.id, p.name
+                            ),
+                        });
+                    }
+                }
+                let addr = info
+                    .peer_urls
+                    .first()
+                    .map(|u| u.trim_start_matches("http://").to_string())
+                    .ok_or_else(|| StoreError::InvalidArgument("join request without a peer URL".into()))?;
+                let node = Node { addr };
+                let timeout = Duration::from_millis(timeout_ms);
+                // A member an operator registered beforehand (etcd's
+                // `member add`) keeps the role given then: a learner stays a
+                // learner until `member promote`.
+                let registered = nodes.contains_key(&info.id);
+                if !registered {
+                    retry_in_progress(|| raft.add_learner(info.id, node.clone(), false)).await?;
+                }
+                // Wait until the member has caught up before it may vote.
+                wait_caught_up(raft, info.id, timeout).await?;
+                if !registered {
+                    retry_in_progress(|| {
+                        raft.change_membership(ChangeMembers::AddVoterIds(BTreeSet::from([info.id])), false)
+                    })
+                    .await?;
+                }
+                Ok(AdminResponse::Joined { cluster_id: self.cluster_id() })
+            }
+            AdminRequest::Add { peer_addr, learner } => {
+                if nodes.values().any(|n| n.addr == peer_addr) {
+                    return Err(StoreError::MemberExists {
+                        id: 0,
+                        reason: "etcdserver: Peer URLs already exists".into(),
+                    });
+                }
+                let known = self.inner.sm.members().iter().map(|m| m.id).chain(nodes.keys().copied()).max();
+                let id = known.unwrap_or(0) + 1;
+                let node = Node { addr: peer_addr };
+                retry_in_progress(|| raft.add_learner(id, node.clone(), false)).await?;
+                if !learner {
+                    retry_in_progress(|| raft.change_membership(ChangeMembers::AddVoterIds(BTreeSet::from([id])), false))
+                        .await?;
+                }
+                Ok(AdminResponse::Added { id })
+            }
+            AdminRequest::Promote { id } => {
+                if !nodes.contains_key(&id) {
+                    return Err(StoreError::MemberNotFound { id });
+                }
+                if voters.contains(&id) {
+                    return Err(StoreError::FailedPrecondition(
+                        "etcdserver: can only promote a learner member".into(),
+                    ));
+                }
+                if !is_caught_up(raft, id) {
+                    return Err(StoreError::FailedPrecondition(
+                        "etcdserver: can only promote a learner member which is in sync with leader".into(),
+                    ));
+                }
+                retry_in_progress(|| raft.change_membership(ChangeMembers::AddVoterIds(BTreeSet::from([id])), false))
+                    .await?;
+                Ok(AdminResponse::Done)
+            }
+            AdminRequest::Remove { id } => {
+                if !nodes.contains_key(&id) {
+                    return Err(StoreError::MemberNotFound { id });
+                }
+                if voters.contains(&id) {
+                    if voters.len() == 1 {
+                        return Err(StoreError::FailedPrecondition(
+                            "etcdserver: cannot remove the last voting member".into(),
+                        ));
+                    }
+                    retry_in_progress(|| {
+                        raft.change_membership(ChangeMembers::RemoveVoters(BTreeSet::from([id])), false)
+                    })
+                    .await?;
+                }
+                retry_in_progress(|| raft.change_membership(ChangeMembers::RemoveNodes(BTreeSet::from([id])), false))
+                    .await?;
+                Ok(AdminResponse::Done)
+            }
+        }
+    }
+
+    /// Raft status of this member.
+    pub fn status(&self) -> MemberStatus {
+        let m = self.inner.raft.metrics().borrow().clone();
+        let is_learner = !m.membership_config.membership().voter_ids().any(|v| v == self.id());
+        MemberStatus {
+            id: self.id(),
+            leader: m.current_leader,
+            term: m.current_term,
+            last_log_index: m.last_log_index.unwrap_or(0),
+            applied_index: m.last_applied.map_or(0, |l| l.index),
+            revision: self.inner.sm.revision(),
+            compacted: self.inner.sm.compacted(),
+            db_size: self.inner.sm.db_size(),
+            is_learner,
+            state: format!("{:?}", m.state),
+        }
+    }
+
+    /// Stops Raft; the store answers nothing afterwards.
+    pub async fn shutdown(&self) {
+        let _ = self.inner.raft.shutdown().await;
+    }
+}
+
+fn leader_addr(raft: &Raft, leader: NodeId) -> Option<String> {
+    raft.metrics().borrow().membership_config.membership().get_node(&leader).map(|n| n.addr.clone())
+}
+
+/// Retries a membership change while another one is still in flight.
+async fn retry_in_progress<F, Fut>(mut f: F) -> Result<(), StoreError>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<
+        Output = Result<
+            openraft::raft::ClientWriteResponse<crate::types::TypeConfig>,
+            RaftError<NodeId, ClientWriteError<NodeId, Node>>,
+        >,
+    >,
+{
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        match f().await {
+            Ok(_) => return Ok(()),
+            Err(RaftError::APIError(ClientWriteError::ChangeMembershipError(e))) => {
+                let msg = e.to_string();
+                if msg.contains("in progress") || msg.contains("InProgress") {
+                    if Instant::now() > deadline {
+                        return Err(StoreError::Unavailable(msg));
+                    }
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
+                return Err(StoreError::FailedPrecondition(msg));
+            }
+            Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f))) => {
+                return Err(StoreError::NotLeader { leader: f.leader_id })
+            }
+            Err(e) => return Err(StoreError::Unavailable(e.to_string())),
+        }
+    }
+}
+
+/// A learner counts as caught up when it is within this many entries of the
+/// leader's log.
+const CAUGHT_UP_ENTRIES: u64 = 100;
+
+fn is_caught_up(raft: &Raft, id: NodeId) -> bool {
+    let m = raft.metrics().borrow().clone();
+    let last = m.last_log_index.unwrap_or(0);
+    let matched = m.replication.as_ref().and_then(|r| r.get(&id).cloned().flatten()).map_or(0, |l| l.index);
+    matched + CAUGHT_UP_ENTRIES >= last && matched > 0
+}
+
+async fn wait_caught_up(raft: &Raft, id: NodeId, timeout: Duration) -> Result<(), StoreError> {
+    let deadline = Instant::now() + timeout;
+    while !is_caught_up(raft, id) {
+        if Instant::now() > deadline {
+            return Err(StoreError::Unavailable(format!(
+                "member {id} did not catch up with the leader within {timeout:?}; is its peer address reachable?"
+            )));
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    Ok(())
+}
+
+/// Drains waiting writes into Raft entries, keeping up to `max_in_flight`
+/// entries in flight; while they are, new writes queue up and form the next
+/// batch.
+async fn run_batcher(raft: Raft, mut rx: mpsc::Receiver<PendingWrite>, max_batch: usize, max_in_flight: usize) {
+    let slots = Arc::new(Semaphore::new(max_in_flight.max(1)));
+    loop {
+        let Ok(slot) = slots.clone().acquire_owned().await else { return };
+        let Some(first) = rx.recv().await else { return };
+        let mut pending = vec![first];
+        while pending.len() < max_batch {
+            match rx.try_recv() {
+                Ok(p) => pending.push(p),
+                Err(_) => break,
+            }
+        }
+        let raft = raft.clone();
+        tokio::spawn(async move {
+            let batch = Batch { timestamp_ms: now_ms(), proposals: pending.iter().map(|p| p.proposal.clone()).collect() };
+            let outcome = raft.client_write(batch).await;
+            drop(slot);
+            match outcome {
+                Ok(resp) => {
+                    let mut results = resp.data.results.into_iter();
+                    for p in pending {
+                        let r = results.next().ok_or_else(|| StoreError::Internal("missing result".into()));
+                        let _ = p.reply.send(r);
+                    }
+                }
+                Err(e) => {
+                    let err = match e {
+                        RaftError::APIError(ClientWriteError::ForwardToLeader(f)) => {
+                            StoreError::NotLeader { leader: f.leader_id }
+                        }
+                        other => StoreError::Unavailable(other.to_string()),
+                    };
+                    for p in pending {
+                        let _ = p.reply.send(Err(err.clone()));
+                    }
+                }
+            }
+        });
+    }
+}
+
+/// Serves linearizable reads: one quorum round (on the leader) or one read
+/// index request (from a follower) for every read waiting at that moment.
+async fn run_read_barrier(
+    raft: Raft,
+    peers: PeerClients,
+    id: NodeId,
+    timeout: Duration,
+    mut rx: mpsc::Receiver<ReadWaiter>,
+) {
+    while let Some(first) = rx.recv().await {
+        let mut waiters = vec![first];
+        while let Ok(w) = rx.try_recv() {
+            waiters.push(w);
+        }
+        let result = read_index_once(&raft, &peers, id, timeout).await;
+        for w in waiters {
+            let _ = w.send(result.clone());
+        }
+    }
+}
+
+async fn read_index_once(raft: &Raft, peers: &PeerClients, id: NodeId, timeout: Duration) -> Result<u64, StoreError> {
+    let leader = raft.metrics().borrow().current_leader;
+    match leader {
+        Some(l) if l == id => match raft.ensure_linearizable().await {
+            Ok(log_id) => Ok(log_id.map_or(0, |l| l.index)),
+            Err(RaftError::APIError(e)) => match e {
+                openraft::error::CheckIsLeaderError::ForwardToLeader(f) => {
+                    Err(StoreError::NotLeader { leader: f.leader_id })
+                }
+                other => Err(StoreError::Unavailable(other.to_string())),
+            },
+            Err(e) => Err(StoreError::Unavailable(e.to_string())),
+        },
+        Some(l) => {
+            let Some(addr) = leader_addr(raft, l) else { return Err(StoreError::NoLeader) };
+            match peers.call::<(), Result<u64, StoreError>>(&addr, l, PeerMethod::ReadIndex, &(), timeout).await {
+                Ok(r) => r,
+                Err(e) => Err(StoreError::Unavailable(e.to_string())),
+            }
+        }
+        None => Err(StoreError::NoLeader),
+    }
+}
+
+/// Re-triggers an election if this member stays candidate for more than
+/// twice the maximum election timeout (openraft 0.9 draws the timeout once
+/// per process, so two survivors can otherwise keep splitting the vote).
+async fn run_election_watchdog(raft: Raft, election_max: Duration) {
+    let mut metrics = raft.metrics();
+    let mut candidate_since: Option<Instant> = None;
+    loop {
+        tokio::select! {
+            changed = metrics.changed() => if changed.is_err() { return },
+            _ = tokio::time::sleep(election_max / 2) => {}
+        }
+        let state = metrics.borrow().state;
+        match (state, candidate_since) {
+            (ServerState::Candidate, None) => candidate_since = Some(Instant::now()),
+            (ServerState::Candidate, Some(since)) if since.elapsed() > election_max * 2 => {
+                let jitter = Duration::from_millis(rand::random::<u64>() % (election_max.as_millis() as u64 + 1));
+                tokio::time::sleep(jitter).await;
+                if metrics.borrow().state == ServerState::Candidate {
+                    tracing::info!("still candidate after {:?}: triggering a new election", since.elapsed());
+                    let _ = raft.trigger().elect().await;
+                }
+                candidate_since = Some(Instant::now());
+            }
+            (ServerState::Candidate, Some(_)) => {}
+            _ => candidate_since = None,
+        }
+    }
+}

@@ -1,0 +1,263 @@
+//! The types that travel through the Raft log and come back out of `apply`.
+//!
+//! A Raft entry carries one [`Batch`]: the leader's commit timestamp and every
+//! proposal its batcher drained at that moment. Each write transaction in the
+//! batch becomes its own MVCC revision; blank and membership entries never
+//! bump the revision.
+
+use std::fmt;
+use std::io::Cursor;
+
+use serde::{Deserialize, Serialize};
+
+/// A member's Raft id. Ids are small integers chosen by the operator.
+pub type NodeId = u64;
+
+/// A member as openraft knows it: the address of its peer (Raft) listener.
+pub type Node = openraft::BasicNode;
+
+openraft::declare_raft_types!(
+    /// Skiff's Raft type configuration.
+    pub TypeConfig:
+        D = Batch,
+        R = BatchResponse,
+        NodeId = NodeId,
+        Node = Node,
+        Entry = openraft::Entry<TypeConfig>,
+        SnapshotData = tokio::fs::File,
+        AsyncRuntime = openraft::TokioRuntime,
+        Responder = openraft::impls::OneshotResponder<TypeConfig>,
+);
+
+/// Keeps `Cursor` in scope for the storage test suite's in-memory helpers.
+#[doc(hidden)]
+pub type MemorySnapshot = Cursor<Vec<u8>>;
+
+pub type Raft = openraft::Raft<TypeConfig>;
+pub type LogId = openraft::LogId<NodeId>;
+pub type StoredMembership = openraft::StoredMembership<NodeId, Node>;
+pub type SnapshotMeta = openraft::SnapshotMeta<NodeId, Node>;
+pub type StorageError = openraft::StorageError<NodeId>;
+pub type Entry = openraft::Entry<TypeConfig>;
+
+/// Identifies one client write across forwarding and retries, so that a
+/// write retried after a failover is applied at most once.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct RequestId(pub u128);
+
+impl RequestId {
+    /// A fresh random id; collisions are as likely as UUIDv4's.
+    pub fn random() -> Self {
+        RequestId(rand::random())
+    }
+}
+
+impl fmt::Display for RequestId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:032x}", self.0)
+    }
+}
+
+/// The payload of one Raft entry.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Batch {
+    /// Wall-clock milliseconds on the leader when it proposed the batch: the
+    /// commit time recorded for every revision the batch creates.
+    pub timestamp_ms: u64,
+    pub proposals: Vec<Proposal>,
+}
+
+impl fmt::Display for Batch {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Batch({} proposals @{})", self.proposals.len(), self.timestamp_ms)
+    }
+}
+
+/// One client write with its id.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Proposal {
+    pub id: RequestId,
+    pub command: Command,
+}
+
+/// A replicated command.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum Command {
+    /// An etcd transaction; `Put` and `DeleteRange` travel as one-op txns.
+    Txn(Txn),
+    /// Compact history below `revision`.
+    Compact { revision: i64 },
+    /// A member announces its name and client URLs.
+    PublishMember(MemberInfo),
+}
+
+/// What a member announces about itself through the log.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MemberInfo {
+    pub id: NodeId,
+    pub name: String,
+    pub peer_urls: Vec<String>,
+    pub client_urls: Vec<String>,
+    /// Random per data directory: a wiped member comes back with a new one,
+    /// which is how the cluster recognises and refuses it.
+    pub incarnation: u64,
+}
+
+/// etcd's `TxnRequest`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Txn {
+    pub compare: Vec<Compare>,
+    pub success: Vec<Op>,
+    pub failure: Vec<Op>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Compare {
+    pub result: CompareResult,
+    pub target: CompareTarget,
+    pub key: Vec<u8>,
+    /// Empty: compare `key` alone; otherwise every key in `[key, range_end)`.
+    pub range_end: Vec<u8>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum CompareResult {
+    Equal,
+    Greater,
+    Less,
+    NotEqual,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum CompareTarget {
+    Version(i64),
+    CreateRevision(i64),
+    ModRevision(i64),
+    Value(Vec<u8>),
+    Lease(i64),
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum Op {
+    Range(RangeRequest),
+    Put(PutRequest),
+    DeleteRange(DeleteRequest),
+    Txn(Txn),
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum SortOrder {
+    #[default]
+    None,
+    Ascend,
+    Descend,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum SortTarget {
+    #[default]
+    Key,
+    Version,
+    Create,
+    Mod,
+    Value,
+}
+
+/// etcd's `RangeRequest`, minus `serializable` (a property of how the read
+/// is served, not of the read).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct RangeRequest {
+    pub key: Vec<u8>,
+    pub range_end: Vec<u8>,
+    pub limit: i64,
+    pub revision: i64,
+    pub sort_order: SortOrder,
+    pub sort_target: SortTarget,
+    pub keys_only: bool,
+    pub count_only: bool,
+    pub min_mod_revision: i64,
+    pub max_mod_revision: i64,
+    pub min_create_revision: i64,
+    pub max_create_revision: i64,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct PutRequest {
+    pub key: Vec<u8>,
+    pub value: Vec<u8>,
+    pub lease: i64,
+    pub prev_kv: bool,
+    pub ignore_value: bool,
+    pub ignore_lease: bool,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct DeleteRequest {
+    pub key: Vec<u8>,
+    pub range_end: Vec<u8>,
+    pub prev_kv: bool,
+}
+
+/// etcd's `mvccpb.KeyValue`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KeyValue {
+    pub key: Vec<u8>,
+    pub create_revision: i64,
+    pub mod_revision: i64,
+    pub version: i64,
+    pub value: Vec<u8>,
+    pub lease: i64,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct RangeResult {
+    pub kvs: Vec<KeyValue>,
+    pub more: bool,
+    pub count: i64,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum OpResult {
+    Range(RangeResult),
+    Put { prev_kv: Option<KeyValue> },
+    DeleteRange { deleted: i64, prev_kvs: Vec<KeyValue> },
+    Txn(TxnResult),
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct TxnResult {
+    pub succeeded: bool,
+    pub responses: Vec<OpResult>,
+}
+
+/// The outcome of one proposal.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum Output {
+    /// `revision` is the store revision after the transaction.
+    Txn { result: TxnResult, revision: i64 },
+    Compacted { revision: i64 },
+    Published,
+}
+
+/// A deterministic, replicated failure of one proposal: every member
+/// computes the same one.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
+pub enum ApplyError {
+    #[error("etcdserver: mvcc: required revision has been compacted")]
+    Compacted { compacted: i64 },
+    #[error("etcdserver: mvcc: required revision is a future revision")]
+    FutureRevision { current: i64 },
+    #[error("etcdserver: key not found")]
+    KeyNotFound,
+    #[error("etcdserver: duplicate key given in txn request")]
+    DuplicateKey,
+}
+
+pub type ProposalResult = Result<Output, ApplyError>;
+
+/// The response of one Raft entry: one result per proposal, in order.
+/// Blank and membership entries answer with an empty list.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct BatchResponse {
+    pub results: Vec<ProposalResult>,
+}

@@ -1,0 +1,165 @@
+//! `skiff`: the server binary. Subcommands run one process role each.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+use skiff::parse_duration;
+use skiff_apiserver::ApiserverConfig;
+use skiff_raft_store::StoreConfig;
+
+#[derive(Parser)]
+#[command(name = "skiff", version, about = "Skiff: a Kubernetes-style control plane whose apiservers are the database")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run one master replica: Raft member, MVCC store and APIs.
+    Apiserver(ApiserverArgs),
+    /// Run a local cluster of masters on loopback in the foreground (Ctrl-C stops it).
+    Up(skiff::up::UpArgs),
+}
+
+#[derive(Args)]
+struct ApiserverArgs {
+    /// This member's Raft id (a positive integer, unique in the cluster).
+    #[arg(long)]
+    id: u64,
+    /// Human-readable member name (default: member-ID).
+    #[arg(long)]
+    name: Option<String>,
+    /// Where the Raft log and the state machine live.
+    #[arg(long)]
+    data_dir: PathBuf,
+    /// Raft and forwarding listener.
+    #[arg(long, default_value = "127.0.0.1:2380")]
+    peer_listen: String,
+    /// Address other members reach this one at (default: --peer-listen).
+    #[arg(long)]
+    advertise_peer: Option<String>,
+    /// etcd-compatible gRPC listener.
+    #[arg(long, default_value = "127.0.0.1:2379")]
+    client_listen: String,
+    /// HTTP listener: /healthz, /readyz, /metrics.
+    #[arg(long, default_value = "127.0.0.1:6443")]
+    http_listen: String,
+    /// Founding members of a new cluster: `1=HOST:PEERPORT,2=HOST:PEERPORT,...`.
+    #[arg(long, value_parser = parse_initial_cluster, conflicts_with = "join")]
+    initial_cluster: Option<BTreeMap<u64, String>>,
+    /// Join a running cluster through this member's client address.
+    #[arg(long)]
+    join: Option<String>,
+    /// How long --join waits to be caught up and promoted.
+    #[arg(long, default_value = "60s", value_parser = parse_duration)]
+    join_timeout: Duration,
+    /// Raft heartbeat interval (e.g. 100ms).
+    #[arg(long, default_value = "100ms", value_parser = parse_duration)]
+    heartbeat_interval: Duration,
+    /// Lower bound of the randomized election timeout.
+    #[arg(long, default_value = "300ms", value_parser = parse_duration)]
+    election_timeout_min: Duration,
+    /// Upper bound of the randomized election timeout (at least 2x the lower bound).
+    #[arg(long, default_value = "600ms", value_parser = parse_duration)]
+    election_timeout_max: Duration,
+    /// Take a snapshot and purge the log after this many entries.
+    #[arg(long, default_value_t = 20_000)]
+    snapshot_count: u64,
+    /// Interval of progress notifications to watchers that ask for them.
+    #[arg(long, default_value = "10m", value_parser = parse_duration)]
+    watch_progress_interval: Duration,
+    /// How long a write may take, across leader changes, before it fails.
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    request_timeout: Duration,
+}
+
+fn parse_initial_cluster(s: &str) -> Result<BTreeMap<u64, String>, String> {
+    let mut out = BTreeMap::new();
+    for part in s.split(',').filter(|p| !p.is_empty()) {
+        let (id, addr) = part.split_once('=').ok_or_else(|| format!("{part:?} is not ID=HOST:PORT"))?;
+        let id: u64 = id.trim().parse().map_err(|_| format!("member id {id:?} is not a positive integer"))?;
+        if id == 0 {
+            return Err("member id 0 is reserved".into());
+        }
+        let addr = addr.trim().trim_start_matches("http://").to_string();
+        if !addr.contains(':') {
+            return Err(format!("peer address {addr:?} needs a port"));
+        }
+        if out.insert(id, addr).is_some() {
+            return Err(format!("member id {id} appears twice"));
+        }
+    }
+    if out.is_empty() {
+        return Err("no members given".into());
+    }
+    Ok(out)
+}
+
+impl ApiserverArgs {
+    fn into_config(self) -> Result<ApiserverConfig, String> {
+        if self.id == 0 {
+            return Err("--id must be a positive integer".into());
+        }
+        let peer_addr = self.advertise_peer.unwrap_or_else(|| self.peer_listen.clone());
+        let mut store = StoreConfig::new(self.id, self.data_dir, peer_addr);
+        store.name = self.name.unwrap_or_else(|| format!("member-{}", self.id));
+        store.client_urls = vec![format!("http://{}", self.client_listen)];
+        store.initial_cluster = self.initial_cluster.unwrap_or_default();
+        store.join = self.join;
+        store.join_timeout = self.join_timeout;
+        store.heartbeat = self.heartbeat_interval;
+        store.election_timeout_min = self.election_timeout_min;
+        store.election_timeout_max = self.election_timeout_max;
+        store.snapshot_logs = self.snapshot_count;
+        store.request_timeout = self.request_timeout;
+        Ok(ApiserverConfig {
+            store,
+            peer_listen: self.peer_listen,
+            client_listen: self.client_listen,
+            http_listen: self.http_listen,
+            watch_progress_interval: self.watch_progress_interval,
+        })
+    }
+}
+
+async fn shutdown_signal() {
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .expect("installing a SIGTERM handler cannot fail");
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term.recv() => {}
+    }
+    tracing::info!("shutting down");
+}
+
+fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| "info,openraft=warn,h2=warn,tower=warn".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    let runtime = tokio::runtime::Runtime::new().expect("cannot start the tokio runtime");
+    let result = runtime.block_on(async move {
+        match cli.command {
+            Command::Apiserver(args) => {
+                let config = args.into_config()?;
+                skiff_apiserver::run(config, shutdown_signal()).await.map_err(|e| e.to_string())
+            }
+            Command::Up(args) => skiff::up::run(args).await,
+        }
+    });
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("skiff: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}

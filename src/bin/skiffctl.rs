@@ -1,0 +1,17 @@
+//! `skiffctl`: Skiff's command-line client.
+
+use std::process::ExitCode;
+
+use clap::Parser;
+
+fn main() -> ExitCode {
+    let cli = skiff::ctl::Cli::parse();
+    let runtime = tokio::runtime::Runtime::new().expect("cannot start the tokio runtime");
+    match runtime.block_on(skiff::ctl::run(cli)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("skiffctl: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}

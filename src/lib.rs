@@ -1,0 +1,17 @@
+//! The `skiff` package: thin binaries over the workspace's libraries.
+//!
+//! # Layout
+//! - [`up`]: `skiff up`, a local cluster of apiserver processes on loopback.
+//! - [`ctl`]: `skiffctl`, the user CLI (gRPC only; links no RocksDB code).
+
+pub mod ctl;
+pub mod up;
+
+/// Parses a duration given as `500ms`, `2s`, `10m` or a bare number of
+/// milliseconds.
+pub fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
+    if let Ok(ms) = s.parse::<u64>() {
+        return Ok(std::time::Duration::from_millis(ms));
+    }
+    humantime::parse_duration(s).map_err(|e| format!("invalid duration {s:?}: {e}"))
+}

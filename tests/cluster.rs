@@ -1,0 +1,264 @@
+//! Real-process cluster tests: bootstrap, leader kills under load with a
+//! resuming watcher, restart and catch-up, join and removal, refusals.
+
+mod support;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use skiff_proto::etcdserverpb::watch_client::WatchClient;
+use skiff_proto::etcdserverpb::{watch_request, PutRequest, RangeRequest, WatchCreateRequest, WatchRequest};
+use support::*;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn five_members_bootstrap_and_agree_on_one_leader() {
+    let cluster = Cluster::spawn(5).await;
+    let leader = cluster.must_leader().await;
+    assert!((1..=5).contains(&leader));
+    let out = must_succeed(cluster.etcdctl(&cluster.endpoints(), &["member", "list"]));
+    assert_eq!(out.lines().count(), 5, "{out}");
+}
+
+/// One acknowledged write: its key and the revision the cluster gave it.
+#[derive(Clone, Debug)]
+struct Acked {
+    key: String,
+    revision: i64,
+}
+
+/// Writes unique keys through changing members until `stop`; a write whose
+/// outcome is unknown (error) is never retried under the same key.
+async fn writer(endpoints: Vec<String>, w: usize, stop: Arc<AtomicBool>, acked: Arc<Mutex<Vec<Acked>>>) {
+    let mut seq = 0u64;
+    let mut target = w;
+    let mut last_rev = 0;
+    while !stop.load(Ordering::Relaxed) {
+        let addr = &endpoints[target % endpoints.len()];
+        let Ok(ch) = channel(addr).await else {
+            target += 1;
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            continue;
+        };
+        let mut kv = skiff_proto::etcdserverpb::kv_client::KvClient::new(ch);
+        while !stop.load(Ordering::Relaxed) {
+            seq += 1;
+            let key = format!("/chaos/w{w}/{seq:08}");
+            let mut req = tonic::Request::new(PutRequest {
+                key: key.clone().into_bytes(),
+                value: format!("v{seq}").into_bytes(),
+                ..Default::default()
+            });
+            req.set_timeout(Duration::from_secs(5));
+            match kv.put(req).await {
+                Ok(r) => {
+                    let revision = r.into_inner().header.unwrap().revision;
+                    assert!(revision > last_rev, "writer {w}: revision {revision} after {last_rev}");
+                    last_rev = revision;
+                    acked.lock().unwrap().push(Acked { key, revision });
+                }
+                Err(_) => {
+                    target += 1;
+                    break;
+                }
+            }
+        }
+    }
+}
+
+/// Watches `/chaos/` from revision 1, resuming from the last revision seen
+/// on another member whenever the stream breaks. Returns (revision, key) of
+/// every event.
+async fn resuming_watcher(endpoints: Vec<String>, stop: Arc<AtomicBool>) -> Vec<(i64, String)> {
+    let mut events: Vec<(i64, String)> = Vec::new();
+    let mut target = 0;
+    while !stop.load(Ordering::Relaxed) {
+        let start = events.last().map_or(1, |(r, _)| r + 1);
+        let addr = &endpoints[target % endpoints.len()];
+        target += 1;
+        let Ok(ch) = channel(addr).await else { continue };
+        let (tx, rx) = tokio::sync::mpsc::channel(1);
+        tx.send(WatchRequest {
+            request_union: Some(watch_request::RequestUnion::CreateRequest(WatchCreateRequest {
+                key: b"/chaos/".to_vec(),
+                range_end: b"/chaos0".to_vec(),
+                start_revision: start,
+                ..Default::default()
+            })),
+        })
+        .await
+        .unwrap();
+        let Ok(resp) = WatchClient::new(ch).watch(tokio_stream::wrappers::ReceiverStream::new(rx)).await else {
+            continue;
+        };
+        let mut stream = resp.into_inner();
+        loop {
+            let next = tokio::time::timeout(Duration::from_millis(500), stream.message()).await;
+            match next {
+                Ok(Ok(Some(r))) => {
+                    assert!(!r.canceled, "watch canceled: {}", r.cancel_reason);
+                    for e in r.events {
+                        let kv = e.kv.unwrap();
+                        events.push((kv.mod_revision, String::from_utf8(kv.key).unwrap()));
+                    }
+                }
+                Ok(_) => break,
+                Err(_) if stop.load(Ordering::Relaxed) => return events,
+                Err(_) => {}
+            }
+        }
+        drop(tx);
+    }
+    events
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leader_kills_under_load_lose_no_acknowledged_write() {
+    let kills: usize = std::env::var("SKIFF_CHAOS_KILLS").ok().and_then(|s| s.parse().ok()).unwrap_or(3);
+    let mut cluster = Cluster::spawn(3).await;
+    let endpoints: Vec<String> = cluster.running().map(|m| m.client.clone()).collect();
+    let stop = Arc::new(AtomicBool::new(false));
+    let acked = Arc::new(Mutex::new(Vec::new()));
+    let writers: Vec<_> = (0..4)
+        .map(|w| tokio::spawn(writer(endpoints.clone(), w, stop.clone(), acked.clone())))
+        .collect();
+    let watcher = tokio::spawn(resuming_watcher(endpoints.clone(), stop.clone()));
+
+    for _ in 0..kills {
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        let leader = cluster.must_leader().await;
+        cluster.kill(leader);
+        let before = acked.lock().unwrap().len();
+        // Writes resume under a new leader.
+        let new_leader = cluster.must_leader().await;
+        assert_ne!(new_leader, leader);
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while acked.lock().unwrap().len() < before + 20 {
+            assert!(std::time::Instant::now() < deadline, "writes did not resume after killing {leader}");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        // The killed member restarts on its data dir and rejoins.
+        cluster.start(leader);
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    stop.store(true, Ordering::Relaxed);
+    for w in writers {
+        w.await.unwrap();
+    }
+    let events = watcher.await.unwrap();
+    let acked = acked.lock().unwrap().clone();
+    assert!(acked.len() > 100, "only {} writes acknowledged", acked.len());
+
+    // Every acknowledged write is stored at the revision it was given.
+    let leader = cluster.must_leader().await;
+    let mut kv = kv(&cluster.members[&leader].client).await;
+    let all = kv
+        .range(RangeRequest { key: b"/chaos/".to_vec(), range_end: b"/chaos0".to_vec(), ..Default::default() })
+        .await
+        .unwrap()
+        .into_inner();
+    let stored: BTreeMap<String, i64> =
+        all.kvs.iter().map(|kv| (String::from_utf8(kv.key.clone()).unwrap(), kv.mod_revision)).collect();
+    for a in &acked {
+        assert_eq!(stored.get(&a.key), Some(&a.revision), "acknowledged write {a:?} lost or moved");
+    }
+
+    // The resuming watcher saw each revision once, in order, with no gaps.
+    for pair in events.windows(2) {
+        assert!(pair[1].0 > pair[0].0, "watch revisions not strictly increasing: {pair:?}");
+    }
+    let seen: BTreeSet<i64> = events.iter().map(|(r, _)| *r).collect();
+    let (first, last) = (*seen.first().unwrap(), *seen.last().unwrap());
+    assert_eq!(seen.len() as i64, last - first + 1, "the watch skipped revisions between {first} and {last}");
+    let watched: BTreeSet<&str> = events.iter().map(|(_, k)| k.as_str()).collect();
+    for a in &acked {
+        if a.revision <= last {
+            assert!(watched.contains(a.key.as_str()), "watcher missed acknowledged write {a:?}");
+        }
+    }
+
+    // Every member, including the restarted ones, catches up.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let expected = all.header.unwrap().revision;
+    for m in cluster.running() {
+        loop {
+            let s = status(&m.client).await.map(|s| s.header.unwrap().revision).unwrap_or(0);
+            if s >= expected {
+                break;
+            }
+            assert!(std::time::Instant::now() < deadline, "member {} stuck at revision {s} < {expected}", m.id);
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn members_join_and_leave_a_running_cluster() {
+    let mut cluster = Cluster::spawn(3).await;
+    let mut kv1 = kv(&cluster.members[&1].client).await;
+    kv1.put(PutRequest { key: b"before-join".to_vec(), value: b"x".to_vec(), ..Default::default() }).await.unwrap();
+    let join = cluster.members[&1].client.clone();
+    for id in [4, 5] {
+        cluster.add_member(id);
+        cluster.start_with(id, &["--join", &join, "--join-timeout", "30s"]);
+    }
+    // Both joiners become voters and serve the data written before they joined.
+    let deadline = std::time::Instant::now() + Duration::from_secs(40);
+    loop {
+        let out = stdout(&cluster.etcdctl(&join, &["member", "list"]));
+        let voters = out.lines().filter(|l| l.contains("false")).count();
+        if voters == 5 && out.lines().count() == 5 {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "joiners not promoted: {out}\n{}", cluster.log_of(4));
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let out = must_succeed(cluster.etcdctl(&cluster.members[&5].client, &["get", "before-join", "--consistency=s"]));
+    assert!(out.contains("before-join"), "{out}");
+
+    // Remove member 2; the others keep working.
+    must_succeed(cluster.etcdctl(&join, &["member", "remove", "2"]));
+    cluster.kill(2);
+    let out = must_succeed(cluster.etcdctl(&join, &["member", "list"]));
+    assert_eq!(out.lines().count(), 4, "{out}");
+    must_succeed(cluster.etcdctl(&cluster.endpoints(), &["put", "after-remove", "y"]));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wiped_member_is_refused_instead_of_rejoining_under_its_old_id() {
+    let mut cluster = Cluster::spawn(3).await;
+    // Wait until member 3 has published itself.
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let out = stdout(&cluster.etcdctl(&cluster.endpoints(), &["member", "list"]));
+        if out.lines().filter(|l| l.contains("member-")).count() == 3 {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "members never published: {out}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    cluster.kill(3);
+    cluster.wipe(3);
+    let initial = cluster.initial.clone();
+    let out = cluster.run_to_exit(3, &["--initial-cluster", &initial]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("already belongs to the running cluster"), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_directory_that_is_not_skiffs_is_refused_untouched() {
+    let mut cluster = Cluster { root: tempfile::tempdir().unwrap(), members: BTreeMap::new(), initial: String::new() };
+    cluster.add_member(1);
+    let dir = cluster.members[&1].data_dir.clone();
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("precious.txt"), "keep me").unwrap();
+    let initial = format!("1={}", cluster.members[&1].peer);
+    let out = cluster.run_to_exit(1, &["--initial-cluster", &initial]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("not a Skiff data directory"), "{err}");
+    assert_eq!(std::fs::read_to_string(dir.join("precious.txt")).unwrap(), "keep me");
+    assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 1);
+}

@@ -1,0 +1,201 @@
+//! The real `etcdctl` (3.4, Debian's etcd-client) against a real Skiff
+//! cluster, one test per group of commands, against a follower and the
+//! leader alike.
+
+mod support;
+
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use support::*;
+
+async fn cluster_and_follower() -> (Cluster, String, String) {
+    let cluster = Cluster::spawn(3).await;
+    let leader = cluster.must_leader().await;
+    let follower = cluster.members.keys().copied().find(|id| *id != leader).unwrap();
+    let f = cluster.members[&follower].client.clone();
+    let l = cluster.members[&leader].client.clone();
+    (cluster, f, l)
+}
+
+fn json(out: &str) -> serde_json::Value {
+    serde_json::from_str(out).unwrap_or_else(|e| panic!("not JSON ({e}): {out}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn put_get_and_delete_work_through_any_member() {
+    let (cluster, follower, leader) = cluster_and_follower().await;
+    for (ep, p) in [(&follower, "f"), (&leader, "l")] {
+        assert_eq!(must_succeed(cluster.etcdctl(ep, &["put", &format!("/{p}/a"), "1"])).trim(), "OK");
+        must_succeed(cluster.etcdctl(ep, &["put", &format!("/{p}/b"), "2"]));
+        must_succeed(cluster.etcdctl(ep, &["put", &format!("/{p}/c"), "3"]));
+        let out = must_succeed(cluster.etcdctl(ep, &["get", &format!("/{p}/a")]));
+        assert_eq!(out, format!("/{p}/a\n1\n"));
+        let out = must_succeed(cluster.etcdctl(ep, &["get", "--prefix", &format!("/{p}/")]));
+        assert_eq!(out, format!("/{p}/a\n1\n/{p}/b\n2\n/{p}/c\n3\n"));
+        let out = must_succeed(cluster.etcdctl(ep, &["get", "--prefix", "--limit=2", &format!("/{p}/")]));
+        assert_eq!(out, format!("/{p}/a\n1\n/{p}/b\n2\n"));
+        let out = must_succeed(cluster.etcdctl(ep, &["get", "--prefix", "--keys-only", &format!("/{p}/")]));
+        assert_eq!(out.split_whitespace().collect::<Vec<_>>(), [format!("/{p}/a"), format!("/{p}/b"), format!("/{p}/c")]);
+        let out = must_succeed(cluster.etcdctl(ep, &["get", "--prefix", "--count-only", "-w", "json", &format!("/{p}/")]));
+        assert_eq!(json(&out)["count"], 3);
+        let out = must_succeed(cluster.etcdctl(ep, &["get", "--consistency=s", &format!("/{p}/b")]));
+        assert!(out.contains(&format!("/{p}/b\n2")), "{out}");
+        let out = must_succeed(cluster.etcdctl(ep, &["del", "--prev-kv", &format!("/{p}/a")]));
+        assert_eq!(out, format!("1\n/{p}/a\n1\n"));
+        let out = must_succeed(cluster.etcdctl(ep, &["del", "--prefix", &format!("/{p}/")]));
+        assert_eq!(out.trim(), "2");
+        let out = must_succeed(cluster.etcdctl(ep, &["get", "--prefix", &format!("/{p}/")]));
+        assert_eq!(out, "");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reads_at_past_revisions_and_compaction_behave_like_etcd() {
+    let (cluster, follower, _) = cluster_and_follower().await;
+    let rev_of = |out: &str| json(out)["header"]["revision"].as_i64().unwrap();
+    let r1 = rev_of(&must_succeed(cluster.etcdctl(&follower, &["put", "k", "one", "-w", "json"])));
+    let r2 = rev_of(&must_succeed(cluster.etcdctl(&follower, &["put", "k", "two", "-w", "json"])));
+    must_succeed(cluster.etcdctl(&follower, &["put", "k", "three"]));
+    let out = must_succeed(cluster.etcdctl(&follower, &["get", "k", &format!("--rev={r1}")]));
+    assert_eq!(out, "k\none\n");
+    let out = must_succeed(cluster.etcdctl(&follower, &["get", "k", &format!("--rev={r2}")]));
+    assert_eq!(out, "k\ntwo\n");
+    let out = must_succeed(cluster.etcdctl(&follower, &["compaction", &r2.to_string()]));
+    assert_eq!(out.trim(), format!("compacted revision {r2}"));
+    let out = cluster.etcdctl(&follower, &["get", "k", &format!("--rev={r1}")]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("required revision has been compacted"));
+    let out = must_succeed(cluster.etcdctl(&follower, &["get", "k", &format!("--rev={r2}")]));
+    assert_eq!(out, "k\ntwo\n");
+    let out = cluster.etcdctl(&follower, &["get", "k", "--rev=100000"]);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("required revision is a future revision"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn txn_compares_value_version_and_revisions() {
+    let (cluster, follower, _) = cluster_and_follower().await;
+    must_succeed(cluster.etcdctl(&follower, &["put", "t", "v1"]));
+    let txn = |input: &str| {
+        must_succeed(etcdctl(&follower, &["txn", "--interactive=false"], Some(input)))
+    };
+    let out = txn("value(\"t\") = \"v1\"\n\nput t v2\n\nput t nope\n\n");
+    assert_eq!(out, "SUCCESS\n\nOK\n");
+    let out = txn("version(\"t\") = \"1\"\n\nput t nope\n\nget t\n\n");
+    assert_eq!(out, "FAILURE\n\nt\nv2\n");
+    let kv = json(&must_succeed(cluster.etcdctl(&follower, &["get", "t", "-w", "json"])))["kvs"][0].clone();
+    let (create, modr) = (kv["create_revision"].as_i64().unwrap(), kv["mod_revision"].as_i64().unwrap());
+    let out = txn(&format!("create(\"t\") = \"{create}\"\nmod(\"t\") = \"{modr}\"\n\nput t v3\n\n\n"));
+    assert_eq!(out, "SUCCESS\n\nOK\n");
+    let out = txn(&format!("mod(\"t\") < \"{modr}\"\n\n\nget t\n\n"));
+    assert_eq!(out, "FAILURE\n\nt\nv3\n");
+}
+
+fn spawn_etcdctl(endpoint: &str, args: &[&str]) -> std::process::Child {
+    Command::new("etcdctl")
+        .env("ETCDCTL_API", "3")
+        .arg(format!("--endpoints={endpoint}"))
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+fn stop_and_read(mut child: std::process::Child) -> String {
+    let _ = child.kill();
+    stdout(&child.wait_with_output().unwrap())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watch_replays_history_follows_live_and_reports_progress() {
+    let (cluster, follower, leader) = cluster_and_follower().await;
+    must_succeed(cluster.etcdctl(&leader, &["put", "/w/a", "1"]));
+    must_succeed(cluster.etcdctl(&leader, &["put", "/w/a", "2"]));
+    must_succeed(cluster.etcdctl(&leader, &["del", "/w/a"]));
+    // Replay from revision 1 on a follower, with previous values.
+    let replay = spawn_etcdctl(&follower, &["watch", "--prefix", "/w/", "--rev=1", "--prev-kv"]);
+    let live = spawn_etcdctl(&follower, &["watch", "/w/b"]);
+    let progress = spawn_etcdctl(&follower, &["watch", "/nothing", "--progress-notify"]);
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    must_succeed(cluster.etcdctl(&leader, &["put", "/w/b", "live"]));
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    let out = stop_and_read(replay);
+    assert_eq!(out, "PUT\n/w/a\n1\nPUT\n/w/a\n1\n/w/a\n2\nDELETE\n/w/a\n2\n/w/a\n\nPUT\n/w/b\nlive\n", "{out}");
+    let out = stop_and_read(live);
+    assert_eq!(out, "PUT\n/w/b\nlive\n");
+    let out = stop_and_read(progress);
+    assert!(out.contains("progress notify"), "{out:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watch_from_a_compacted_revision_is_refused() {
+    let (cluster, follower, _) = cluster_and_follower().await;
+    for v in ["1", "2", "3"] {
+        must_succeed(cluster.etcdctl(&follower, &["put", "c", v]));
+    }
+    let rev = json(&must_succeed(cluster.etcdctl(&follower, &["get", "c", "-w", "json"])))["header"]["revision"]
+        .as_i64()
+        .unwrap();
+    must_succeed(cluster.etcdctl(&follower, &["compaction", &rev.to_string()]));
+    let w = spawn_etcdctl(&follower, &["watch", "c", "--rev=1"]);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let mut w = w;
+    let _ = w.kill();
+    let out = w.wait_with_output().unwrap();
+    let all = format!("{}{}", stdout(&out), String::from_utf8_lossy(&out.stderr));
+    assert!(all.contains("compacted"), "{all}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn members_endpoints_and_learners_through_etcdctl() {
+    let (mut cluster, follower, leader) = cluster_and_follower().await;
+    let out = must_succeed(cluster.etcdctl(&follower, &["member", "list"]));
+    assert_eq!(out.lines().count(), 3, "{out}");
+    let out = must_succeed(cluster.etcdctl(&cluster.endpoints(), &["endpoint", "health"]));
+    assert_eq!(out.matches("is healthy").count(), 3, "{out}");
+    let out = must_succeed(cluster.etcdctl(&cluster.endpoints(), &["endpoint", "status"]));
+    assert_eq!(out.lines().count(), 3, "{out}");
+    assert_eq!(out.matches(", true, false,").count(), 1, "exactly one leader: {out}");
+
+    // Add a learner, start it, promote it, then remove it.
+    cluster.add_member(4);
+    let peer = cluster.members[&4].peer.clone();
+    let out = must_succeed(cluster.etcdctl(&follower, &["member", "add", "m4", &format!("--peer-urls=http://{peer}"), "--learner"]));
+    assert!(out.contains("added to cluster"), "{out}");
+    let id_hex = out.split_whitespace().nth(1).unwrap().to_string();
+    let id = u64::from_str_radix(&id_hex, 16).unwrap();
+    assert_eq!(id, 4, "{out}");
+    cluster.start_with(4, &["--join", &leader]);
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let out = cluster.etcdctl(&leader, &["member", "promote", &id_hex]);
+        if out.status.success() {
+            assert!(stdout(&out).contains("promoted"), "{}", stdout(&out));
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "promote failed: {}", String::from_utf8_lossy(&out.stderr));
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    let out = must_succeed(cluster.etcdctl(&leader, &["member", "list"]));
+    assert_eq!(out.lines().count(), 4, "{out}");
+    assert!(!out.lines().any(|l| l.ends_with("true")), "no learner left: {out}");
+    must_succeed(cluster.etcdctl(&leader, &["member", "remove", &id_hex]));
+    let out = cluster.etcdctl(&leader, &["member", "remove", "ff"]);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("member not found"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_requests_get_etcds_errors() {
+    let (cluster, follower, _) = cluster_and_follower().await;
+    let out = cluster.etcdctl(&follower, &["put", "", "v"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("key is not provided"), "{}", String::from_utf8_lossy(&out.stderr));
+    let big = "x".repeat(1_600_000);
+    let out = cluster.etcdctl(&follower, &["put", "big", &big]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("request is too large"), "{}", String::from_utf8_lossy(&out.stderr));
+    // Nothing was written by the refused requests.
+    let out = must_succeed(cluster.etcdctl(&follower, &["get", "big"]));
+    assert_eq!(out, "");
+}

@@ -1,0 +1,239 @@
+//! Real-process cluster harness: `skiff apiserver` members on loopback,
+//! started, killed with SIGKILL, restarted and wiped by the tests.
+
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use skiff_proto::etcdserverpb::kv_client::KvClient;
+use skiff_proto::etcdserverpb::maintenance_client::MaintenanceClient;
+use skiff_proto::etcdserverpb::StatusRequest;
+use tonic::transport::{Channel, Endpoint};
+
+pub const SKIFF: &str = env!("CARGO_BIN_EXE_skiff");
+
+/// A free loopback port (the OS picks it; a race with other tests is unlikely
+/// because ports are not reused immediately).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+pub struct Member {
+    pub id: u64,
+    pub client: String,
+    pub peer: String,
+    pub http: String,
+    pub data_dir: PathBuf,
+    pub log: PathBuf,
+    pub child: Option<Child>,
+}
+
+impl Member {
+    fn new(root: &std::path::Path, id: u64) -> Member {
+        Member {
+            id,
+            client: format!("127.0.0.1:{}", free_port()),
+            peer: format!("127.0.0.1:{}", free_port()),
+            http: format!("127.0.0.1:{}", free_port()),
+            data_dir: root.join(format!("member-{id}")),
+            log: root.join(format!("member-{id}.log")),
+            child: None,
+        }
+    }
+
+    fn command(&self) -> Command {
+        let mut cmd = Command::new(SKIFF);
+        cmd.arg("apiserver")
+            .args(["--id", &self.id.to_string()])
+            .arg("--data-dir")
+            .arg(&self.data_dir)
+            .args(["--client-listen", &self.client, "--peer-listen", &self.peer, "--http-listen", &self.http])
+            .args(["--watch-progress-interval", "1s"]);
+        cmd
+    }
+}
+
+pub struct Cluster {
+    pub root: tempfile::TempDir,
+    pub members: BTreeMap<u64, Member>,
+    pub initial: String,
+}
+
+impl Cluster {
+    /// Starts `n` founding members and waits for a leader.
+    pub async fn spawn(n: u64) -> Cluster {
+        let root = tempfile::tempdir().unwrap();
+        let members: BTreeMap<u64, Member> = (1..=n).map(|id| (id, Member::new(root.path(), id))).collect();
+        let initial = members.values().map(|m| format!("{}={}", m.id, m.peer)).collect::<Vec<_>>().join(",");
+        let mut cluster = Cluster { root, members, initial };
+        for id in 1..=n {
+            cluster.start(id);
+        }
+        cluster.must_leader().await;
+        cluster
+    }
+
+    /// Starts (or restarts) member `id` as a founding member.
+    pub fn start(&mut self, id: u64) {
+        let initial = self.initial.clone();
+        self.start_with(id, &["--initial-cluster", &initial]);
+    }
+
+    pub fn start_with(&mut self, id: u64, args: &[&str]) {
+        let m = self.members.get_mut(&id).unwrap();
+        let log = std::fs::OpenOptions::new().create(true).append(true).open(&m.log).unwrap();
+        let child = m
+            .command()
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        m.child = Some(child);
+    }
+
+    /// Runs member `id`'s command to completion (for start-up failures).
+    pub fn run_to_exit(&mut self, id: u64, args: &[&str]) -> Output {
+        let m = self.members.get_mut(&id).unwrap();
+        let mut cmd = m.command();
+        cmd.args(args);
+        let mut child = cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if child.try_wait().unwrap().is_some() {
+                return child.wait_with_output().unwrap();
+            }
+            if Instant::now() > deadline {
+                child.kill().unwrap();
+                panic!("member {id} did not exit: {:?}", child.wait_with_output().unwrap());
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// A new (not yet started) member.
+    pub fn add_member(&mut self, id: u64) -> &Member {
+        let m = Member::new(self.root.path(), id);
+        self.members.insert(id, m);
+        &self.members[&id]
+    }
+
+    pub fn kill(&mut self, id: u64) {
+        if let Some(mut c) = self.members.get_mut(&id).unwrap().child.take() {
+            c.kill().unwrap();
+            c.wait().unwrap();
+        }
+    }
+
+    pub fn wipe(&mut self, id: u64) {
+        let m = &self.members[&id];
+        let _ = std::fs::remove_dir_all(&m.data_dir);
+    }
+
+    pub fn endpoints(&self) -> String {
+        self.running().map(|m| m.client.clone()).collect::<Vec<_>>().join(",")
+    }
+
+    pub fn running(&self) -> impl Iterator<Item = &Member> {
+        self.members.values().filter(|m| m.child.is_some())
+    }
+
+    pub fn log_of(&self, id: u64) -> String {
+        std::fs::read_to_string(&self.members[&id].log).unwrap_or_default()
+    }
+
+    /// The leader as the running members agree on it.
+    pub async fn must_leader(&self) -> u64 {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let mut seen = Vec::new();
+            for m in self.running() {
+                if let Ok(s) = status(&m.client).await {
+                    seen.push(s.leader);
+                }
+            }
+            let n = self.running().count();
+            if seen.len() == n && n > 0 && seen[0] != 0 && seen.iter().all(|l| *l == seen[0]) {
+                return seen[0];
+            }
+            assert!(Instant::now() < deadline, "no agreed leader within 30s: {seen:?}");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// Runs the real etcdctl against `endpoints` with `args`.
+    pub fn etcdctl(&self, endpoints: &str, args: &[&str]) -> Output {
+        etcdctl(endpoints, args, None)
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        for m in self.members.values_mut() {
+            if let Some(mut c) = m.child.take() {
+                let _ = c.kill();
+                let _ = c.wait();
+            }
+        }
+    }
+}
+
+pub fn etcdctl(endpoints: &str, args: &[&str], stdin: Option<&str>) -> Output {
+    let mut cmd = Command::new("etcdctl");
+    cmd.env("ETCDCTL_API", "3")
+        .arg(format!("--endpoints={endpoints}"))
+        .arg("--command-timeout=15s")
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    if stdin.is_some() {
+        cmd.stdin(Stdio::piped());
+    }
+    let mut child = cmd.spawn().expect("etcdctl is installed (make deps)");
+    if let Some(input) = stdin {
+        use std::io::Write;
+        child.stdin.take().unwrap().write_all(input.as_bytes()).unwrap();
+    }
+    child.wait_with_output().unwrap()
+}
+
+pub fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).to_string()
+}
+
+#[track_caller]
+pub fn must_succeed(o: Output) -> String {
+    assert!(
+        o.status.success(),
+        "command failed: {}\nstdout: {}\nstderr: {}",
+        o.status,
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    stdout(&o)
+}
+
+pub async fn channel(addr: &str) -> Result<Channel, tonic::transport::Error> {
+    Endpoint::from_shared(format!("http://{addr}"))
+        .unwrap()
+        .connect_timeout(Duration::from_millis(500))
+        .timeout(Duration::from_secs(15))
+        .connect()
+        .await
+}
+
+pub async fn status(addr: &str) -> Result<skiff_proto::etcdserverpb::StatusResponse, String> {
+    let ch = channel(addr).await.map_err(|e| e.to_string())?;
+    let mut c = MaintenanceClient::new(ch);
+    let mut req = tonic::Request::new(StatusRequest {});
+    req.set_timeout(Duration::from_secs(2));
+    c.status(req).await.map(|r| r.into_inner()).map_err(|e| e.to_string())
+}
+
+pub async fn kv(addr: &str) -> KvClient<Channel> {
+    KvClient::new(channel(addr).await.unwrap())
+}
