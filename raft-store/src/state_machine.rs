@@ -435,16 +435,27 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
     }
 
     async fn install_snapshot(&mut self, meta: &SnapshotMeta, snapshot: Box<tokio::fs::File>) -> Result<(), StorageError> {
-        // openraft's receiver does not sync what it wrote: do it here.
-        snapshot.sync_all().await.map_err(snapshot_error)?;
+        use std::os::unix::fs::MetadataExt;
+        use tokio::io::AsyncSeekExt;
+
+        let mut snapshot = snapshot;
+        let incoming = self.shared.receiving.lock().expect("poisoned").take().unwrap_or_else(|| {
+            self.shared.snapshot_dir.join(format!("incoming-{:016x}.part", rand::random::<u64>()))
+        });
+        // openraft normally fills the file `begin_receiving_snapshot` made;
+        // if it hands over another file, copy that one into place.
+        let given = snapshot.metadata().await.map_err(snapshot_error)?;
+        let same = std::fs::metadata(&incoming).is_ok_and(|m| m.dev() == given.dev() && m.ino() == given.ino());
+        if !same {
+            snapshot.seek(std::io::SeekFrom::Start(0)).await.map_err(snapshot_error)?;
+            let mut dest = tokio::fs::File::create(&incoming).await.map_err(snapshot_error)?;
+            tokio::io::copy(&mut snapshot, &mut dest).await.map_err(snapshot_error)?;
+            dest.sync_all().await.map_err(snapshot_error)?;
+        } else {
+            // openraft's receiver does not sync what it wrote: do it here.
+            snapshot.sync_all().await.map_err(snapshot_error)?;
+        }
         drop(snapshot);
-        let incoming = self
-            .shared
-            .receiving
-            .lock()
-            .expect("poisoned")
-            .take()
-            .ok_or_else(|| snapshot_error("install_snapshot without begin_receiving_snapshot"))?;
         let sm = self.clone();
         let meta = meta.clone();
         tokio::task::spawn_blocking(move || sm.install_blocking(meta, incoming)).await.map_err(snapshot_error)?
