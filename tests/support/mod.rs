@@ -146,7 +146,7 @@ impl Cluster {
         std::fs::read_to_string(&self.members[&id].log).unwrap_or_default()
     }
 
-    /// The leader as the running members agree on it.
+    /// The leader as the running members agree on it (and itself running).
     pub async fn must_leader(&self) -> u64 {
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
@@ -157,7 +157,8 @@ impl Cluster {
                 }
             }
             let n = self.running().count();
-            if seen.len() == n && n > 0 && seen[0] != 0 && seen.iter().all(|l| *l == seen[0]) {
+            let alive = self.running().any(|m| m.id == seen.first().copied().unwrap_or(0));
+            if seen.len() == n && n > 0 && alive && seen.iter().all(|l| *l == seen[0]) {
                 return seen[0];
             }
             assert!(Instant::now() < deadline, "no agreed leader within 30s: {seen:?}");
