@@ -4,12 +4,8 @@
 
 use std::path::PathBuf;
 
-const PROTOS: &[&str] = &[
-    "etcd/mvccpb/kv.proto",
-    "etcd/etcdserverpb/rpc.proto",
-    "skiff/peer.proto",
-    "skiff/control.proto",
-];
+const PROTOS: &[&str] =
+    &["etcd/mvccpb/kv.proto", "etcd/etcdserverpb/rpc.proto", "skiff/peer.proto", "skiff/control.proto"];
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("cargo:rerun-if-changed=proto");
@@ -17,13 +13,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let include = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR")?).join("proto");
     let files: Vec<PathBuf> = PROTOS.iter().map(|p| include.join(p)).collect();
 
-    let fds = protox::compile(&files, [&include])
-        .map_err(|e| format!("protox failed to compile Skiff protos: {e:?}"))?;
+    let fds =
+        protox::compile(&files, [&include]).map_err(|e| format!("protox failed to compile Skiff protos: {e:?}"))?;
 
-    tonic_build::configure()
-        .build_server(true)
-        .build_client(true)
-        .compile_fds(fds)?;
+    tonic_build::configure().build_server(true).build_client(true).compile_fds(fds)?;
 
     Ok(())
 }

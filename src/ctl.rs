@@ -93,7 +93,9 @@ pub enum KvCommand {
         rev: i64,
     },
     /// Every stored revision of KEY with its commit time.
-    History { key: String },
+    History {
+        key: String,
+    },
 }
 
 /// Connects to the first server that answers.
@@ -171,8 +173,9 @@ async fn member(channel: Channel, cmd: MemberCommand) -> Result<(), String> {
     let mut client = ClusterClient::new(channel);
     match cmd {
         MemberCommand::List => {
-            let r = client.member_list(MemberListRequest { linearizable: true }).await.map_err(status_msg)?.into_inner();
-            println!("{:<6} {:<12} {:<8} {:<28} {}", "ID", "NAME", "LEARNER", "PEER URLS", "CLIENT URLS");
+            let r =
+                client.member_list(MemberListRequest { linearizable: true }).await.map_err(status_msg)?.into_inner();
+            println!("{:<6} {:<12} {:<8} {:<28} CLIENT URLS", "ID", "NAME", "LEARNER", "PEER URLS");
             for m in r.members {
                 println!(
                     "{:<6} {:<12} {:<8} {:<28} {}",
@@ -210,7 +213,10 @@ async fn status(channel: Channel) -> Result<(), String> {
         .map_err(status_msg)?
         .into_inner()
         .members;
-    println!("{:<6} {:<12} {:<24} {:<7} {:<6} {:<10} {:<9}", "ID", "NAME", "ENDPOINT", "LEADER", "TERM", "APPLIED", "REVISION");
+    println!(
+        "{:<6} {:<12} {:<24} {:<7} {:<6} {:<10} {:<9}",
+        "ID", "NAME", "ENDPOINT", "LEADER", "TERM", "APPLIED", "REVISION"
+    );
     for m in members {
         let endpoint = m.client_ur_ls.first().cloned().unwrap_or_default();
         let row = match connect(&endpoint).await {

@@ -44,8 +44,7 @@ pub async fn run(args: UpArgs) -> Result<(), String> {
     }
     let exe = std::env::current_exe().map_err(|e| format!("cannot find the skiff binary: {e}"))?;
     std::fs::create_dir_all(&args.dir).map_err(|e| format!("{}: {e}", args.dir.display()))?;
-    let initial: Vec<String> =
-        (1..=args.masters).map(|i| format!("{i}={}", member_ports(&args, i).1)).collect();
+    let initial: Vec<String> = (1..=args.masters).map(|i| format!("{i}={}", member_ports(&args, i).1)).collect();
     let initial = initial.join(",");
     let mut children: Vec<Child> = Vec::new();
     for i in 1..=args.masters {
@@ -73,8 +72,8 @@ pub async fn run(args: UpArgs) -> Result<(), String> {
     println!("\netcdctl --endpoints={} member list", endpoints.join(","));
     println!("skiffctl --server {} status\nCtrl-C stops the cluster.", endpoints.join(","));
 
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-        .map_err(|e| e.to_string())?;
+    let mut term =
+        tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).map_err(|e| e.to_string())?;
     let exited = futures::future::select_all(children.iter_mut().map(|c| Box::pin(c.wait())));
     let failure = tokio::select! {
         _ = tokio::signal::ctrl_c() => None,

@@ -120,9 +120,8 @@ async fn leader_kills_under_load_lose_no_acknowledged_write() {
     let endpoints: Vec<String> = cluster.running().map(|m| m.client.clone()).collect();
     let stop = Arc::new(AtomicBool::new(false));
     let acked = Arc::new(Mutex::new(Vec::new()));
-    let writers: Vec<_> = (0..4)
-        .map(|w| tokio::spawn(writer(endpoints.clone(), w, stop.clone(), acked.clone())))
-        .collect();
+    let writers: Vec<_> =
+        (0..4).map(|w| tokio::spawn(writer(endpoints.clone(), w, stop.clone(), acked.clone()))).collect();
     let watcher = tokio::spawn(resuming_watcher(endpoints.clone(), stop.clone()));
 
     for _ in 0..kills {

@@ -36,7 +36,10 @@ async fn put_get_and_delete_work_through_any_member() {
         let out = must_succeed(cluster.etcdctl(ep, &["get", "--prefix", "--limit=2", &format!("/{p}/")]));
         assert_eq!(out, format!("/{p}/a\n1\n/{p}/b\n2\n"));
         let out = must_succeed(cluster.etcdctl(ep, &["get", "--prefix", "--keys-only", &format!("/{p}/")]));
-        assert_eq!(out.split_whitespace().collect::<Vec<_>>(), [format!("/{p}/a"), format!("/{p}/b"), format!("/{p}/c")]);
+        assert_eq!(
+            out.split_whitespace().collect::<Vec<_>>(),
+            [format!("/{p}/a"), format!("/{p}/b"), format!("/{p}/c")]
+        );
         // etcdctl 3.4 has no --count-only; its JSON output carries the count.
         let out = must_succeed(cluster.etcdctl(ep, &["get", "--prefix", "--limit=1", "-w", "json", &format!("/{p}/")]));
         assert_eq!(json(&out)["count"], 3);
@@ -78,9 +81,7 @@ async fn reads_at_past_revisions_and_compaction_behave_like_etcd() {
 async fn txn_compares_value_version_and_revisions() {
     let (cluster, follower, _) = cluster_and_follower().await;
     must_succeed(cluster.etcdctl(&follower, &["put", "t", "v1"]));
-    let txn = |input: &str| {
-        must_succeed(etcdctl(&follower, &["txn", "--interactive=false"], Some(input)))
-    };
+    let txn = |input: &str| must_succeed(etcdctl(&follower, &["txn", "--interactive=false"], Some(input)));
     let out = txn("value(\"t\") = \"v1\"\n\nput t v2\n\nput t nope\n\n");
     assert_eq!(out, "SUCCESS\n\nOK\n");
     let out = txn("version(\"t\") = \"1\"\n\nput t nope\n\nget t\n\n");
@@ -162,7 +163,9 @@ async fn members_endpoints_and_learners_through_etcdctl() {
     // Add a learner, start it, promote it, then remove it.
     cluster.add_member(4);
     let peer = cluster.members[&4].peer.clone();
-    let out = must_succeed(cluster.etcdctl(&follower, &["member", "add", "m4", &format!("--peer-urls=http://{peer}"), "--learner"]));
+    let out = must_succeed(
+        cluster.etcdctl(&follower, &["member", "add", "m4", &format!("--peer-urls=http://{peer}"), "--learner"]),
+    );
     assert!(out.contains("added to cluster"), "{out}");
     let id_hex = out.split_whitespace().nth(1).unwrap().to_string();
     let id = u64::from_str_radix(&id_hex, 16).unwrap();
@@ -191,11 +194,19 @@ async fn bad_requests_get_etcds_errors() {
     let (cluster, follower, _) = cluster_and_follower().await;
     let out = cluster.etcdctl(&follower, &["put", "", "v"]);
     assert!(!out.status.success());
-    assert!(String::from_utf8_lossy(&out.stderr).contains("key is not provided"), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("key is not provided"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let big = "x".repeat(1_600_000);
     let out = etcdctl(&follower, &["put", "big"], Some(&big));
     assert!(!out.status.success());
-    assert!(String::from_utf8_lossy(&out.stderr).contains("request is too large"), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("request is too large"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     // Nothing was written by the refused requests.
     let out = must_succeed(cluster.etcdctl(&follower, &["get", "big"]));
     assert_eq!(out, "");

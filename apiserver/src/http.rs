@@ -46,7 +46,12 @@ async fn metrics(State(store): State<Store>) -> impl IntoResponse {
     gauge(&registry, "skiff_mvcc_revision", "Current store revision.", s.revision);
     gauge(&registry, "skiff_mvcc_compacted_revision", "Compacted revision.", s.compacted);
     gauge(&registry, "skiff_mvcc_db_size_bytes", "Approximate state-machine database size.", s.db_size as i64);
-    gauge(&registry, "skiff_watchers", "Watchers following this member's live feed.", store.state_machine().hub().watchers() as i64);
+    gauge(
+        &registry,
+        "skiff_watchers",
+        "Watchers following this member's live feed.",
+        store.state_machine().hub().watchers() as i64,
+    );
     let mut out = Vec::new();
     let _ = TextEncoder::new().encode(&registry.gather(), &mut out);
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], out)

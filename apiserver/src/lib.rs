@@ -108,8 +108,8 @@ pub async fn start(config: ApiserverConfig, listeners: Listeners) -> Result<Runn
             tokio_stream::wrappers::TcpListenerStream::new(listeners.client),
             stopped(stop_rx.clone()),
         );
-    let http = axum::serve(listeners.http, http::router(store.clone()))
-        .with_graceful_shutdown(stopped(stop_rx.clone()));
+    let http =
+        axum::serve(listeners.http, http::router(store.clone())).with_graceful_shutdown(stopped(stop_rx.clone()));
 
     let peer = tokio::spawn(peer);
     let client = tokio::spawn(client);

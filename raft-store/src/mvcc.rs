@@ -14,9 +14,8 @@ use rocksdb::{ColumnFamily, ReadOptions, SnapshotWithThreadMode, WriteBatch, DB}
 use serde::{Deserialize, Serialize};
 
 use crate::types::{
-    ApplyError, Command, Compare, CompareResult, CompareTarget, DeleteRequest, KeyValue, Op,
-    OpResult, Output, ProposalResult, PutRequest, RangeRequest, RangeResult, RequestId,
-    SortOrder, SortTarget, Txn, TxnResult,
+    ApplyError, Command, Compare, CompareResult, CompareTarget, DeleteRequest, KeyValue, Op, OpResult, Output,
+    ProposalResult, PutRequest, RangeRequest, RangeResult, RequestId, SortOrder, SortTarget, Txn, TxnResult,
 };
 
 pub const CF_HIST: &str = "hist";
@@ -264,12 +263,7 @@ impl<'a> Reader<'a> {
 
     /// The newest record at or below `revision` of every key in the range,
     /// tombstones included, in key order.
-    fn scan_at(
-        &self,
-        start: &[u8],
-        end: &[u8],
-        revision: i64,
-    ) -> Result<BTreeMap<Vec<u8>, KvRecord>, EngineError> {
+    fn scan_at(&self, start: &[u8], end: &[u8], revision: i64) -> Result<BTreeMap<Vec<u8>, KvRecord>, EngineError> {
         let mut out = BTreeMap::new();
         if end.is_empty() {
             if let Some(r) = self.record_at(start, revision)? {
@@ -322,10 +316,9 @@ impl<'a> Reader<'a> {
         let mut it = self.db.raw_iterator_cf_opt(cf(self.db, CF_REV), self.opts());
         it.seek(rev_key(from));
         while let (Some(k), Some(v)) = (it.key(), it.value()) {
-            let revision = u64::from_be_bytes(k.try_into().map_err(|_| EngineError::Corrupt {
-                cf: CF_REV,
-                reason: "bad revision key".into(),
-            })?) as i64;
+            let revision = u64::from_be_bytes(
+                k.try_into().map_err(|_| EngineError::Corrupt { cf: CF_REV, reason: "bad revision key".into() })?,
+            ) as i64;
             if revision > to || out.len() >= limit {
                 break;
             }
@@ -430,7 +423,11 @@ fn finish_range(req: &RangeRequest, found: impl Iterator<Item = (Vec<u8>, KvReco
                 SortTarget::Value => a.value.cmp(&b.value),
             };
             // Ties stay in key order, as etcd's stable sort leaves them.
-            if order == SortOrder::Descend { ord.reverse() } else { ord }
+            if order == SortOrder::Descend {
+                ord.reverse()
+            } else {
+                ord
+            }
         });
     }
     let mut more = false;
@@ -494,7 +491,12 @@ impl<'a> Applier<'a> {
 
     /// Applies one proposal, or returns the remembered result of an earlier
     /// proposal with the same id.
-    pub fn apply(&mut self, id: RequestId, command: &Command, timestamp_ms: u64) -> Result<ProposalResult, EngineError> {
+    pub fn apply(
+        &mut self,
+        id: RequestId,
+        command: &Command,
+        timestamp_ms: u64,
+    ) -> Result<ProposalResult, EngineError> {
         if let Some(done) = self.remembered(id)? {
             return Ok(done);
         }
@@ -727,11 +729,8 @@ impl<'a> Applier<'a> {
         revision: i64,
         changes: &mut BTreeMap<Vec<u8>, KvRecord>,
     ) -> Result<Result<OpResult, ApplyError>, EngineError> {
-        let live: Vec<(Vec<u8>, KvRecord)> = self
-            .view_range(&d.key, &d.range_end, i64::MAX, changes)?
-            .into_iter()
-            .filter(|(_, r)| !r.deleted)
-            .collect();
+        let live: Vec<(Vec<u8>, KvRecord)> =
+            self.view_range(&d.key, &d.range_end, i64::MAX, changes)?.into_iter().filter(|(_, r)| !r.deleted).collect();
         let mut prev_kvs = Vec::new();
         for (k, r) in &live {
             if changes.get(k).is_some_and(|c| c.mod_revision == revision) {
@@ -862,7 +861,8 @@ mod tests {
 
     #[test]
     fn encoded_keys_sort_like_raw_keys() {
-        let keys: Vec<&[u8]> = vec![b"", b"\0", b"\0\0", b"\0\x01", b"a", b"a\0", b"a\0b", b"a\x01", b"ab", b"b", b"\xff"];
+        let keys: Vec<&[u8]> =
+            vec![b"", b"\0", b"\0\0", b"\0\x01", b"a", b"a\0", b"a\0b", b"a\x01", b"ab", b"b", b"\xff"];
         for w in keys.windows(2) {
             let (a, b) = (hist_key(w[0], 5), hist_key(w[1], 1));
             assert!(a < b, "{:?} should sort before {:?}", w[0], w[1]);

@@ -124,7 +124,8 @@ impl PeerClients {
             }
             Ok(Ok(r)) => r.into_inner(),
         };
-        bincode::deserialize(&response.data).map_err(|e| PeerError::Failed { addr: addr.to_string(), reason: e.to_string() })
+        bincode::deserialize(&response.data)
+            .map_err(|e| PeerError::Failed { addr: addr.to_string(), reason: e.to_string() })
     }
 }
 

@@ -27,8 +27,7 @@ use tokio::sync::watch;
 use crate::hub::{Hub, HubMessage};
 use crate::mvcc::{self, cf, encode, Applier, Reader, CF_META};
 use crate::types::{
-    BatchResponse, Command, LogId, MemberInfo, NodeId, SnapshotMeta, StorageError, StoredMembership,
-    TypeConfig,
+    BatchResponse, Command, LogId, MemberInfo, NodeId, SnapshotMeta, StorageError, StoredMembership, TypeConfig,
 };
 
 const META_LAST_APPLIED: &[u8] = b"last_applied";
@@ -117,7 +116,8 @@ impl StateMachine {
             read_raft_state(&db).map_err(|reason| OpenError::Corrupt { path: db_path.clone(), reason })?;
         let reader = Reader::live(&db);
         let corrupt = |e: mvcc::EngineError| OpenError::Corrupt { path: db_path.clone(), reason: e.to_string() };
-        let applied = Applied { index: last_applied.map_or(0, |l| l.index), revision: reader.revision().map_err(corrupt)? };
+        let applied =
+            Applied { index: last_applied.map_or(0, |l| l.index), revision: reader.revision().map_err(corrupt)? };
         let compacted = reader.compacted().map_err(corrupt)?;
         drop(reader);
         let (applied_tx, _) = watch::channel(applied);
@@ -197,7 +197,9 @@ impl StateMachine {
             .sum::<u64>()
             + mvcc::COLUMN_FAMILIES
                 .iter()
-                .filter_map(|name| db.property_int_value_cf(cf(&db, name), "rocksdb.cur-size-all-mem-tables").ok().flatten())
+                .filter_map(|name| {
+                    db.property_int_value_cf(cf(&db, name), "rocksdb.cur-size-all-mem-tables").ok().flatten()
+                })
                 .sum::<u64>()
     }
 
@@ -434,14 +436,19 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         Ok(Box::new(file))
     }
 
-    async fn install_snapshot(&mut self, meta: &SnapshotMeta, snapshot: Box<tokio::fs::File>) -> Result<(), StorageError> {
+    async fn install_snapshot(
+        &mut self,
+        meta: &SnapshotMeta,
+        snapshot: Box<tokio::fs::File>,
+    ) -> Result<(), StorageError> {
         use std::os::unix::fs::MetadataExt;
         use tokio::io::AsyncSeekExt;
 
         let mut snapshot = snapshot;
-        let incoming = self.shared.receiving.lock().expect("poisoned").take().unwrap_or_else(|| {
-            self.shared.snapshot_dir.join(format!("incoming-{:016x}.part", rand::random::<u64>()))
-        });
+        let incoming =
+            self.shared.receiving.lock().expect("poisoned").take().unwrap_or_else(|| {
+                self.shared.snapshot_dir.join(format!("incoming-{:016x}.part", rand::random::<u64>()))
+            });
         // openraft normally fills the file `begin_receiving_snapshot` made;
         // if it hands over another file, copy that one into place.
         let given = snapshot.metadata().await.map_err(snapshot_error)?;

@@ -112,11 +112,21 @@ const IDENTITY_FILE: &str = "skiff-member.json";
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub enum AdminRequest {
     /// A fresh member asks to be added (learner, catch up, promote).
-    Join { info: MemberInfo, timeout_ms: u64 },
+    Join {
+        info: MemberInfo,
+        timeout_ms: u64,
+    },
     /// etcd's MemberAdd: register a member that will start later.
-    Add { peer_addr: String, learner: bool },
-    Promote { id: NodeId },
-    Remove { id: NodeId },
+    Add {
+        peer_addr: String,
+        learner: bool,
+    },
+    Promote {
+        id: NodeId,
+    },
+    Remove {
+        id: NodeId,
+    },
     /// Whether this member has cluster state, and what it knows of members.
     Probe,
 }
@@ -403,15 +413,12 @@ impl Store {
     async fn join(&self, client_addr: &str) -> Result<(), StartError> {
         let config = &self.inner.config;
         let info = self.member_info();
-        let cluster_id = crate::join::request_join(client_addr, &info, config.join_timeout)
-            .await
-            .map_err(StartError::Join)?;
+        let cluster_id =
+            crate::join::request_join(client_addr, &info, config.join_timeout).await.map_err(StartError::Join)?;
         let mut identity = self.inner.identity.lock().expect("poisoned").clone();
         identity.cluster_id = cluster_id;
-        save_identity(&config.data_dir, &identity).map_err(|e| StartError::DataDir {
-            path: config.data_dir.clone(),
-            reason: e.to_string(),
-        })?;
+        save_identity(&config.data_dir, &identity)
+            .map_err(|e| StartError::DataDir { path: config.data_dir.clone(), reason: e.to_string() })?;
         *self.inner.identity.lock().expect("poisoned") = identity;
         Ok(())
     }
@@ -570,8 +577,7 @@ impl Store {
     /// the name and client URLs it published.
     pub fn members(&self) -> Vec<MemberView> {
         let membership = self.inner.raft.metrics().borrow().membership_config.clone();
-        let published: BTreeMap<NodeId, MemberInfo> =
-            self.inner.sm.members().into_iter().map(|m| (m.id, m)).collect();
+        let published: BTreeMap<NodeId, MemberInfo> = self.inner.sm.members().into_iter().map(|m| (m.id, m)).collect();
         let voters: BTreeSet<NodeId> = membership.membership().voter_ids().collect();
         membership
             .membership()
@@ -638,8 +644,7 @@ impl Store {
         let _serial = self.inner.admin.lock().await;
         let raft = &self.inner.raft;
         let membership = raft.metrics().borrow().membership_config.clone();
-        let nodes: BTreeMap<NodeId, Node> =
-            membership.membership().nodes().map(|(id, n)| (*id, n.clone())).collect();
+        let nodes: BTreeMap<NodeId, Node> = membership.membership().nodes().map(|(id, n)| (*id, n.clone())).collect();
         let voters: BTreeSet<NodeId> = membership.membership().voter_ids().collect();
         match req {
             AdminRequest::Probe => unreachable!("handled above"),
@@ -693,8 +698,10 @@ impl Store {
                 let node = Node { addr: peer_addr };
                 retry_in_progress(|| raft.add_learner(id, node.clone(), false)).await?;
                 if !learner {
-                    retry_in_progress(|| raft.change_membership(ChangeMembers::AddVoterIds(BTreeSet::from([id])), false))
-                        .await?;
+                    retry_in_progress(|| {
+                        raft.change_membership(ChangeMembers::AddVoterIds(BTreeSet::from([id])), false)
+                    })
+                    .await?;
                 }
                 Ok(AdminResponse::Added { id })
             }
@@ -703,9 +710,7 @@ impl Store {
                     return Err(StoreError::MemberNotFound { id });
                 }
                 if voters.contains(&id) {
-                    return Err(StoreError::FailedPrecondition(
-                        "etcdserver: can only promote a learner member".into(),
-                    ));
+                    return Err(StoreError::FailedPrecondition("etcdserver: can only promote a learner member".into()));
                 }
                 if !is_caught_up(raft, id) {
                     return Err(StoreError::FailedPrecondition(
@@ -841,7 +846,8 @@ async fn run_batcher(raft: Raft, mut rx: mpsc::Receiver<PendingWrite>, max_batch
         }
         let raft = raft.clone();
         tokio::spawn(async move {
-            let batch = Batch { timestamp_ms: now_ms(), proposals: pending.iter().map(|p| p.proposal.clone()).collect() };
+            let batch =
+                Batch { timestamp_ms: now_ms(), proposals: pending.iter().map(|p| p.proposal.clone()).collect() };
             let outcome = raft.client_write(batch).await;
             drop(slot);
             match outcome {

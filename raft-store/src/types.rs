@@ -234,8 +234,13 @@ pub struct TxnResult {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum Output {
     /// `revision` is the store revision after the transaction.
-    Txn { result: TxnResult, revision: i64 },
-    Compacted { revision: i64 },
+    Txn {
+        result: TxnResult,
+        revision: i64,
+    },
+    Compacted {
+        revision: i64,
+    },
     Published,
 }
 

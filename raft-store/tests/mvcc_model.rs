@@ -109,7 +109,10 @@ fn action() -> impl Strategy<Value = Action> {
 
 fn to_txn(a: &Action) -> Txn {
     match a {
-        Action::Put(k, v) => Txn { success: vec![Op::Put(PutRequest { key: key(*k), value: vec![*v], ..Default::default() })], ..Default::default() },
+        Action::Put(k, v) => Txn {
+            success: vec![Op::Put(PutRequest { key: key(*k), value: vec![*v], ..Default::default() })],
+            ..Default::default()
+        },
         Action::Delete(k, end) => Txn {
             success: vec![Op::DeleteRange(DeleteRequest {
                 key: key(*k),

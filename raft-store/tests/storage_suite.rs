@@ -17,6 +17,8 @@ impl openraft::testing::StoreBuilder<TypeConfig, LogStore, StateMachine, tempfil
 }
 
 #[test]
-fn openraft_storage_suite_passes() -> Result<(), StorageError> {
-    openraft::testing::Suite::test_all(Builder)
+fn openraft_storage_suite_passes() {
+    if let Err(e) = openraft::testing::Suite::test_all(Builder) {
+        panic!("storage suite failed: {e}");
+    }
 }

@@ -20,7 +20,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Run one master replica: Raft member, MVCC store and APIs.
-    Apiserver(ApiserverArgs),
+    Apiserver(Box<ApiserverArgs>),
     /// Run a local cluster of masters on loopback in the foreground (Ctrl-C stops it).
     Up(skiff::up::UpArgs),
 }
@@ -149,7 +149,7 @@ fn main() -> ExitCode {
     let result = runtime.block_on(async move {
         match cli.command {
             Command::Apiserver(args) => {
-                let config = args.into_config()?;
+                let config = (*args).into_config()?;
                 skiff_apiserver::run(config, shutdown_signal()).await.map_err(|e| e.to_string())
             }
             Command::Up(args) => skiff::up::run(args).await,

@@ -85,14 +85,8 @@ impl Cluster {
     pub fn start_with(&mut self, id: u64, args: &[&str]) {
         let m = self.members.get_mut(&id).unwrap();
         let log = std::fs::OpenOptions::new().create(true).append(true).open(&m.log).unwrap();
-        let child = m
-            .command()
-            .args(args)
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().unwrap())
-            .stderr(log)
-            .spawn()
-            .unwrap();
+        let child =
+            m.command().args(args).stdin(Stdio::null()).stdout(log.try_clone().unwrap()).stderr(log).spawn().unwrap();
         m.child = Some(child);
     }
 

@@ -11,6 +11,7 @@
 //!
 //! [`Hub`]: crate::hub::Hub
 
+use std::collections::hash_map::Entry;
 use std::collections::HashMap;
 use std::pin::Pin;
 use std::time::Duration;
@@ -29,7 +30,6 @@ use tonic::{Request, Response, Status, Streaming};
 use crate::hub::HubMessage;
 use crate::mvcc::{in_range, Event, EventKind, Reader, RevisionEvents};
 use crate::store::Store;
-use crate::types::KeyValue;
 
 /// Responses buffered per watch stream before its watchers wait.
 const STREAM_BUFFER: usize = 1024;
@@ -70,16 +70,24 @@ impl Watch for WatchService {
                 let response = match req.request_union {
                     Some(RequestUnion::CreateRequest(create)) => {
                         let id = if create.watch_id != 0 { create.watch_id } else { next_id };
-                        if watchers.contains_key(&id) {
-                            WatchResponse {
-                                header: Some(super::header(store.header())),
-                                watch_id: id,
-                                created: true,
-                                canceled: true,
-                                cancel_reason: "etcdserver: duplicate watch ID".into(),
-                                ..Default::default()
+                        let slot = match watchers.entry(id) {
+                            Entry::Vacant(slot) => slot,
+                            Entry::Occupied(_) => {
+                                let duplicate = WatchResponse {
+                                    header: Some(super::header(store.header())),
+                                    watch_id: id,
+                                    created: true,
+                                    canceled: true,
+                                    cancel_reason: "etcdserver: duplicate watch ID".into(),
+                                    ..Default::default()
+                                };
+                                if tx.send(Ok(duplicate)).await.is_err() {
+                                    break;
+                                }
+                                continue;
                             }
-                        } else {
+                        };
+                        {
                             next_id = next_id.max(id + 1);
                             let created = WatchResponse {
                                 header: Some(super::header(store.header())),
@@ -92,7 +100,7 @@ impl Watch for WatchService {
                             }
                             let spec = WatcherSpec::new(id, &create);
                             let handle = tokio::spawn(run_watcher(store.clone(), spec, tx.clone(), progress_interval));
-                            watchers.insert(id, handle);
+                            slot.insert(handle);
                             continue;
                         }
                     }
@@ -164,24 +172,10 @@ impl WatcherSpec {
 
     fn to_wire(&self, e: &Event) -> mvccpb::Event {
         mvccpb::Event {
-            r#type: match e.kind {
-                EventKind::Put => mvccpb::event::EventType::Put as i32,
-                EventKind::Delete => mvccpb::event::EventType::Delete as i32,
-            },
-            kv: Some(kv_to_wire(&e.kv)),
-            prev_kv: if self.prev_kv { e.prev_kv.as_ref().map(kv_to_wire) } else { None },
+            r#type: mvccpb::event::EventType::from(e.kind) as i32,
+            kv: Some(e.kv.clone().into()),
+            prev_kv: if self.prev_kv { e.prev_kv.clone().map(Into::into) } else { None },
         }
-    }
-}
-
-fn kv_to_wire(kv: &KeyValue) -> mvccpb::KeyValue {
-    mvccpb::KeyValue {
-        key: kv.key.clone(),
-        create_revision: kv.create_revision,
-        mod_revision: kv.mod_revision,
-        version: kv.version,
-        value: kv.value.clone(),
-        lease: kv.lease,
     }
 }
 
@@ -221,7 +215,11 @@ async fn run_watcher(store: Store, spec: WatcherSpec, out: Out, progress_interva
 }
 
 impl Watcher {
-    async fn run(&mut self, live: &mut broadcast::Receiver<HubMessage>, progress_interval: Duration) -> Result<(), Stop> {
+    async fn run(
+        &mut self,
+        live: &mut broadcast::Receiver<HubMessage>,
+        progress_interval: Duration,
+    ) -> Result<(), Stop> {
         let mut progress = tokio::time::interval_at(tokio::time::Instant::now() + progress_interval, progress_interval);
         loop {
             self.catch_up().await?;
