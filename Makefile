@@ -36,7 +36,7 @@ test: deps
 # Longer chaos runs (more leader kills), not part of `make test`.
 chaos: deps
 	$(CARGO) build --release --workspace --bins
-	SKIFF_CHAOS_KILLS=10 $(CARGO) test --release --test chaos -- --ignored --test-threads 1
+	SKIFF_CHAOS_KILLS=10 $(CARGO) test --release --test cluster leader_kills -- --test-threads 1
 
 lint:
 	$(CARGO) fmt --all -- --check

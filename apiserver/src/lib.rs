@@ -61,18 +61,33 @@ impl Listeners {
     }
 }
 
+/// How long open client streams (watches) may delay a shutdown.
+const GRACE: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// A running apiserver, for in-process tests.
 pub struct Running {
     pub store: Store,
     stop: watch::Sender<bool>,
-    task: tokio::task::JoinHandle<Result<(), RunError>>,
+    servers: Vec<tokio::task::JoinHandle<Result<(), String>>>,
 }
 
 impl Running {
-    /// Stops serving and shuts Raft down.
+    /// Stops the listeners (giving open streams a short grace period), then
+    /// shuts Raft down.
     pub async fn stop(self) -> Result<(), RunError> {
         let _ = self.stop.send(true);
-        self.task.await.map_err(|e| RunError::Serve(e.to_string()))?
+        let mut result = Ok(());
+        for mut server in self.servers {
+            match tokio::time::timeout(GRACE, &mut server).await {
+                Ok(Ok(Err(e))) => result = Err(RunError::Serve(e)),
+                Ok(Err(e)) => result = Err(RunError::Serve(e.to_string())),
+                Ok(Ok(Ok(()))) => {}
+                // Streams still open after the grace period are cut.
+                Err(_) => server.abort(),
+            }
+        }
+        self.store.shutdown().await;
+        result
     }
 }
 
@@ -111,25 +126,17 @@ pub async fn start(config: ApiserverConfig, listeners: Listeners) -> Result<Runn
     let http =
         axum::serve(listeners.http, http::router(store.clone())).with_graceful_shutdown(stopped(stop_rx.clone()));
 
-    let peer = tokio::spawn(peer);
-    let client = tokio::spawn(client);
-    let http = tokio::spawn(async move { http.await });
+    let servers = vec![
+        tokio::spawn(async move { peer.await.map_err(|e| e.to_string()) }),
+        tokio::spawn(async move { client.await.map_err(|e| e.to_string()) }),
+        tokio::spawn(async move { http.await.map_err(|e| e.to_string()) }),
+    ];
+    let running = Running { store: store.clone(), stop, servers };
 
     if let Err(e) = store.bootstrap().await {
-        let _ = stop.send(true);
-        store.shutdown().await;
+        let _ = running.stop().await;
         return Err(e.into());
     }
     tracing::info!(id = store.id(), "member started");
-
-    let s = store.clone();
-    let task = tokio::spawn(async move {
-        let (p, c, h) = tokio::join!(peer, client, http);
-        s.shutdown().await;
-        p.map_err(|e| RunError::Serve(e.to_string()))?.map_err(|e| RunError::Serve(e.to_string()))?;
-        c.map_err(|e| RunError::Serve(e.to_string()))?.map_err(|e| RunError::Serve(e.to_string()))?;
-        h.map_err(|e| RunError::Serve(e.to_string()))?.map_err(|e| RunError::Serve(e.to_string()))?;
-        Ok(())
-    });
-    Ok(Running { store, stop, task })
+    Ok(running)
 }

@@ -1,0 +1,189 @@
+//! In-process 3-member cluster: writes through followers, linearizable
+//! reads, watches across members, history and the gRPC-only options that
+//! etcdctl 3.4 cannot send (count_only, progress_notify).
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use skiff_apiserver::{ApiserverConfig, Listeners, Running};
+use skiff_proto::control::control_client::ControlClient;
+use skiff_proto::control::HistoryRequest;
+use skiff_proto::etcdserverpb::kv_client::KvClient;
+use skiff_proto::etcdserverpb::watch_client::WatchClient;
+use skiff_proto::etcdserverpb::{
+    watch_request, PutRequest, RangeRequest, WatchCreateRequest, WatchRequest, WatchResponse,
+};
+use skiff_raft_store::StoreConfig;
+use tonic::transport::Channel;
+
+struct InProcessCluster {
+    _dir: tempfile::TempDir,
+    members: Vec<Running>,
+    clients: Vec<String>,
+}
+
+impl InProcessCluster {
+    async fn spawn(n: u64) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let mut listeners = Vec::new();
+        for _ in 0..n {
+            let peer = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let client = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let http = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            listeners.push(Listeners { peer, client, http });
+        }
+        let initial: BTreeMap<u64, String> =
+            listeners.iter().enumerate().map(|(i, l)| (i as u64 + 1, l.addrs().0.to_string())).collect();
+        let clients: Vec<String> = listeners.iter().map(|l| l.addrs().1.to_string()).collect();
+        let starts = listeners.into_iter().enumerate().map(|(i, l)| {
+            let id = i as u64 + 1;
+            let (peer, client, http) = l.addrs();
+            let mut store = StoreConfig::new(id, dir.path().join(format!("m{id}")), peer.to_string());
+            store.initial_cluster = initial.clone();
+            store.client_urls = vec![format!("http://{client}")];
+            let config = ApiserverConfig {
+                store,
+                peer_listen: peer.to_string(),
+                client_listen: client.to_string(),
+                http_listen: http.to_string(),
+                watch_progress_interval: Duration::from_millis(300),
+            };
+            skiff_apiserver::start(config, l)
+        });
+        let members = futures_join(starts).await;
+        let cluster = InProcessCluster { _dir: dir, members, clients };
+        cluster.must_leader().await;
+        cluster
+    }
+
+    async fn must_leader(&self) -> u64 {
+        for _ in 0..300 {
+            let leaders: Vec<_> = self.members.iter().map(|m| m.store.leader()).collect();
+            if let Some(Some(l)) = leaders.first() {
+                if leaders.iter().all(|x| *x == Some(*l)) {
+                    return *l;
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        panic!("no leader");
+    }
+
+    async fn follower_clients(&self) -> (String, String) {
+        let leader = self.must_leader().await as usize;
+        let followers: Vec<&String> =
+            self.clients.iter().enumerate().filter(|(i, _)| i + 1 != leader).map(|(_, c)| c).collect();
+        (followers[0].clone(), followers[1].clone())
+    }
+}
+
+async fn futures_join<F: std::future::Future<Output = Result<Running, skiff_apiserver::RunError>>>(
+    starts: impl Iterator<Item = F>,
+) -> Vec<Running> {
+    let handles: Vec<_> = starts.map(|f| async move { f.await.unwrap() }).collect();
+    let mut out = Vec::new();
+    // Members must start concurrently: each one's bootstrap probes the others.
+    let joined = futures::future::join_all(handles).await;
+    out.extend(joined);
+    out
+}
+
+async fn channel(addr: &str) -> Channel {
+    Channel::from_shared(format!("http://{addr}")).unwrap().connect().await.unwrap()
+}
+
+async fn watch(addr: &str, create: WatchCreateRequest) -> tonic::Streaming<WatchResponse> {
+    let (tx, rx) = tokio::sync::mpsc::channel(4);
+    tx.send(WatchRequest { request_union: Some(watch_request::RequestUnion::CreateRequest(create)) }).await.unwrap();
+    // Keep the request side open for the life of the test.
+    std::mem::forget(tx);
+    let mut stream = WatchClient::new(channel(addr).await)
+        .watch(tokio_stream::wrappers::ReceiverStream::new(rx))
+        .await
+        .unwrap()
+        .into_inner();
+    let created = stream.message().await.unwrap().unwrap();
+    assert!(created.created);
+    stream
+}
+
+fn put(key: &str, value: &str) -> PutRequest {
+    PutRequest { key: key.into(), value: value.into(), ..Default::default() }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn writes_through_a_follower_are_read_linearizably_on_the_other() {
+    let cluster = InProcessCluster::spawn(3).await;
+    let (a, b) = cluster.follower_clients().await;
+    let mut ka = KvClient::new(channel(&a).await);
+    let mut kb = KvClient::new(channel(&b).await);
+    for i in 0..50 {
+        let r = ka.put(put("lin", &i.to_string())).await.unwrap().into_inner();
+        // A linearizable read on another follower sees the write at once.
+        let got = kb.range(RangeRequest { key: "lin".into(), ..Default::default() }).await.unwrap().into_inner();
+        assert_eq!(got.kvs[0].value, i.to_string().into_bytes());
+        assert!(got.header.unwrap().revision >= r.header.unwrap().revision);
+    }
+    for m in cluster.members {
+        m.stop().await.unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watch_on_one_member_sees_writes_made_through_another() {
+    let cluster = InProcessCluster::spawn(3).await;
+    let (a, b) = cluster.follower_clients().await;
+    let mut stream =
+        watch(&a, WatchCreateRequest { key: "/x/".into(), range_end: "/x0".into(), ..Default::default() }).await;
+    let mut kb = KvClient::new(channel(&b).await);
+    let mut revisions = Vec::new();
+    for i in 0..20 {
+        revisions.push(kb.put(put(&format!("/x/{i}"), "v")).await.unwrap().into_inner().header.unwrap().revision);
+    }
+    let mut seen = Vec::new();
+    while seen.len() < 20 {
+        let r = tokio::time::timeout(Duration::from_secs(5), stream.message()).await.unwrap().unwrap().unwrap();
+        seen.extend(r.events.iter().map(|e| e.kv.as_ref().unwrap().mod_revision));
+    }
+    assert_eq!(seen, revisions);
+    for m in cluster.members {
+        m.stop().await.unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn count_only_progress_notify_and_history_work_over_grpc() {
+    let cluster = InProcessCluster::spawn(3).await;
+    let (a, _) = cluster.follower_clients().await;
+    let mut kv = KvClient::new(channel(&a).await);
+    for v in ["1", "2", "3"] {
+        kv.put(put("/h/key", v)).await.unwrap();
+    }
+    kv.put(put("/h/other", "x")).await.unwrap();
+    let r = kv
+        .range(RangeRequest { key: "/h/".into(), range_end: "/h0".into(), count_only: true, ..Default::default() })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!((r.count, r.kvs.len()), (2, 0));
+
+    let history = ControlClient::new(channel(&a).await)
+        .history(HistoryRequest { key: "/h/key".into(), serializable: false })
+        .await
+        .unwrap()
+        .into_inner();
+    let values: Vec<Vec<u8>> = history.entries.iter().map(|e| e.kv.clone().unwrap().value).collect();
+    assert_eq!(values, [b"1".to_vec(), b"2".to_vec(), b"3".to_vec()]);
+    assert!(history.entries.iter().all(|e| e.commit_time_ms > 0));
+
+    // A quiet watcher that asked for progress hears the current revision.
+    let current = r.header.unwrap().revision;
+    let mut stream =
+        watch(&a, WatchCreateRequest { key: "/quiet".into(), progress_notify: true, ..Default::default() }).await;
+    let p = tokio::time::timeout(Duration::from_secs(5), stream.message()).await.unwrap().unwrap().unwrap();
+    assert!(p.events.is_empty() && !p.created && !p.canceled);
+    assert_eq!(p.header.unwrap().revision, current);
+    for m in cluster.members {
+        m.stop().await.unwrap();
+    }
+}

@@ -1,0 +1,48 @@
+//! `skiffctl` against a real cluster: kv, history, status, members, compact.
+
+mod support;
+
+use std::process::Command;
+
+use support::*;
+
+fn skiffctl(server: &str, args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_skiffctl")).args(["--server", server]).args(args).output().unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn skiffctl_reads_history_status_and_members() {
+    let cluster = Cluster::spawn(3).await;
+    // The first server is down: skiffctl moves on to the next one.
+    let servers = format!("127.0.0.1:1,{}", cluster.endpoints());
+    for v in ["one", "two", "three"] {
+        must_succeed(skiffctl(&servers, &["kv", "put", "/app/config", v]));
+    }
+    must_succeed(skiffctl(&servers, &["kv", "del", "/app/config"]));
+    must_succeed(skiffctl(&servers, &["kv", "put", "/app/config", "four"]));
+    let out = must_succeed(skiffctl(&servers, &["kv", "history", "/app/config"]));
+    let rows: Vec<&str> = out.lines().skip(1).collect();
+    assert_eq!(rows.len(), 5, "{out}");
+    assert!(rows[0].contains("PUT") && rows[0].ends_with("one"), "{out}");
+    assert!(rows[3].contains("DELETE"), "{out}");
+    assert!(rows[4].ends_with("four") && rows[4].contains("Z"), "commit time shown: {out}");
+    let first_rev: i64 = rows[0].split_whitespace().next().unwrap().parse().unwrap();
+    let out = must_succeed(skiffctl(&servers, &["kv", "get", "/app/config", "--rev", &first_rev.to_string()]));
+    assert_eq!(out, "/app/config\none\n");
+
+    let out = must_succeed(skiffctl(&servers, &["status"]));
+    assert_eq!(out.lines().count(), 4, "{out}");
+    assert_eq!(out.matches('*').count(), 1, "one leader marked: {out}");
+    let out = must_succeed(skiffctl(&servers, &["member", "list"]));
+    assert_eq!(out.lines().count(), 4, "{out}");
+
+    must_succeed(skiffctl(&servers, &["compact", &(first_rev + 1).to_string()]));
+    let out = skiffctl(&servers, &["kv", "get", "/app/config", "--rev", &first_rev.to_string()]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("compacted"));
+    let out = must_succeed(skiffctl(&servers, &["kv", "history", "/app/config"]));
+    assert!(out.contains("compacted"), "{out}");
+    let out = skiffctl(&servers, &["member", "remove", "42"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("member not found"));
+}
