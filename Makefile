@@ -6,6 +6,7 @@ CARGO_TARGET_DIR ?= $(HOME)/.cache/skiff/target
 export CARGO_TARGET_DIR
 BIN := $(CARGO_TARGET_DIR)/release
 CARGO ?= cargo
+SHELL := /bin/bash
 
 .PHONY: deps build up test chaos lint fmt clean-up
 
@@ -29,9 +30,13 @@ build: deps
 up: build
 	$(BIN)/skiff up --masters 3 --dir .skiff/up
 
+# Ends with one "N passed, M failed" line summed over every test binary.
 test: deps
 	$(CARGO) build --release --workspace --bins
-	$(CARGO) test --release --workspace -- --test-threads 2
+	@set -o pipefail; log=$$(mktemp); \
+	$(CARGO) test --release --workspace -- --test-threads 2 2>&1 | tee $$log; status=$$?; \
+	grep -E '^test result:' $$log | awk '{p+=$$4; f+=$$6} END {printf "\n%d passed, %d failed\n", p, f}'; \
+	rm -f $$log; exit $$status
 
 # Longer chaos runs (more leader kills), not part of `make test`.
 chaos: deps
