@@ -248,7 +248,12 @@ async fn a_wiped_member_is_refused_instead_of_rejoining_under_its_old_id() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_directory_that_is_not_skiffs_is_refused_untouched() {
-    let mut cluster = Cluster { root: tempfile::tempdir().unwrap(), members: BTreeMap::new(), initial: String::new() };
+    let mut cluster = Cluster {
+        root: tempfile::tempdir().unwrap(),
+        members: BTreeMap::new(),
+        initial: String::new(),
+        extra_args: Vec::new(),
+    };
     cluster.add_member(1);
     let dir = cluster.members[&1].data_dir.clone();
     std::fs::create_dir_all(&dir).unwrap();
@@ -260,4 +265,66 @@ async fn a_directory_that_is_not_skiffs_is_refused_untouched() {
     assert!(err.contains("not a Skiff data directory"), "{err}");
     assert_eq!(std::fs::read_to_string(dir.join("precious.txt")).unwrap(), "keep me");
     assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_that_missed_the_purged_log_catches_up_from_a_snapshot() {
+    let mut cluster = Cluster::spawn_with(3, &["--snapshot-count", "50"]).await;
+    let leader = cluster.must_leader().await;
+    let lagging = cluster.members.keys().copied().find(|id| *id != leader).unwrap();
+    cluster.kill(lagging);
+    let mut kv = kv(&cluster.members[&leader].client).await;
+    let mut last = 0;
+    for i in 0..400 {
+        let put =
+            PutRequest { key: format!("/snap/{i:04}").into_bytes(), value: vec![b'x'; 512], ..Default::default() };
+        last = kv.put(put).await.unwrap().into_inner().header.unwrap().revision;
+    }
+    // The leader has snapshotted and purged the entries the lagging member lacks.
+    let leader_snapshots = cluster.members[&leader].data_dir.join("snapshots");
+    let has_snapshot = |dir: &std::path::Path| {
+        std::fs::read_dir(dir)
+            .map(|d| d.flatten().any(|e| e.path().extension().is_some_and(|x| x == "snap")))
+            .unwrap_or(false)
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !has_snapshot(&leader_snapshots) {
+        assert!(std::time::Instant::now() < deadline, "leader built no snapshot:\n{}", cluster.log_of(leader));
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    cluster.start(lagging);
+    let addr = cluster.members[&lagging].client.clone();
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Ok(s) = status(&addr).await {
+            if s.header.unwrap().revision >= last {
+                break;
+            }
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "member {lagging} did not catch up:\n{}",
+            cluster.log_of(lagging)
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(has_snapshot(&cluster.members[&lagging].data_dir.join("snapshots")), "caught up without a snapshot");
+    // Its local (serializable) reads and history match the leader's.
+    let mut local = support::kv(&addr).await;
+    let got = local
+        .range(RangeRequest {
+            key: b"/snap/".to_vec(),
+            range_end: b"/snap0".to_vec(),
+            serializable: true,
+            count_only: true,
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(got.count, 400);
+    // Writes keep flowing to it after the install.
+    must_succeed(cluster.etcdctl(&addr, &["put", "/snap/after", "y"]));
+    let out = must_succeed(cluster.etcdctl(&addr, &["get", "/snap/after", "--consistency=s"]));
+    assert!(out.contains("y"));
 }

@@ -271,7 +271,9 @@ impl Store {
             election_timeout_max: config.election_timeout_max.as_millis() as u64,
             install_snapshot_timeout: 30_000,
             snapshot_policy: SnapshotPolicy::LogsSinceLast(config.snapshot_logs),
-            max_in_snapshot_log_to_keep: 5_000,
+            // Entries kept behind a snapshot so that a follower slightly
+            // behind is served from the log, not a whole snapshot.
+            max_in_snapshot_log_to_keep: (config.snapshot_logs / 2).min(5_000),
             max_payload_entries: 256,
             snapshot_max_chunk_size: 4 * 1024 * 1024,
             ..Default::default()

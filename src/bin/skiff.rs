@@ -143,6 +143,7 @@ fn main() -> ExitCode {
                 .unwrap_or_else(|_| "info,openraft=warn,h2=warn,tower=warn".into()),
         )
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     let cli = Cli::parse();
     let runtime = tokio::runtime::Runtime::new().expect("cannot start the tokio runtime");

@@ -60,15 +60,23 @@ pub struct Cluster {
     pub root: tempfile::TempDir,
     pub members: BTreeMap<u64, Member>,
     pub initial: String,
+    /// Flags every member of this cluster is started with.
+    pub extra_args: Vec<String>,
 }
 
 impl Cluster {
     /// Starts `n` founding members and waits for a leader.
     pub async fn spawn(n: u64) -> Cluster {
+        Self::spawn_with(n, &[]).await
+    }
+
+    /// Starts `n` founding members, each with `extra_args`.
+    pub async fn spawn_with(n: u64, extra_args: &[&str]) -> Cluster {
         let root = tempfile::tempdir().unwrap();
         let members: BTreeMap<u64, Member> = (1..=n).map(|id| (id, Member::new(root.path(), id))).collect();
         let initial = members.values().map(|m| format!("{}={}", m.id, m.peer)).collect::<Vec<_>>().join(",");
-        let mut cluster = Cluster { root, members, initial };
+        let extra_args = extra_args.iter().map(|s| s.to_string()).collect();
+        let mut cluster = Cluster { root, members, initial, extra_args };
         for id in 1..=n {
             cluster.start(id);
         }
@@ -83,10 +91,18 @@ impl Cluster {
     }
 
     pub fn start_with(&mut self, id: u64, args: &[&str]) {
+        let extra = self.extra_args.clone();
         let m = self.members.get_mut(&id).unwrap();
         let log = std::fs::OpenOptions::new().create(true).append(true).open(&m.log).unwrap();
-        let child =
-            m.command().args(args).stdin(Stdio::null()).stdout(log.try_clone().unwrap()).stderr(log).spawn().unwrap();
+        let child = m
+            .command()
+            .args(args)
+            .args(&extra)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .unwrap();
         m.child = Some(child);
     }
 
