@@ -159,6 +159,12 @@ async fn leader_kills_under_load_lose_no_acknowledged_write() {
         .into_inner();
     let stored: BTreeMap<String, i64> =
         all.kvs.iter().map(|kv| (String::from_utf8(kv.key.clone()).unwrap(), kv.mod_revision)).collect();
+    // Each key was written once by its writer: a version above 1 would be a
+    // write applied twice (a forwarded or batched retry that slipped past
+    // the request-id check).
+    for kv in &all.kvs {
+        assert_eq!(kv.version, 1, "{} applied {} times", String::from_utf8_lossy(&kv.key), kv.version);
+    }
     for a in &acked {
         assert_eq!(stored.get(&a.key), Some(&a.revision), "acknowledged write {a:?} lost or moved");
     }

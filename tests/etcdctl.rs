@@ -211,3 +211,54 @@ async fn bad_requests_get_etcds_errors() {
     let out = must_succeed(cluster.etcdctl(&follower, &["get", "big"]));
     assert_eq!(out, "");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leases_expire_attached_keys_on_every_member_also_across_a_leader_change() {
+    let (mut cluster, follower, leader) = cluster_and_follower().await;
+    let out = must_succeed(cluster.etcdctl(&follower, &["lease", "grant", "4"]));
+    assert!(out.contains("granted with TTL(4s)"), "{out}");
+    let id = out.split_whitespace().nth(1).unwrap().to_string();
+    must_succeed(cluster.etcdctl(&follower, &["put", "--lease", &id, "/leased/a", "1"]));
+    must_succeed(cluster.etcdctl(&follower, &["put", "--lease", &id, "/leased/b", "2"]));
+    let out = cluster.etcdctl(&follower, &["put", "--lease", "123abc", "/leased/c", "3"]);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("requested lease not found"));
+    let out = must_succeed(cluster.etcdctl(&follower, &["lease", "list"]));
+    assert!(out.contains(&id), "{out}");
+    let out = must_succeed(cluster.etcdctl(&follower, &["lease", "timetolive", &id, "--keys"]));
+    assert!(out.contains("attached keys([/leased/a /leased/b])"), "{out}");
+    // Keep-alives through a follower hold the lease past its TTL.
+    for _ in 0..3 {
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let out = must_succeed(cluster.etcdctl(&follower, &["lease", "keep-alive", "--once", &id]));
+        assert!(out.contains("keepalived with TTL(4)"), "{out}");
+    }
+    let out = must_succeed(cluster.etcdctl(&follower, &["get", "--prefix", "/leased/", "--keys-only"]));
+    assert_eq!(out.split_whitespace().count(), 2, "{out}");
+    // Kill the leader: the new one restarts the lease clock, then expires it.
+    let old_leader = cluster.members.values().find(|m| m.client == leader).unwrap().id;
+    cluster.kill(old_leader);
+    cluster.must_leader().await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let gone = cluster.running().all(|m| {
+            let out = must_succeed(cluster.etcdctl(&m.client, &["get", "--prefix", "/leased/", "--consistency=s"]));
+            out.is_empty()
+        });
+        if gone {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "leased keys outlived their lease");
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    let out = must_succeed(cluster.etcdctl(&follower, &["lease", "timetolive", &id]));
+    assert!(out.contains("already expired"), "{out}");
+    let out = must_succeed(cluster.etcdctl(&follower, &["lease", "list"]));
+    assert!(!out.contains(&id), "{out}");
+    // A revoke deletes attached keys at once.
+    let out = must_succeed(cluster.etcdctl(&follower, &["lease", "grant", "100"]));
+    let id = out.split_whitespace().nth(1).unwrap().to_string();
+    must_succeed(cluster.etcdctl(&follower, &["put", "--lease", &id, "/revoked", "x"]));
+    let out = must_succeed(cluster.etcdctl(&follower, &["lease", "revoke", &id]));
+    assert!(out.contains("revoked"), "{out}");
+    assert_eq!(must_succeed(cluster.etcdctl(&follower, &["get", "/revoked"])), "");
+}

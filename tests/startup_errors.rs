@@ -201,8 +201,6 @@ async fn a_wiped_member_joining_under_its_old_id_is_refused() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "Skiff bug: a start refused for lacking --initial-cluster/--join writes skiff-member.json with \
-            cluster_id 0, and a later --initial-cluster start keeps that 0 instead of the founders' id"]
 async fn a_start_refused_for_missing_cluster_flags_does_not_pin_cluster_id_zero() {
     let mut cluster = Cluster::spawn(1).await;
     let founded = cluster_id(&cluster, 1).await;
@@ -212,6 +210,7 @@ async fn a_start_refused_for_missing_cluster_flags_does_not_pin_cluster_id_zero(
 
     let out = cluster.run_to_exit(1, &[]);
     refused(&out, "a fresh data dir needs --initial-cluster or --join");
+    assert!(!cluster.members[&1].data_dir.exists(), "a refused start leaves no data dir behind");
     // The same founding membership must give the same cluster id as before.
     cluster.start(1);
     cluster.must_leader().await;

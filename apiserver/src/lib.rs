@@ -15,7 +15,7 @@ pub mod http;
 use std::future::Future;
 use std::net::SocketAddr;
 
-use skiff_raft_store::etcd::{cluster::ClusterService, control::ControlService, kv::KvService};
+use skiff_raft_store::etcd::{cluster::ClusterService, control::ControlService, kv::KvService, lease::LeaseService};
 use skiff_raft_store::etcd::{maintenance::MaintenanceService, watch::WatchService};
 use skiff_raft_store::peer::PeerService;
 use skiff_raft_store::Store;
@@ -116,6 +116,7 @@ pub async fn start(config: ApiserverConfig, listeners: Listeners) -> Result<Runn
     let client = tonic::transport::Server::builder()
         .add_service(KvService::server(store.clone()))
         .add_service(WatchService::server(store.clone(), config.watch_progress_interval))
+        .add_service(LeaseService::server(store.clone()))
         .add_service(ClusterService::server(store.clone()))
         .add_service(MaintenanceService::server(store.clone()))
         .add_service(ControlService::server(store.clone()))
@@ -135,6 +136,10 @@ pub async fn start(config: ApiserverConfig, listeners: Listeners) -> Result<Runn
 
     if let Err(e) = store.bootstrap().await {
         let _ = running.stop().await;
+        if store.created_data_dir() {
+            // Nothing of this refused member may pass for state later.
+            let _ = std::fs::remove_dir_all(&config.store.data_dir);
+        }
         return Err(e.into());
     }
     tracing::info!(id = store.id(), "member started");

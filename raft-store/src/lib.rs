@@ -12,6 +12,7 @@
 //! - [`log_store`]: the Raft log on its own RocksDB instance.
 //! - [`state_machine`]: applies entries to the MVCC engine, snapshots.
 //! - [`mvcc`]: the MVCC engine (revisions, history, compaction, reads).
+//! - [`lessor`]: the leader's lease expiry clocks.
 //! - [`hub`]: fan-out of applied revisions to watchers.
 //! - [`types`] and [`error`]: what travels through the log, and failures.
 
@@ -23,6 +24,7 @@ pub mod error;
 pub mod etcd;
 pub mod hub;
 pub mod join;
+pub mod lessor;
 pub mod log_store;
 pub mod mvcc;
 pub mod network;

@@ -22,8 +22,10 @@ pub const CF_HIST: &str = "hist";
 pub const CF_REV: &str = "rev";
 pub const CF_META: &str = "meta";
 pub const CF_DEDUP: &str = "dedup";
+/// Leases (`l` ++ id -> TTL) and the keys attached to them (`k` ++ id ++ key).
+pub const CF_LEASE: &str = "lease";
 /// Column families of the state-machine database.
-pub const COLUMN_FAMILIES: [&str; 4] = [CF_HIST, CF_REV, CF_META, CF_DEDUP];
+pub const COLUMN_FAMILIES: [&str; 5] = [CF_HIST, CF_REV, CF_META, CF_DEDUP, CF_LEASE];
 
 pub const META_REVISION: &[u8] = b"revision";
 pub const META_COMPACTED: &[u8] = b"compacted";
@@ -336,6 +338,46 @@ impl<'a> Reader<'a> {
         Ok(out)
     }
 
+    /// The granted TTL (seconds) of lease `id`, if it exists.
+    pub fn lease(&self, id: i64) -> Result<Option<i64>, EngineError> {
+        let v = self.db.get_cf_opt(cf(self.db, CF_LEASE), lease_key(id), &self.opts())?;
+        v.map(|v| decode::<LeaseRecord>(CF_LEASE, &v).map(|l| l.ttl_seconds)).transpose()
+    }
+
+    /// Every lease with its granted TTL.
+    pub fn leases(&self) -> Result<Vec<(i64, i64)>, EngineError> {
+        let mut it = self.db.raw_iterator_cf_opt(cf(self.db, CF_LEASE), self.opts());
+        it.seek(LEASE_PREFIX);
+        let mut out = Vec::new();
+        while let (Some(k), Some(v)) = (it.key(), it.value()) {
+            if !k.starts_with(LEASE_PREFIX) || k.len() != 9 {
+                break;
+            }
+            let id = i64::from_be_bytes(k[1..9].try_into().expect("length checked"));
+            out.push((id, decode::<LeaseRecord>(CF_LEASE, v)?.ttl_seconds));
+            it.next();
+        }
+        it.status()?;
+        Ok(out)
+    }
+
+    /// The keys attached to lease `id`.
+    pub fn lease_keys(&self, id: i64) -> Result<Vec<Vec<u8>>, EngineError> {
+        let prefix = lease_key_prefix(id);
+        let mut it = self.db.raw_iterator_cf_opt(cf(self.db, CF_LEASE), self.opts());
+        it.seek(&prefix);
+        let mut out = Vec::new();
+        while let Some(k) = it.key() {
+            if !k.starts_with(&prefix) {
+                break;
+            }
+            out.push(k[prefix.len()..].to_vec());
+            it.next();
+        }
+        it.status()?;
+        Ok(out)
+    }
+
     /// Every stored version of `key`, oldest first.
     pub fn history(&self, key: &[u8]) -> Result<Vec<HistoryEntry>, EngineError> {
         let mut prefix = Vec::with_capacity(key.len() + 2);
@@ -460,6 +502,35 @@ pub struct Applier<'a> {
     /// Revisions created by this batch, for the watch hub.
     pub events: Vec<RevisionEvents>,
     dedup: BTreeMap<RequestId, ProposalResult>,
+    /// Leases granted (`Some(ttl)`) or revoked (`None`) in this batch.
+    pending_leases: BTreeMap<i64, Option<i64>>,
+    /// Key attachments added (`true`) or removed (`false`) in this batch.
+    pending_lease_keys: BTreeMap<(i64, Vec<u8>), bool>,
+}
+
+#[derive(Serialize, Deserialize)]
+struct LeaseRecord {
+    ttl_seconds: i64,
+}
+
+const LEASE_PREFIX: &[u8] = b"l";
+
+fn lease_key(id: i64) -> Vec<u8> {
+    let mut k = LEASE_PREFIX.to_vec();
+    k.extend_from_slice(&id.to_be_bytes());
+    k
+}
+
+fn lease_key_prefix(id: i64) -> Vec<u8> {
+    let mut k = b"k".to_vec();
+    k.extend_from_slice(&id.to_be_bytes());
+    k
+}
+
+fn lease_attachment_key(id: i64, key: &[u8]) -> Vec<u8> {
+    let mut k = lease_key_prefix(id);
+    k.extend_from_slice(key);
+    k
 }
 
 /// A request id's remembered result, with its application time for expiry.
@@ -482,6 +553,8 @@ impl<'a> Applier<'a> {
             pending: BTreeMap::new(),
             events: Vec::new(),
             dedup: BTreeMap::new(),
+            pending_leases: BTreeMap::new(),
+            pending_lease_keys: BTreeMap::new(),
         })
     }
 
@@ -504,6 +577,8 @@ impl<'a> Applier<'a> {
             Command::Txn(txn) => self.apply_txn(txn, timestamp_ms)?,
             Command::Compact { revision } => self.compact(*revision)?,
             Command::PublishMember(_) => Ok(Output::Published),
+            Command::LeaseGrant { id, ttl_seconds } => self.lease_grant(*id, *ttl_seconds)?,
+            Command::LeaseRevoke { id } => self.lease_revoke(*id, timestamp_ms)?,
         };
         self.remember(id, &result, timestamp_ms);
         Ok(result)
@@ -710,6 +785,9 @@ impl<'a> Applier<'a> {
         } else {
             p.lease
         };
+        if lease != 0 && !self.lease_exists(lease)? {
+            return Ok(Err(ApplyError::LeaseNotFound { id: lease }));
+        }
         let rec = KvRecord {
             create_revision: prev.as_ref().map_or(revision, |r| r.create_revision),
             mod_revision: revision,
@@ -765,6 +843,12 @@ impl<'a> Applier<'a> {
         let mut keys = Vec::with_capacity(changes.len());
         for (k, rec) in changes {
             let prev = self.latest(&k, &BTreeMap::new())?;
+            let old_lease = prev.as_ref().filter(|p| !p.deleted).map_or(0, |p| p.lease);
+            let new_lease = if rec.deleted { 0 } else { rec.lease };
+            if old_lease != new_lease {
+                self.attach(old_lease, &k, false);
+                self.attach(new_lease, &k, true);
+            }
             events.push(make_event(&k, &rec, prev.as_ref()));
             self.batch.put_cf(cf(db, CF_HIST), hist_key(&k, revision), encode(&rec));
             keys.push(k.clone());
@@ -774,6 +858,77 @@ impl<'a> Applier<'a> {
         self.revision = revision;
         self.events.push(RevisionEvents { revision, timestamp_ms, events });
         Ok(())
+    }
+
+    fn lease_exists(&self, id: i64) -> Result<bool, EngineError> {
+        match self.pending_leases.get(&id) {
+            Some(pending) => Ok(pending.is_some()),
+            None => Ok(self.reader.lease(id)?.is_some()),
+        }
+    }
+
+    /// Records that `key` is (or is no longer) attached to lease `id`.
+    fn attach(&mut self, id: i64, key: &[u8], attached: bool) {
+        if id == 0 {
+            return;
+        }
+        let db = self.db();
+        let k = lease_attachment_key(id, key);
+        if attached {
+            self.batch.put_cf(cf(db, CF_LEASE), k, []);
+        } else {
+            self.batch.delete_cf(cf(db, CF_LEASE), k);
+        }
+        self.pending_lease_keys.insert((id, key.to_vec()), attached);
+    }
+
+    fn lease_grant(&mut self, id: i64, ttl_seconds: i64) -> Result<ProposalResult, EngineError> {
+        if self.lease_exists(id)? {
+            return Ok(Err(ApplyError::LeaseExists { id }));
+        }
+        let db = self.db();
+        self.batch.put_cf(cf(db, CF_LEASE), lease_key(id), encode(&LeaseRecord { ttl_seconds }));
+        self.pending_leases.insert(id, Some(ttl_seconds));
+        Ok(Ok(Output::LeaseGranted { id, ttl_seconds }))
+    }
+
+    /// Deletes the lease and, in one revision, every key still attached to it.
+    fn lease_revoke(&mut self, id: i64, timestamp_ms: u64) -> Result<ProposalResult, EngineError> {
+        if !self.lease_exists(id)? {
+            return Ok(Err(ApplyError::LeaseNotFound { id }));
+        }
+        let mut keys: std::collections::BTreeSet<Vec<u8>> = self.reader.lease_keys(id)?.into_iter().collect();
+        for ((lease, key), attached) in &self.pending_lease_keys {
+            if *lease == id {
+                if *attached {
+                    keys.insert(key.clone());
+                } else {
+                    keys.remove(key);
+                }
+            }
+        }
+        let revision = self.revision + 1;
+        let mut changes = BTreeMap::new();
+        for key in keys {
+            if self.latest(&key, &changes)?.is_some_and(|r| !r.deleted && r.lease == id) {
+                let tombstone = KvRecord {
+                    create_revision: 0,
+                    mod_revision: revision,
+                    version: 0,
+                    lease: 0,
+                    value: Vec::new(),
+                    deleted: true,
+                };
+                changes.insert(key, tombstone);
+            }
+        }
+        if !changes.is_empty() {
+            self.commit_revision(revision, timestamp_ms, changes)?;
+        }
+        let db = self.db();
+        self.batch.delete_cf(cf(db, CF_LEASE), lease_key(id));
+        self.pending_leases.insert(id, None);
+        Ok(Ok(Output::LeaseRevoked { revision: self.revision }))
     }
 
     /// Replicated compaction: reads below `revision` fail from now on, and

@@ -24,6 +24,7 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::{mpsc, oneshot, Mutex, Semaphore};
 
 use crate::error::StoreError;
+use crate::lessor::{Lessor, EXPIRY_CHECK, MIN_TTL_SECONDS};
 use crate::log_store::LogStore;
 use crate::mvcc::Reader;
 use crate::network::{PeerClients, PeerMethod};
@@ -129,14 +130,36 @@ pub enum AdminRequest {
     },
     /// Whether this member has cluster state, and what it knows of members.
     Probe,
+    /// Restart a lease's clock on the leader.
+    LeaseKeepAlive {
+        id: i64,
+    },
+    /// A lease's granted TTL and remaining seconds, from the leader's clock.
+    LeaseTimeToLive {
+        id: i64,
+    },
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub enum AdminResponse {
-    Joined { cluster_id: u64 },
-    Added { id: NodeId },
+    Joined {
+        cluster_id: u64,
+    },
+    Added {
+        id: NodeId,
+    },
     Done,
-    Probe { initialized: bool, cluster_id: u64, members: Vec<MemberInfo>, voters: Vec<NodeId> },
+    Probe {
+        initialized: bool,
+        cluster_id: u64,
+        members: Vec<MemberInfo>,
+        voters: Vec<NodeId>,
+    },
+    /// `ttl_seconds` granted and `remaining_seconds` on the leader's clock.
+    Lease {
+        ttl_seconds: i64,
+        remaining_seconds: i64,
+    },
 }
 
 /// One member as the Cluster API shows it.
@@ -189,8 +212,14 @@ struct Inner {
     peers: PeerClients,
     writes: mpsc::Sender<PendingWrite>,
     reads: mpsc::Sender<ReadWaiter>,
+    /// Whether this run created the data directory (so a failed bootstrap
+    /// may remove it again, leaving nothing that would later pass for a
+    /// member's state).
+    created_data_dir: bool,
     /// openraft allows one membership change at a time.
     admin: Mutex<()>,
+    /// Lease expiry clocks, kept while this member leads.
+    lessor: Arc<Lessor>,
 }
 
 /// A member of the replicated store. Cheap to clone.
@@ -261,7 +290,11 @@ impl Store {
         if config.election_timeout_min <= config.heartbeat {
             return Err(StartError::Config("the election timeout must exceed the heartbeat interval".into()));
         }
-        let (identity, _fresh) = load_identity(&config)?;
+        let fresh_dir = !config.data_dir.join(IDENTITY_FILE).exists();
+        if fresh_dir && config.initial_cluster.is_empty() && config.join.is_none() {
+            return Err(StartError::Config("a fresh data dir needs --initial-cluster or --join".into()));
+        }
+        let (identity, created) = load_identity(&config)?;
         let log = LogStore::open(&config.data_dir.join("raft-log")).map_err(|e| StartError::Storage(e.to_string()))?;
         let sm = StateMachine::open(&config.data_dir).map_err(|e| StartError::Storage(e.to_string()))?;
         let raft_config = openraft::Config {
@@ -290,7 +323,8 @@ impl Store {
         tokio::spawn(run_batcher(raft.clone(), write_rx, config.max_batch, config.max_in_flight));
         tokio::spawn(run_read_barrier(raft.clone(), peers.clone(), config.id, config.request_timeout, read_rx));
         tokio::spawn(run_election_watchdog(raft.clone(), config.election_timeout_max));
-        Ok(Store {
+        let lessor = Arc::new(Lessor::default());
+        let store = Store {
             inner: Arc::new(Inner {
                 config,
                 identity: std::sync::Mutex::new(identity),
@@ -300,13 +334,22 @@ impl Store {
                 peers,
                 writes,
                 reads,
+                created_data_dir: created,
                 admin: Mutex::new(()),
+                lessor,
             }),
-        })
+        };
+        tokio::spawn(run_lease_expiry(Arc::downgrade(&store.inner)));
+        Ok(store)
     }
 
     pub fn id(&self) -> NodeId {
         self.inner.config.id
+    }
+
+    /// Whether this run created the data directory.
+    pub fn created_data_dir(&self) -> bool {
+        self.inner.created_data_dir
     }
 
     pub fn config(&self) -> &StoreConfig {
@@ -397,6 +440,14 @@ impl Store {
                     }
                 }
             }
+        }
+        // A data dir created by an earlier, failed start may lack the id.
+        let mut identity = self.inner.identity.lock().expect("poisoned").clone();
+        if identity.cluster_id == 0 {
+            identity.cluster_id = cluster_id_of(&config.initial_cluster);
+            save_identity(&config.data_dir, &identity)
+                .map_err(|e| StartError::DataDir { path: config.data_dir.clone(), reason: e.to_string() })?;
+            *self.inner.identity.lock().expect("poisoned") = identity;
         }
         let lowest = *config.initial_cluster.keys().next().expect("checked non-empty");
         if existing || lowest != config.id {
@@ -631,6 +682,9 @@ impl Store {
 
     /// Carries out an admin request here; fails with `NotLeader` elsewhere.
     pub async fn admin_on_leader(&self, req: AdminRequest) -> Result<AdminResponse, StoreError> {
+        if let AdminRequest::LeaseKeepAlive { id } | AdminRequest::LeaseTimeToLive { id } = req {
+            return self.lease_clock(id, matches!(req, AdminRequest::LeaseKeepAlive { .. }));
+        }
         if let AdminRequest::Probe = req {
             let membership = self.inner.sm.membership();
             return Ok(AdminResponse::Probe {
@@ -649,7 +703,9 @@ impl Store {
         let nodes: BTreeMap<NodeId, Node> = membership.membership().nodes().map(|(id, n)| (*id, n.clone())).collect();
         let voters: BTreeSet<NodeId> = membership.membership().voter_ids().collect();
         match req {
-            AdminRequest::Probe => unreachable!("handled above"),
+            AdminRequest::Probe | AdminRequest::LeaseKeepAlive { .. } | AdminRequest::LeaseTimeToLive { .. } => {
+                unreachable!("handled above")
+            }
             AdminRequest::Join { info, timeout_ms } => {
                 let published = self.inner.sm.members().into_iter().find(|m| m.id == info.id);
                 if let Some(p) = published {
@@ -743,6 +799,77 @@ impl Store {
                 Ok(AdminResponse::Done)
             }
         }
+    }
+
+    // ----------------------------------------------------------------- leases
+
+    /// etcd's LeaseGrant: `id` 0 lets this member choose one.
+    pub async fn lease_grant(&self, id: i64, ttl_seconds: i64) -> Result<(i64, i64), StoreError> {
+        if id < 0 {
+            return Err(StoreError::InvalidArgument("etcdserver: lease ID must be positive".into()));
+        }
+        let id = if id == 0 { rand::random::<i64>() & i64::MAX } else { id };
+        let ttl_seconds = ttl_seconds.max(MIN_TTL_SECONDS);
+        match self.write(Command::LeaseGrant { id, ttl_seconds }).await? {
+            Output::LeaseGranted { id, ttl_seconds } => Ok((id, ttl_seconds)),
+            other => Err(StoreError::Internal(format!("unexpected result of a lease grant: {other:?}"))),
+        }
+    }
+
+    /// etcd's LeaseRevoke. Returns the revision after the attached keys went.
+    pub async fn lease_revoke(&self, id: i64) -> Result<i64, StoreError> {
+        match self.write(Command::LeaseRevoke { id }).await? {
+            Output::LeaseRevoked { revision } => Ok(revision),
+            other => Err(StoreError::Internal(format!("unexpected result of a lease revoke: {other:?}"))),
+        }
+    }
+
+    /// Restarts lease `id`'s clock on the leader; returns its TTL.
+    pub async fn lease_keep_alive(&self, id: i64) -> Result<i64, StoreError> {
+        match self.admin(AdminRequest::LeaseKeepAlive { id }).await? {
+            AdminResponse::Lease { ttl_seconds, .. } => Ok(ttl_seconds),
+            other => Err(StoreError::Internal(format!("unexpected keep-alive answer: {other:?}"))),
+        }
+    }
+
+    /// Granted TTL and remaining seconds of lease `id`, from the leader's clock.
+    pub async fn lease_time_to_live(&self, id: i64) -> Result<(i64, i64), StoreError> {
+        match self.admin(AdminRequest::LeaseTimeToLive { id }).await? {
+            AdminResponse::Lease { ttl_seconds, remaining_seconds } => Ok((ttl_seconds, remaining_seconds)),
+            other => Err(StoreError::Internal(format!("unexpected time-to-live answer: {other:?}"))),
+        }
+    }
+
+    /// Every lease (id, granted TTL), from this member's applied state.
+    pub fn leases(&self) -> Result<Vec<(i64, i64)>, StoreError> {
+        let db = self.inner.sm.db();
+        let leases = Reader::snapshot(&db).leases().map_err(|e| StoreError::Internal(e.to_string()));
+        leases
+    }
+
+    /// The keys attached to lease `id`, from this member's applied state.
+    pub fn lease_keys(&self, id: i64) -> Result<Vec<Vec<u8>>, StoreError> {
+        let db = self.inner.sm.db();
+        let keys = Reader::snapshot(&db).lease_keys(id).map_err(|e| StoreError::Internal(e.to_string()));
+        keys
+    }
+
+    /// On the leader: renew (or just read) lease `id`'s clock.
+    fn lease_clock(&self, id: i64, renew: bool) -> Result<AdminResponse, StoreError> {
+        if self.leader() != Some(self.id()) {
+            return Err(StoreError::NotLeader { leader: self.leader() });
+        }
+        let db = self.inner.sm.db();
+        let granted = Reader::snapshot(&db).lease(id).map_err(|e| StoreError::Internal(e.to_string()))?;
+        let Some(granted) = granted else {
+            return Err(StoreError::Apply(crate::types::ApplyError::LeaseNotFound { id }));
+        };
+        let now = Instant::now();
+        if renew {
+            self.inner.lessor.renew(id, Some(granted), now);
+        }
+        let (ttl_seconds, remaining_seconds) = self.inner.lessor.remaining(id, now).unwrap_or((granted, granted));
+        Ok(AdminResponse::Lease { ttl_seconds, remaining_seconds })
     }
 
     /// Raft status of this member.
@@ -918,6 +1045,35 @@ async fn read_index_once(raft: &Raft, peers: &PeerClients, id: NodeId, timeout: 
             }
         }
         None => Err(StoreError::NoLeader),
+    }
+}
+
+/// While this member leads, keeps the lease clocks in step with the
+/// replicated leases and proposes a revoke for each lease that expired.
+async fn run_lease_expiry(inner: std::sync::Weak<Inner>) {
+    let mut tick = tokio::time::interval(EXPIRY_CHECK);
+    loop {
+        tick.tick().await;
+        let Some(inner) = inner.upgrade() else { return };
+        let store = Store { inner };
+        let metrics = store.inner.raft.metrics().borrow().clone();
+        if metrics.current_leader != Some(store.id()) {
+            store.inner.lessor.clear();
+            continue;
+        }
+        let Ok(leases) = store.leases() else { continue };
+        let now = Instant::now();
+        store.inner.lessor.sync(metrics.current_term, &leases, now);
+        for id in store.inner.lessor.expired(now) {
+            let store = store.clone();
+            tokio::spawn(async move {
+                match store.write(Command::LeaseRevoke { id }).await {
+                    Ok(_) => tracing::debug!(lease = id, "lease expired and was revoked"),
+                    Err(StoreError::Apply(_)) => {}
+                    Err(e) => tracing::warn!(lease = id, error = %e, "revoking an expired lease failed; will retry"),
+                }
+            });
+        }
     }
 }
 

@@ -89,6 +89,11 @@ pub enum Command {
     Compact { revision: i64 },
     /// A member announces its name and client URLs.
     PublishMember(MemberInfo),
+    /// Create lease `id` (chosen by the member that took the request).
+    LeaseGrant { id: i64, ttl_seconds: i64 },
+    /// Delete lease `id` and every key attached to it, in one revision.
+    /// Proposed by a client, or by the leader when the lease expires.
+    LeaseRevoke { id: i64 },
 }
 
 /// What a member announces about itself through the log.
@@ -242,6 +247,14 @@ pub enum Output {
         revision: i64,
     },
     Published,
+    LeaseGranted {
+        id: i64,
+        ttl_seconds: i64,
+    },
+    /// `revision`: the store revision after the attached keys were deleted.
+    LeaseRevoked {
+        revision: i64,
+    },
 }
 
 /// A deterministic, replicated failure of one proposal: every member
@@ -256,6 +269,10 @@ pub enum ApplyError {
     KeyNotFound,
     #[error("etcdserver: duplicate key given in txn request")]
     DuplicateKey,
+    #[error("etcdserver: requested lease not found")]
+    LeaseNotFound { id: i64 },
+    #[error("etcdserver: lease already exists")]
+    LeaseExists { id: i64 },
 }
 
 pub type ProposalResult = Result<Output, ApplyError>;

@@ -12,6 +12,7 @@ pub mod cluster;
 pub mod control;
 pub mod convert;
 pub mod kv;
+pub mod lease;
 pub mod maintenance;
 pub mod status;
 pub mod watch;

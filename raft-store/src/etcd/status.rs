@@ -17,6 +17,8 @@ impl From<ApplyError> for Status {
         match e {
             ApplyError::Compacted { .. } | ApplyError::FutureRevision { .. } => Status::out_of_range(e.to_string()),
             ApplyError::KeyNotFound | ApplyError::DuplicateKey => Status::invalid_argument(e.to_string()),
+            ApplyError::LeaseNotFound { .. } => Status::not_found(e.to_string()),
+            ApplyError::LeaseExists { .. } => Status::failed_precondition(e.to_string()),
         }
     }
 }

@@ -1,0 +1,309 @@
+//! `skiff-bench`: drives Skiff and etcd through the same etcd v3 client.
+//!
+//! # Layout
+//! - `client`: connections (the `etcd-client` crate), member status, leader, catch-up.
+//! - `cluster`: launching, killing and restarting 3-member Skiff or etcd clusters.
+//! - `latency`: latency histograms.
+//! - `load`: closed-loop put and range load.
+//! - `watch`: watch delivery latency under a paced writer.
+//! - `failover`: leader SIGKILL to first successful write.
+//! - `suite`: every scenario against both systems (`make bench`).
+//! - `report`: the comparison table and bench/README.md.
+
+#![forbid(unsafe_code)]
+
+mod client;
+mod cluster;
+mod failover;
+mod latency;
+mod load;
+mod report;
+mod suite;
+mod watch;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use clap::{Args, Parser, Subcommand};
+
+use client::Target;
+use cluster::{Cluster, ClusterSpec, System};
+
+#[derive(Parser)]
+#[command(name = "skiff-bench", about = "Benchmarks Skiff and etcd through the etcd v3 API")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Put throughput and latency against running members.
+    Put {
+        #[command(flatten)]
+        load: LoadArgs,
+        /// Puts go to a random one of this many keys.
+        #[arg(long, default_value_t = 100_000)]
+        key_space: u64,
+    },
+    /// Single-key range throughput and latency against running members.
+    Range {
+        #[command(flatten)]
+        load: LoadArgs,
+        /// Serializable (member-local) reads instead of linearizable ones.
+        #[arg(long)]
+        serializable: bool,
+    },
+    /// Watch delivery latency against running members.
+    Watch {
+        #[arg(long, value_delimiter = ',', required = true)]
+        endpoints: Vec<String>,
+        #[command(flatten)]
+        watch: WatchArgs,
+    },
+    /// Leader SIGKILL to first successful write, on a cluster this command launches.
+    Failover {
+        #[arg(long, value_enum)]
+        system: System,
+        /// The `skiff` or `etcd` executable.
+        #[arg(long)]
+        binary: PathBuf,
+        #[command(flatten)]
+        cluster: ClusterArgs,
+        #[command(flatten)]
+        failover: FailoverArgs,
+    },
+    /// Every scenario against a fresh 3-member Skiff and etcd, with a comparison table.
+    Suite(Box<SuiteArgs>),
+}
+
+#[derive(Args)]
+struct LoadArgs {
+    /// Client addresses (HOST:PORT), comma-separated.
+    #[arg(long, value_delimiter = ',', required = true)]
+    endpoints: Vec<String>,
+    #[arg(long, default_value_t = 16)]
+    clients: usize,
+    /// Connections shared by the clients (0: min(clients, 16)).
+    #[arg(long, default_value_t = 0)]
+    conns: usize,
+    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
+    duration: Duration,
+    /// Stop after this many requests even if the duration has not passed.
+    #[arg(long, default_value_t = 1_000_000)]
+    max_ops: u64,
+    #[arg(long, value_enum, default_value = "leader")]
+    target: Target,
+    #[arg(long, default_value_t = 256)]
+    value_size: usize,
+}
+
+impl LoadArgs {
+    fn config(&self) -> load::LoadConfig {
+        load::LoadConfig {
+            clients: self.clients,
+            conns: self.conns,
+            duration: self.duration,
+            max_ops: self.max_ops,
+            target: self.target,
+            value_size: self.value_size,
+        }
+    }
+}
+
+#[derive(Args, Clone)]
+struct WatchArgs {
+    #[arg(long, default_value_t = 1000)]
+    watchers: usize,
+    /// Watcher i watches key i % keys (keys = watchers: one watcher per key).
+    #[arg(long, default_value_t = 1000)]
+    watch_keys: usize,
+    /// Writes per second during the watch scenario.
+    #[arg(long, default_value_t = 1000)]
+    watch_rate: u64,
+    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
+    watch_duration: Duration,
+}
+
+impl WatchArgs {
+    fn config(&self) -> watch::WatchConfig {
+        watch::WatchConfig {
+            watchers: self.watchers,
+            keys: self.watch_keys,
+            rate: self.watch_rate,
+            duration: self.watch_duration,
+            conns: 0,
+            writer_target: Target::Leader,
+        }
+    }
+}
+
+#[derive(Args, Clone)]
+struct ClusterArgs {
+    /// Parent directory for data and logs (default: the system temp dir).
+    #[arg(long)]
+    dir: Option<PathBuf>,
+    /// etcd's --heartbeat-interval in ms (Skiff's default heartbeat is 100ms).
+    #[arg(long, default_value_t = 100)]
+    etcd_heartbeat_ms: u64,
+    /// etcd's --election-timeout in ms (Skiff's default is 300ms-600ms; etcd's own 1000ms).
+    #[arg(long, default_value_t = 300)]
+    etcd_election_timeout_ms: u64,
+}
+
+#[derive(Args, Clone)]
+struct FailoverArgs {
+    /// Leader kills.
+    #[arg(long, default_value_t = 10)]
+    kills: usize,
+    /// A new probe write starts this often after the kill.
+    #[arg(long, default_value = "10ms", value_parser = humantime::parse_duration)]
+    probe_interval: Duration,
+}
+
+impl FailoverArgs {
+    fn config(&self) -> failover::FailoverConfig {
+        failover::FailoverConfig { kills: self.kills, probe_interval: self.probe_interval, ..Default::default() }
+    }
+}
+
+#[derive(Args)]
+struct SuiteArgs {
+    /// The `skiff` executable.
+    #[arg(long)]
+    skiff: PathBuf,
+    /// The `etcd` executable (Debian's etcd-server).
+    #[arg(long, default_value = "/usr/bin/etcd")]
+    etcd: PathBuf,
+    /// Systems to run, in order.
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "skiff,etcd")]
+    systems: Vec<System>,
+    #[command(flatten)]
+    cluster: ClusterArgs,
+    /// Concurrency levels of the put scenario.
+    #[arg(long, value_delimiter = ',', default_value = "1,16,256")]
+    put_clients: Vec<usize>,
+    #[arg(long, default_value = "8s", value_parser = humantime::parse_duration)]
+    put_duration: Duration,
+    #[arg(long, value_enum, default_value = "leader")]
+    put_target: Target,
+    #[arg(long, default_value_t = 100_000)]
+    key_space: u64,
+    #[arg(long, default_value_t = 256)]
+    value_size: usize,
+    #[arg(long, default_value_t = 64)]
+    range_clients: usize,
+    #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
+    range_duration: Duration,
+    #[arg(long, value_enum, default_value = "all")]
+    range_target: Target,
+    /// Upper bound on requests per load scenario.
+    #[arg(long, default_value_t = 1_000_000)]
+    max_ops: u64,
+    #[command(flatten)]
+    watch: WatchArgs,
+    #[command(flatten)]
+    failover: FailoverArgs,
+    /// Write the results section of this README (bench/README.md).
+    #[arg(long)]
+    readme: Option<PathBuf>,
+    /// How the run is described in the README (default: this command line).
+    #[arg(long)]
+    command_line: Option<String>,
+}
+
+async fn run(cli: Cli) -> Result<()> {
+    match cli.command {
+        Command::Put { load, key_space } => {
+            let result = load::run(&load.endpoints, &load.config(), load::Op::Put { key_space }).await?;
+            println!("put, {} clients: {}", load.clients, result.summary());
+        }
+        Command::Range { load, serializable } => {
+            let result = load::run(&load.endpoints, &load.config(), load::Op::Range { serializable }).await?;
+            println!("range, {} clients: {}", load.clients, result.summary());
+        }
+        Command::Watch { endpoints, watch } => {
+            let result = watch::run(&endpoints, &watch.config()).await?;
+            println!("watch, {} watchers: {}", watch.watchers, result.summary());
+        }
+        Command::Failover { system, binary, cluster, failover } => {
+            let parent = cluster.dir.clone().unwrap_or_else(std::env::temp_dir);
+            let dir = tempfile::Builder::new().prefix("skiff-bench-failover-").tempdir_in(&parent)?;
+            let spec = ClusterSpec {
+                system,
+                binary,
+                members: 3,
+                dir: dir.path().to_path_buf(),
+                etcd_heartbeat_ms: cluster.etcd_heartbeat_ms,
+                etcd_election_timeout_ms: cluster.etcd_election_timeout_ms,
+                extra_args: Vec::new(),
+            };
+            let mut running = Cluster::launch(spec).await?;
+            let result = failover::run(&mut running, &failover.config()).await?;
+            println!("failover ({}): {}", system.name(), result.summary());
+        }
+        Command::Suite(args) => {
+            let config = suite::SuiteConfig {
+                systems: args.systems.clone(),
+                skiff: args.skiff.clone(),
+                etcd: args.etcd.clone(),
+                dir: args.cluster.dir.clone(),
+                etcd_heartbeat_ms: args.cluster.etcd_heartbeat_ms,
+                etcd_election_timeout_ms: args.cluster.etcd_election_timeout_ms,
+                put_clients: args.put_clients.clone(),
+                put_duration: args.put_duration,
+                put_target: args.put_target,
+                key_space: args.key_space,
+                value_size: args.value_size,
+                range_clients: args.range_clients,
+                range_duration: args.range_duration,
+                range_target: args.range_target,
+                max_ops: args.max_ops,
+                watch: args.watch.config(),
+                failover: args.failover.config(),
+            };
+            let mut report = report::Report {
+                machine: report::machine_facts(),
+                command: args.command_line.clone().unwrap_or_else(|| std::env::args().collect::<Vec<_>>().join(" ")),
+                date: humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string(),
+                ..Default::default()
+            };
+            report.machine.push(("Skiff".into(), version(&args.skiff)));
+            report.machine.push(("etcd".into(), version(&args.etcd)));
+            suite::run(&config, &mut report).await?;
+            println!("\n{}", report.table());
+            println!("{}", report.targets());
+            if let Some(readme) = &args.readme {
+                report::write_readme(readme, &report.markdown())?;
+                eprintln!("results written to {}", readme.display());
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The first line of `BINARY --version`.
+fn version(binary: &PathBuf) -> String {
+    std::process::Command::new(binary)
+        .arg("--version")
+        .output()
+        .ok()
+        .and_then(|o| String::from_utf8(o.stdout).ok())
+        .and_then(|s| s.lines().next().map(str::to_string))
+        .unwrap_or_else(|| "unknown".into())
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result =
+        tokio::runtime::Runtime::new().context("starting the tokio runtime").and_then(|rt| rt.block_on(run(cli)));
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("skiff-bench: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
