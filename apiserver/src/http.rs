@@ -1,8 +1,7 @@
 //! The HTTP listener: `/healthz`, `/livez`, `/readyz` and `/metrics`.
 //!
-//! `/readyz` answers 200 only while the member knows a leader and has
-//! applied what it has seen committed; `/metrics` is Prometheus text,
-//! gathered from the store's state at scrape time.
+//! `/readyz` answers 200 only while the member knows a leader; `/metrics` is Prometheus text: the
+//! store's counters and histograms plus gauges read at scrape time.
 
 use axum::extract::State;
 use axum::http::{header, StatusCode};
@@ -52,7 +51,13 @@ async fn metrics(State(store): State<Store>) -> impl IntoResponse {
         "Watchers following this member's live feed.",
         store.state_machine().hub().watchers() as i64,
     );
+    gauge(&registry, "skiff_leases", "Leases in the store.", store.leases().map_or(0, |l| l.len() as i64));
+    let mut families = registry.gather();
+    families.extend(skiff_raft_store::metrics::metrics().registry.gather());
     let mut out = Vec::new();
-    let _ = TextEncoder::new().encode(&registry.gather(), &mut out);
+    if let Err(e) = TextEncoder::new().encode(&families, &mut out) {
+        tracing::error!(error = %e, "encoding metrics");
+        out.extend_from_slice(format!("# error encoding metrics: {e}\n").as_bytes());
+    }
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], out)
 }

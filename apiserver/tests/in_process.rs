@@ -20,6 +20,7 @@ struct InProcessCluster {
     _dir: tempfile::TempDir,
     members: Vec<Running>,
     clients: Vec<String>,
+    https: Vec<String>,
 }
 
 impl InProcessCluster {
@@ -35,6 +36,7 @@ impl InProcessCluster {
         let initial: BTreeMap<u64, String> =
             listeners.iter().enumerate().map(|(i, l)| (i as u64 + 1, l.addrs().0.to_string())).collect();
         let clients: Vec<String> = listeners.iter().map(|l| l.addrs().1.to_string()).collect();
+        let https: Vec<String> = listeners.iter().map(|l| l.addrs().2.to_string()).collect();
         let starts = listeners.into_iter().enumerate().map(|(i, l)| {
             let id = i as u64 + 1;
             let (peer, client, http) = l.addrs();
@@ -51,7 +53,7 @@ impl InProcessCluster {
             skiff_apiserver::start(config, l)
         });
         let members = futures_join(starts).await;
-        let cluster = InProcessCluster { _dir: dir, members, clients };
+        let cluster = InProcessCluster { _dir: dir, members, clients, https };
         cluster.must_leader().await;
         cluster
     }
@@ -183,6 +185,45 @@ async fn count_only_progress_notify_and_history_work_over_grpc() {
     let p = tokio::time::timeout(Duration::from_secs(5), stream.message()).await.unwrap().unwrap().unwrap();
     assert!(p.events.is_empty() && !p.created && !p.canceled);
     assert_eq!(p.header.unwrap().revision, current);
+    for m in cluster.members {
+        m.stop().await.unwrap();
+    }
+}
+
+/// A plain HTTP/1.0 GET; returns the whole response.
+async fn http_get(addr: &str, path: &str) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    s.write_all(format!("GET {path} HTTP/1.0\r\nHost: x\r\n\r\n").as_bytes()).await.unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).await.unwrap();
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn health_readiness_and_metrics_are_served_over_http() {
+    let cluster = InProcessCluster::spawn(3).await;
+    let leader = cluster.must_leader().await as usize;
+    let mut kv = KvClient::new(channel(&cluster.clients[leader - 1]).await);
+    for i in 0..10 {
+        kv.put(put(&format!("m{i}"), "v")).await.unwrap();
+    }
+    let http = &cluster.https[leader - 1];
+    assert!(http_get(http, "/healthz").await.starts_with("HTTP/1.0 200"));
+    assert!(http_get(http, "/readyz").await.starts_with("HTTP/1.0 200"));
+    let metrics = http_get(http, "/metrics").await;
+    for name in [
+        "skiff_raft_is_leader 1",
+        "skiff_mvcc_revision 10",
+        "skiff_proposals_committed_total",
+        "skiff_batch_size_bucket",
+        "skiff_log_fsync_duration_seconds_bucket",
+        "skiff_apply_duration_seconds_count",
+        "skiff_raft_leader_changes_total",
+        "skiff_leases 0",
+    ] {
+        assert!(metrics.contains(name), "{name} missing from:\n{metrics}");
+    }
     for m in cluster.members {
         m.stop().await.unwrap();
     }

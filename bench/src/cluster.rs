@@ -2,9 +2,11 @@
 //! SIGKILLing and restarting members, and finding the leader.
 //!
 //! Both systems run with their default durability: etcd fsyncs its WAL before
-//! acknowledging, Skiff fsyncs its Raft log on every append. Timing is made
-//! equal: etcd gets Skiff's default heartbeat (100 ms) and election timeout
-//! (300 ms, randomized up to 2x by both) unless told otherwise.
+//! acknowledging, Skiff fsyncs its Raft log on every append. Election timing
+//! is made equal: etcd gets Skiff's default election timeout (300 ms,
+//! randomized up to 2x by both) unless told otherwise, with a 50 ms heartbeat
+//! because etcd refuses one above a fifth of the election timeout (Skiff's
+//! heartbeat is 100 ms).
 
 use std::fs::OpenOptions;
 use std::path::{Path, PathBuf};

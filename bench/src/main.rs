@@ -145,8 +145,8 @@ struct ClusterArgs {
     /// Parent directory for data and logs (default: the system temp dir).
     #[arg(long)]
     dir: Option<PathBuf>,
-    /// etcd's --heartbeat-interval in ms (Skiff's default heartbeat is 100ms).
-    #[arg(long, default_value_t = 100)]
+    /// etcd's --heartbeat-interval in ms (etcd wants at most a fifth of the election timeout).
+    #[arg(long, default_value_t = 50)]
     etcd_heartbeat_ms: u64,
     /// etcd's --election-timeout in ms (Skiff's default is 300ms-600ms; etcd's own 1000ms).
     #[arg(long, default_value_t = 300)]
@@ -204,6 +204,9 @@ struct SuiteArgs {
     max_ops: u64,
     #[command(flatten)]
     watch: WatchArgs,
+    /// Writes per second of the fan-out watch scenario (every watcher on one key); 0 skips it.
+    #[arg(long, default_value_t = 100)]
+    fanout_rate: u64,
     #[command(flatten)]
     failover: FailoverArgs,
     /// Write the results section of this README (bench/README.md).
@@ -261,7 +264,13 @@ async fn run(cli: Cli) -> Result<()> {
                 range_duration: args.range_duration,
                 range_target: args.range_target,
                 max_ops: args.max_ops,
-                watch: args.watch.config(),
+                watches: {
+                    let mut watches = vec![args.watch.config()];
+                    if args.fanout_rate > 0 {
+                        watches.push(watch::WatchConfig { keys: 1, rate: args.fanout_rate, ..args.watch.config() });
+                    }
+                    watches
+                },
                 failover: args.failover.config(),
             };
             let mut report = report::Report {

@@ -133,7 +133,7 @@ impl Report {
             format_value(max)
         );
         let watch = self.results.get(&System::Skiff).and_then(|ms| {
-            ms.iter().find(|m| m.scenario.starts_with("watch") && m.metric == "p99 ms").map(|m| m.value)
+            ms.iter().find(|m| m.scenario.starts_with("watch,") && m.metric == "p99 ms").map(|m| m.value)
         });
         let _ = writeln!(
             out,

@@ -34,7 +34,8 @@ pub struct SuiteConfig {
     pub range_target: Target,
     /// Upper bound on requests per load scenario, whatever the duration.
     pub max_ops: u64,
-    pub watch: WatchConfig,
+    /// Watch scenarios, in order; the first is the one the issue's target is about.
+    pub watches: Vec<WatchConfig>,
     pub failover: FailoverConfig,
 }
 
@@ -60,9 +61,10 @@ pub async fn run(config: &SuiteConfig, report: &mut Report) -> Result<()> {
             extra_args: Vec::new(),
         };
         eprintln!("== {}: starting 3 members in {}", system.name(), dir.path().display());
-        let mut cluster = Cluster::launch(spec).await?;
-        let outcome = scenarios(&mut cluster, config, report).await;
-        drop(cluster);
+        let outcome = match Cluster::launch(spec).await {
+            Ok(mut cluster) => scenarios(&mut cluster, config, report).await,
+            Err(e) => Err(e.context("launching the cluster")),
+        };
         if let Err(e) = outcome {
             // Keep the logs of a failed run.
             let kept = dir.keep();
@@ -112,9 +114,12 @@ async fn scenarios(cluster: &mut Cluster, config: &SuiteConfig, report: &mut Rep
         report.record(system, &scenario, "p99 ms", Better::Lower, result.latency.quantile_ms(0.99));
         report.detail(system, format!("{scenario}: {}", result.summary()));
     }
-    {
-        let w = &config.watch;
-        let scenario = format!("watch, {} watchers on {} keys, {} writes/s", w.watchers, w.keys, w.rate);
+    for w in &config.watches {
+        let scenario = if w.keys == 1 {
+            format!("watch fan-out, {} watchers on 1 key, {} writes/s", w.watchers, w.rate)
+        } else {
+            format!("watch, {} watchers on {} keys, {} writes/s", w.watchers, w.keys, w.rate)
+        };
         let result = watch::run(&endpoints, w).await?;
         eprintln!("  {scenario}: {}", result.summary());
         report.record(system, &scenario, "p50 ms", Better::Lower, result.latency.quantile_ms(0.50));
@@ -135,13 +140,14 @@ async fn scenarios(cluster: &mut Cluster, config: &SuiteConfig, report: &mut Rep
 
 fn settings(config: &SuiteConfig) -> Vec<String> {
     let d = |d: Duration| humantime::format_duration(d).to_string();
-    vec![
+    let mut settings = vec![
         format!(
             "3 members per system on 127.0.0.1, one system at a time, data under {} (same disk, fsync on)",
             config.dir.as_deref().unwrap_or(&std::env::temp_dir()).display()
         ),
         format!(
-            "etcd: `--heartbeat-interval {} --election-timeout {}` (Skiff's defaults: 100ms, 300ms-600ms), other flags default",
+            "etcd: `--heartbeat-interval {} --election-timeout {}` (Skiff at its defaults: heartbeat 100ms, \
+             election timeout 300ms-600ms; etcd needs heartbeat <= election/5), other flags default",
             config.etcd_heartbeat_ms, config.etcd_election_timeout_ms
         ),
         format!(
@@ -159,16 +165,6 @@ fn settings(config: &SuiteConfig) -> Vec<String> {
             config.range_target
         ),
         format!(
-            "watch: {} watch streams (one watcher each) over {} keys and {} connections spread on all members; \
-             writer paces {} puts/s to the {:?} for {}; value = send time, latency = receive - send",
-            config.watch.watchers,
-            config.watch.keys,
-            config.watch.watchers.div_ceil(100),
-            config.watch.rate,
-            config.watch.writer_target,
-            d(config.watch.duration)
-        ),
-        format!(
             "failover: {} SIGKILLs of the leader; a put to a survivor starts every {} (timeout {}); \
              time = kill to the first successful one; killed member restarted and caught up before the next kill",
             config.failover.kills,
@@ -176,5 +172,20 @@ fn settings(config: &SuiteConfig) -> Vec<String> {
             d(config.failover.probe_timeout)
         ),
         format!("every load scenario is capped at {} requests as well as by its duration", config.max_ops),
-    ]
+    ];
+    for w in &config.watches {
+        settings.push(format!(
+            "watch: {} watch streams (one watcher each) on {} key(s), over {} connections spread on all members; \
+             a writer paces {} puts/s to the {:?} for {} (at most {} in flight); value = send time, \
+             latency = receive time - send time",
+            w.watchers,
+            w.keys,
+            w.watchers.div_ceil(100),
+            w.rate,
+            w.writer_target,
+            d(w.duration),
+            crate::watch::MAX_INFLIGHT_WRITES,
+        ));
+    }
+    settings
 }

@@ -19,7 +19,7 @@ use crate::latency::Latency;
 
 /// Writes in flight at once; a writer that falls this far behind the pace
 /// sends late (and its values carry the late send time).
-const MAX_INFLIGHT_WRITES: usize = 256;
+pub const MAX_INFLIGHT_WRITES: usize = 256;
 
 /// How long watchers may take to deliver the last events once writing stops.
 const DRAIN: Duration = Duration::from_secs(5);

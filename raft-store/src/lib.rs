@@ -14,6 +14,7 @@
 //! - [`mvcc`]: the MVCC engine (revisions, history, compaction, reads).
 //! - [`lessor`]: the leader's lease expiry clocks.
 //! - [`hub`]: fan-out of applied revisions to watchers.
+//! - [`metrics`]: Prometheus counters and histograms of the above.
 //! - [`types`] and [`error`]: what travels through the log, and failures.
 
 // tonic's `Status` and openraft's `StorageError` are the frameworks' own
@@ -26,6 +27,7 @@ pub mod hub;
 pub mod join;
 pub mod lessor;
 pub mod log_store;
+pub mod metrics;
 pub mod mvcc;
 pub mod network;
 pub mod peer;

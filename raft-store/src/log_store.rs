@@ -225,6 +225,7 @@ impl LogStore {
         tokio::task::spawn_blocking(move || {
             let mut options = WriteOptions::default();
             options.set_sync(true);
+            let _timer = crate::metrics::metrics().log_sync_seconds.start_timer();
             db.write_opt(batch, &options)
         })
         .await

@@ -204,6 +204,7 @@ impl StateMachine {
     }
 
     fn apply_blocking(&self, entries: Vec<crate::types::Entry>) -> Result<Vec<BatchResponse>, StorageError> {
+        let _timer = crate::metrics::metrics().apply_seconds.start_timer();
         let db = self.db();
         let mut applier = Applier::new(&db).map_err(sm_error)?;
         let (mut last_applied, mut membership) = self.shared.raft_state.lock().expect("poisoned").clone();

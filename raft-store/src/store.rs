@@ -979,8 +979,11 @@ async fn run_batcher(raft: Raft, mut rx: mpsc::Receiver<PendingWrite>, max_batch
                 Batch { timestamp_ms: now_ms(), proposals: pending.iter().map(|p| p.proposal.clone()).collect() };
             let outcome = raft.client_write(batch).await;
             drop(slot);
+            let m = crate::metrics::metrics();
+            m.proposals_pending.sub(pending.len() as i64);
             match outcome {
                 Ok(resp) => {
+                    m.proposals_committed.inc_by(pending.len() as u64);
                     let mut results = resp.data.results.into_iter();
                     for p in pending {
                         let r = results.next().ok_or_else(|| StoreError::Internal("missing result".into()));
@@ -988,6 +991,7 @@ async fn run_batcher(raft: Raft, mut rx: mpsc::Receiver<PendingWrite>, max_batch
                     }
                 }
                 Err(e) => {
+                    m.proposals_failed.inc_by(pending.len() as u64);
                     let err = match e {
                         RaftError::APIError(ClientWriteError::ForwardToLeader(f)) => {
                             StoreError::NotLeader { leader: f.leader_id }
@@ -1017,6 +1021,9 @@ async fn run_read_barrier(
         while let Ok(w) = rx.try_recv() {
             waiters.push(w);
         }
+        let m = crate::metrics::metrics();
+        m.read_rounds.inc();
+        m.reads_linearized.inc_by(waiters.len() as u64);
         let result = read_index_once(&raft, &peers, id, timeout).await;
         for w in waiters {
             let _ = w.send(result.clone());
@@ -1077,17 +1084,23 @@ async fn run_lease_expiry(inner: std::sync::Weak<Inner>) {
     }
 }
 
-/// Re-triggers an election if this member stays candidate for more than
-/// twice the maximum election timeout (openraft 0.9 draws the timeout once
+/// Counts leader changes, and re-triggers an election if this member stays
+/// candidate for more than twice the maximum election timeout (openraft 0.9 draws the timeout once
 /// per process, so two survivors can otherwise keep splitting the vote).
 async fn run_election_watchdog(raft: Raft, election_max: Duration) {
     let mut metrics = raft.metrics();
     let mut candidate_since: Option<Instant> = None;
+    let mut leader = None;
     loop {
         tokio::select! {
             changed = metrics.changed() => if changed.is_err() { return },
             _ = tokio::time::sleep(election_max / 2) => {}
         }
+        let now_leader = metrics.borrow().current_leader;
+        if now_leader.is_some() && now_leader != leader {
+            crate::metrics::metrics().leader_changes.inc();
+        }
+        leader = now_leader.or(leader);
         let state = metrics.borrow().state;
         match (state, candidate_since) {
             (ServerState::Candidate, None) => candidate_since = Some(Instant::now()),
