@@ -8,7 +8,7 @@ BIN := $(CARGO_TARGET_DIR)/release
 CARGO ?= cargo
 SHELL := /bin/bash
 
-.PHONY: deps build up test chaos lint fmt clean-up
+.PHONY: deps build up test chaos lint fmt clean-up bench bench-deps
 
 # libclang-dev: bindgen for RocksDB's bindings; etcd-client: etcdctl for the
 # compatibility tests. Installed only when missing.
@@ -52,3 +52,24 @@ fmt:
 
 clean-up:
 	rm -rf .skiff/up
+
+# Skiff against etcd, side by side (bench/README.md). bench/ is a workspace of
+# its own, so `make test` never needs protoc: etcd-client's build script does.
+# protobuf-compiler: protoc; etcd-server: the etcd 3.4 it is compared with.
+bench-deps:
+	@missing=""; \
+	command -v protoc >/dev/null 2>&1 || missing="$$missing protobuf-compiler"; \
+	command -v etcd >/dev/null 2>&1 || missing="$$missing etcd-server"; \
+	if [ -n "$$missing" ]; then \
+		echo "installing:$$missing"; \
+		SUDO=""; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
+		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing; \
+	fi
+
+# Starts a 3-member Skiff, then a 3-member etcd, on 127.0.0.1; prints the table
+# and writes it into bench/README.md. BENCH_ARGS passes flags to `skiff-bench suite`.
+bench: deps bench-deps
+	$(CARGO) build --release --workspace --bins
+	$(CARGO) build --release --manifest-path bench/Cargo.toml
+	$(BIN)/skiff-bench suite --skiff $(BIN)/skiff --etcd "$$(command -v etcd)" \
+		--readme bench/README.md --command-line "make bench $(BENCH_ARGS)" $(BENCH_ARGS)

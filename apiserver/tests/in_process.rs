@@ -224,6 +224,14 @@ async fn health_readiness_and_metrics_are_served_over_http() {
     ] {
         assert!(metrics.contains(name), "{name} missing from:\n{metrics}");
     }
+    let value = |name: &str| -> f64 {
+        let line = metrics.lines().find(|l| l.starts_with(&format!("{name} "))).unwrap();
+        line.rsplit(' ').next().unwrap().parse().unwrap()
+    };
+    assert!(value("skiff_batch_size_count") >= 1.0, "batches were observed");
+    assert!(value("skiff_batch_size_sum") >= 10.0, "every write was counted in a batch");
+    assert_eq!(value("skiff_proposals_pending"), 0.0);
+    assert!(value("skiff_log_fsync_duration_seconds_count") >= 1.0);
     for m in cluster.members {
         m.stop().await.unwrap();
     }

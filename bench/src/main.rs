@@ -215,6 +215,9 @@ struct SuiteArgs {
     /// How the run is described in the README (default: this command line).
     #[arg(long)]
     command_line: Option<String>,
+    /// Keep the clusters' data directories and logs after a successful run.
+    #[arg(long)]
+    keep: bool,
 }
 
 async fn run(cli: Cli) -> Result<()> {
@@ -264,6 +267,7 @@ async fn run(cli: Cli) -> Result<()> {
                 range_duration: args.range_duration,
                 range_target: args.range_target,
                 max_ops: args.max_ops,
+                keep: args.keep,
                 watches: {
                     let mut watches = vec![args.watch.config()];
                     if args.fanout_rate > 0 {
@@ -275,7 +279,11 @@ async fn run(cli: Cli) -> Result<()> {
             };
             let mut report = report::Report {
                 machine: report::machine_facts(),
-                command: args.command_line.clone().unwrap_or_else(|| std::env::args().collect::<Vec<_>>().join(" ")),
+                command: args
+                    .command_line
+                    .as_deref()
+                    .map(|c| c.trim().to_string())
+                    .unwrap_or_else(|| std::env::args().collect::<Vec<_>>().join(" ")),
                 date: humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string(),
                 ..Default::default()
             };

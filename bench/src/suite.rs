@@ -37,6 +37,8 @@ pub struct SuiteConfig {
     /// Watch scenarios, in order; the first is the one the target is about.
     pub watches: Vec<WatchConfig>,
     pub failover: FailoverConfig,
+    /// Keep data directories and logs after a successful run.
+    pub keep: bool,
 }
 
 pub async fn run(config: &SuiteConfig, report: &mut Report) -> Result<()> {
@@ -69,6 +71,9 @@ pub async fn run(config: &SuiteConfig, report: &mut Report) -> Result<()> {
             // Keep the logs of a failed run.
             let kept = dir.keep();
             return Err(e.context(format!("{} failed; logs kept in {}", system.name(), kept.display())));
+        }
+        if config.keep {
+            eprintln!("   logs and data kept in {}", dir.keep().display());
         }
     }
     Ok(())

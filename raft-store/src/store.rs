@@ -974,6 +974,9 @@ async fn run_batcher(raft: Raft, mut rx: mpsc::Receiver<PendingWrite>, max_batch
             }
         }
         let raft = raft.clone();
+        let m = crate::metrics::metrics();
+        m.batch_size.observe(pending.len() as f64);
+        m.proposals_pending.add(pending.len() as i64);
         tokio::spawn(async move {
             let batch =
                 Batch { timestamp_ms: now_ms(), proposals: pending.iter().map(|p| p.proposal.clone()).collect() };
