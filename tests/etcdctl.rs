@@ -262,3 +262,64 @@ async fn leases_expire_attached_keys_on_every_member_also_across_a_leader_change
     assert!(out.contains("revoked"), "{out}");
     assert_eq!(must_succeed(cluster.etcdctl(&follower, &["get", "/revoked"])), "");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_space_quota_raises_nospace_and_compaction_recovers() {
+    let cluster = Cluster::spawn_with(3, &["--quota-backend-bytes", "3000000"]).await;
+    let ep = cluster.endpoints();
+    let value: String = (0..200_000).map(|i| (b'a' + (i * 7 % 26) as u8) as char).collect();
+    let mut refused = None;
+    for i in 0..40 {
+        let out = etcdctl(&ep, &["put", &format!("big{i}")], Some(&value));
+        if !out.status.success() {
+            refused = Some(String::from_utf8_lossy(&out.stderr).to_string());
+            break;
+        }
+    }
+    let refused = refused.expect("the quota never refused a write");
+    assert!(refused.contains("database space exceeded"), "{refused}");
+    let out = must_succeed(cluster.etcdctl(&ep, &["alarm", "list"]));
+    assert!(out.contains("alarm:NOSPACE"), "{out}");
+    // Deleting and compacting is allowed, and brings the size back under quota.
+    must_succeed(cluster.etcdctl(&ep, &["del", "--prefix", "big"]));
+    let rev =
+        json(&must_succeed(cluster.etcdctl(&ep, &["get", "x", "-w", "json"])))["header"]["revision"].as_i64().unwrap();
+    must_succeed(cluster.etcdctl(&ep, &["compaction", &rev.to_string()]));
+    let out = must_succeed(cluster.etcdctl(&ep, &["defrag"]));
+    assert!(out.contains("Finished defragmenting"), "{out}");
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let out = cluster.etcdctl(&ep, &["put", "after", "ok"]);
+        if out.status.success() {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "{}", String::from_utf8_lossy(&out.stderr));
+        must_succeed(cluster.etcdctl(&ep, &["defrag"]));
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    assert_eq!(must_succeed(cluster.etcdctl(&ep, &["alarm", "list"])), "");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn history_retention_compacts_automatically() {
+    let cluster = Cluster::spawn_with(3, &["--history-retention", "5"]).await;
+    let ep = cluster.endpoints();
+    for i in 0..20 {
+        must_succeed(cluster.etcdctl(&ep, &["put", "r", &i.to_string()]));
+    }
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let out = cluster.etcdctl(&ep, &["get", "r", "--rev=2"]);
+        if !out.status.success() {
+            assert!(String::from_utf8_lossy(&out.stderr).contains("compacted"));
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "history below the retention was never compacted");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    // The retained revisions are still readable.
+    let rev =
+        json(&must_succeed(cluster.etcdctl(&ep, &["get", "r", "-w", "json"])))["header"]["revision"].as_i64().unwrap();
+    let out = must_succeed(cluster.etcdctl(&ep, &["get", "r", &format!("--rev={}", rev - 4)]));
+    assert_eq!(out, "r\n15\n");
+}

@@ -99,15 +99,24 @@ pub async fn run(cluster: &mut Cluster, config: &FailoverConfig) -> Result<Failo
         }
 
         let killed_at = Instant::now();
+        let wall = humantime::format_rfc3339_millis(std::time::SystemTime::now());
         cluster.kill(leader)?;
         let outcome = probe(&survivors, killed_at, config).await;
         match outcome {
             Some(elapsed) => {
-                eprintln!("  kill {kill}: member {} killed, first write after {} ms", leader + 1, elapsed.as_millis());
+                eprintln!(
+                    "  kill {kill}: member {} killed at {wall}, first write after {} ms",
+                    leader + 1,
+                    elapsed.as_millis()
+                );
                 result.samples.push(elapsed);
             }
             None => {
-                eprintln!("  kill {kill}: member {} killed, no write within {:?}", leader + 1, config.give_up);
+                eprintln!(
+                    "  kill {kill}: member {} killed at {wall}, no write within {:?}",
+                    leader + 1,
+                    config.give_up
+                );
                 result.failures += 1;
             }
         }

@@ -151,6 +151,24 @@ struct ClusterArgs {
     /// etcd's --election-timeout in ms (Skiff's default is 300ms-600ms; etcd's own 1000ms).
     #[arg(long, default_value_t = 300)]
     etcd_election_timeout_ms: u64,
+    /// Keep the clusters' data directories and logs after a successful run.
+    #[arg(long)]
+    keep: bool,
+    /// An extra flag for every Skiff member (repeatable), e.g. `--skiff-arg=--election-timeout-min=150ms`.
+    #[arg(long = "skiff-arg", allow_hyphen_values = true)]
+    skiff_args: Vec<String>,
+    /// An extra flag for every etcd member (repeatable).
+    #[arg(long = "etcd-arg", allow_hyphen_values = true)]
+    etcd_args: Vec<String>,
+}
+
+impl ClusterArgs {
+    fn extra_args(&self, system: System) -> Vec<String> {
+        match system {
+            System::Skiff => self.skiff_args.clone(),
+            System::Etcd => self.etcd_args.clone(),
+        }
+    }
 }
 
 #[derive(Args, Clone)]
@@ -215,9 +233,6 @@ struct SuiteArgs {
     /// How the run is described in the README (default: this command line).
     #[arg(long)]
     command_line: Option<String>,
-    /// Keep the clusters' data directories and logs after a successful run.
-    #[arg(long)]
-    keep: bool,
 }
 
 async fn run(cli: Cli) -> Result<()> {
@@ -244,11 +259,15 @@ async fn run(cli: Cli) -> Result<()> {
                 dir: dir.path().to_path_buf(),
                 etcd_heartbeat_ms: cluster.etcd_heartbeat_ms,
                 etcd_election_timeout_ms: cluster.etcd_election_timeout_ms,
-                extra_args: Vec::new(),
+                extra_args: cluster.extra_args(system),
             };
             let mut running = Cluster::launch(spec).await?;
             let result = failover::run(&mut running, &failover.config()).await?;
             println!("failover ({}): {}", system.name(), result.summary());
+            if cluster.keep {
+                drop(running);
+                eprintln!("logs and data kept in {}", dir.keep().display());
+            }
         }
         Command::Suite(args) => {
             let config = suite::SuiteConfig {
@@ -258,6 +277,8 @@ async fn run(cli: Cli) -> Result<()> {
                 dir: args.cluster.dir.clone(),
                 etcd_heartbeat_ms: args.cluster.etcd_heartbeat_ms,
                 etcd_election_timeout_ms: args.cluster.etcd_election_timeout_ms,
+                skiff_args: args.cluster.skiff_args.clone(),
+                etcd_args: args.cluster.etcd_args.clone(),
                 put_clients: args.put_clients.clone(),
                 put_duration: args.put_duration,
                 put_target: args.put_target,
@@ -267,7 +288,7 @@ async fn run(cli: Cli) -> Result<()> {
                 range_duration: args.range_duration,
                 range_target: args.range_target,
                 max_ops: args.max_ops,
-                keep: args.keep,
+                keep: args.cluster.keep,
                 watches: {
                     let mut watches = vec![args.watch.config()];
                     if args.fanout_rate > 0 {

@@ -23,6 +23,9 @@ pub struct SuiteConfig {
     pub dir: Option<PathBuf>,
     pub etcd_heartbeat_ms: u64,
     pub etcd_election_timeout_ms: u64,
+    /// Extra flags for every member of each system.
+    pub skiff_args: Vec<String>,
+    pub etcd_args: Vec<String>,
     /// Concurrency levels of the put scenario.
     pub put_clients: Vec<usize>,
     pub put_duration: Duration,
@@ -60,7 +63,10 @@ pub async fn run(config: &SuiteConfig, report: &mut Report) -> Result<()> {
             dir: dir.path().to_path_buf(),
             etcd_heartbeat_ms: config.etcd_heartbeat_ms,
             etcd_election_timeout_ms: config.etcd_election_timeout_ms,
-            extra_args: Vec::new(),
+            extra_args: match system {
+                System::Skiff => config.skiff_args.clone(),
+                System::Etcd => config.etcd_args.clone(),
+            },
         };
         eprintln!("== {}: starting 3 members in {}", system.name(), dir.path().display());
         let outcome = match Cluster::launch(spec).await {
@@ -155,6 +161,7 @@ fn settings(config: &SuiteConfig) -> Vec<String> {
              election timeout 300ms-600ms; etcd needs heartbeat <= election/5), other flags default",
             config.etcd_heartbeat_ms, config.etcd_election_timeout_ms
         ),
+        format!("extra flags: Skiff {:?}, etcd {:?}", config.skiff_args, config.etcd_args),
         format!(
             "put: {} each, to {:?}, {}-byte values over {} keys, connections = min(clients, 16)",
             d(config.put_duration),

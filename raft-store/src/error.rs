@@ -23,6 +23,9 @@ pub enum StoreError {
     MemberNotFound { id: NodeId },
     #[error("{reason}")]
     MemberExists { id: NodeId, reason: String },
+    /// The database is over its quota (etcd's NOSPACE alarm).
+    #[error("etcdserver: mvcc: database space exceeded")]
+    NoSpace,
     #[error("{0}")]
     InvalidArgument(String),
     #[error("{0}")]

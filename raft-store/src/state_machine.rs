@@ -203,10 +203,23 @@ impl StateMachine {
                 .sum::<u64>()
     }
 
+    /// Flushes and fully compacts the database so that space freed by
+    /// deletes and history compaction is returned to the filesystem (what
+    /// etcd calls defragmentation). Blocking: run it off the async workers.
+    pub fn reclaim_space(&self) -> Result<(), rocksdb::Error> {
+        let db = self.db();
+        for name in mvcc::COLUMN_FAMILIES {
+            db.flush_cf(cf(&db, name))?;
+            db.compact_range_cf(cf(&db, name), None::<&[u8]>, None::<&[u8]>);
+        }
+        Ok(())
+    }
+
     fn apply_blocking(&self, entries: Vec<crate::types::Entry>) -> Result<Vec<BatchResponse>, StorageError> {
         let _timer = crate::metrics::metrics().apply_seconds.start_timer();
         let db = self.db();
         let mut applier = Applier::new(&db).map_err(sm_error)?;
+        let compacted_before = applier.compacted;
         let (mut last_applied, mut membership) = self.shared.raft_state.lock().expect("poisoned").clone();
         let mut responses = Vec::with_capacity(entries.len());
         let mut last_ts = None;
@@ -248,6 +261,15 @@ impl StateMachine {
             self.shared.hub.publish(HubMessage::Revision(Arc::new(ev)));
         }
         self.shared.applied.send_replace(Applied { index: last_applied.map_or(0, |l| l.index), revision });
+        if compacted > compacted_before {
+            // History was dropped: give the space back without delaying applies.
+            let sm = self.clone();
+            std::thread::spawn(move || {
+                if let Err(e) = sm.reclaim_space() {
+                    tracing::warn!(error = %e, "reclaiming space after compaction failed");
+                }
+            });
+        }
         Ok(responses)
     }
 

@@ -59,6 +59,53 @@ pub struct StoreConfig {
     pub max_batch: usize,
     /// Raft entries the leader's batcher keeps in flight at once.
     pub max_in_flight: usize,
+    /// How much history the leader keeps before compacting automatically.
+    pub history_retention: Retention,
+    /// Writes that add data are refused while the state-machine database
+    /// is larger than this (etcd's `--quota-backend-bytes`).
+    pub quota_backend_bytes: u64,
+}
+
+/// Automatic compaction policy.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Retention {
+    /// Keep every revision until a client compacts.
+    Unlimited,
+    /// Keep the latest this many revisions.
+    Revisions(i64),
+    /// Keep the revisions of this long.
+    Duration(Duration),
+}
+
+impl std::str::FromStr for Retention {
+    type Err = String;
+
+    /// `0` or `unlimited`; a number of revisions (`10000`); or a duration
+    /// with a unit (`90m`, `24h`).
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s.trim() {
+            "0" | "unlimited" | "" => Ok(Retention::Unlimited),
+            t => match t.parse::<i64>() {
+                Ok(n) if n > 0 => Ok(Retention::Revisions(n)),
+                Ok(_) => Err("a revision count must be positive".into()),
+                Err(_) => parse_duration(t).map(Retention::Duration),
+            },
+        }
+    }
+}
+
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    let split = s.find(|c: char| !c.is_ascii_digit()).ok_or_else(|| format!("{s:?} needs a unit (s, m, h, d)"))?;
+    let (n, unit) = s.split_at(split);
+    let n: u64 = n.parse().map_err(|_| format!("invalid retention {s:?}"))?;
+    let secs = match unit {
+        "s" => n,
+        "m" => n * 60,
+        "h" => n * 3600,
+        "d" => n * 86400,
+        _ => return Err(format!("invalid retention unit {unit:?} in {s:?} (use s, m, h or d)")),
+    };
+    Ok(Duration::from_secs(secs))
 }
 
 impl StoreConfig {
@@ -79,6 +126,8 @@ impl StoreConfig {
             request_timeout: Duration::from_secs(10),
             max_batch: 2048,
             max_in_flight: 4,
+            history_retention: Retention::Unlimited,
+            quota_backend_bytes: 8 * 1024 * 1024 * 1024,
         }
     }
 }
@@ -340,6 +389,7 @@ impl Store {
             }),
         };
         tokio::spawn(run_lease_expiry(Arc::downgrade(&store.inner)));
+        tokio::spawn(run_compactor(Arc::downgrade(&store.inner)));
         Ok(store)
     }
 
@@ -517,6 +567,9 @@ impl Store {
     /// Replicates `command` and returns its result. Retries across leader
     /// changes with the same request id until `request_timeout`.
     pub async fn write(&self, command: Command) -> Result<Output, StoreError> {
+        if adds_data(&command) && self.over_quota() {
+            return Err(StoreError::NoSpace);
+        }
         let proposal = Proposal { id: RequestId::random(), command };
         let deadline = Instant::now() + self.inner.config.request_timeout;
         let mut backoff = Duration::from_millis(20);
@@ -538,6 +591,12 @@ impl Store {
                 Err(e) => return Err(e),
             }
         }
+    }
+
+    /// Whether the database is over `--quota-backend-bytes` (the NOSPACE
+    /// alarm): writes that add data are refused until space is reclaimed.
+    pub fn over_quota(&self) -> bool {
+        self.inner.sm.db_size() > self.inner.config.quota_backend_bytes
     }
 
     /// Hands proposals to this member's batcher (which succeeds only while
@@ -896,6 +955,23 @@ impl Store {
     }
 }
 
+/// Whether `command` can grow the database (refused while over quota);
+/// deletes, revokes and compactions are what frees space, so they pass.
+fn adds_data(command: &Command) -> bool {
+    fn txn_puts(t: &crate::types::Txn) -> bool {
+        t.success.iter().chain(&t.failure).any(|op| match op {
+            crate::types::Op::Put(_) => true,
+            crate::types::Op::Txn(t) => txn_puts(t),
+            _ => false,
+        })
+    }
+    match command {
+        Command::Txn(t) => txn_puts(t),
+        Command::LeaseGrant { .. } => true,
+        Command::Compact { .. } | Command::PublishMember(_) | Command::LeaseRevoke { .. } => false,
+    }
+}
+
 fn leader_addr(raft: &Raft, leader: NodeId) -> Option<String> {
     raft.metrics().borrow().membership_config.membership().get_node(&leader).map(|n| n.addr.clone())
 }
@@ -1083,6 +1159,49 @@ async fn run_lease_expiry(inner: std::sync::Weak<Inner>) {
                     Err(e) => tracing::warn!(lease = id, error = %e, "revoking an expired lease failed; will retry"),
                 }
             });
+        }
+    }
+}
+
+/// How often the leader considers compacting under `--history-retention`.
+const COMPACTION_CHECK: Duration = Duration::from_secs(5);
+
+/// While this member leads, compacts history beyond the retention: by
+/// revision count, or to the revision that was current `retention` ago
+/// (sampled every check, as etcd's periodic compactor does).
+async fn run_compactor(inner: std::sync::Weak<Inner>) {
+    let mut tick = tokio::time::interval(COMPACTION_CHECK);
+    let mut samples: std::collections::VecDeque<(Instant, i64)> = std::collections::VecDeque::new();
+    loop {
+        tick.tick().await;
+        let Some(inner) = inner.upgrade() else { return };
+        let store = Store { inner };
+        let retention = store.inner.config.history_retention;
+        let current = store.inner.sm.revision();
+        let now = Instant::now();
+        let target = match retention {
+            Retention::Unlimited => continue,
+            Retention::Revisions(n) => current - n,
+            Retention::Duration(d) => {
+                samples.push_back((now, current));
+                // The newest sample at least `d` old is the compaction point.
+                let mut target = 0;
+                while samples.front().is_some_and(|(t, _)| now.duration_since(*t) >= d) {
+                    target = samples.pop_front().map_or(0, |(_, r)| r);
+                }
+                if target > 0 {
+                    samples.push_front((now - d, target));
+                }
+                target
+            }
+        };
+        if store.leader() != Some(store.id()) || target <= store.inner.sm.compacted() {
+            continue;
+        }
+        match store.write(Command::Compact { revision: target }).await {
+            Ok(_) => tracing::info!(revision = target, "compacted history under --history-retention"),
+            Err(StoreError::Apply(_)) => {}
+            Err(e) => tracing::warn!(error = %e, "automatic compaction failed; will retry"),
         }
     }
 }

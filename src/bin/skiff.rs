@@ -72,6 +72,14 @@ struct ApiserverArgs {
     /// Interval of progress notifications to watchers that ask for them.
     #[arg(long, default_value = "10m", value_parser = parse_duration)]
     watch_progress_interval: Duration,
+    /// Automatic compaction: keep this many revisions (`10000`), or this
+    /// long (`24h`); `0` keeps everything until a client compacts.
+    #[arg(long, default_value = "0")]
+    history_retention: skiff_raft_store::store::Retention,
+    /// Refuse writes that add data while the database is larger than this
+    /// many bytes (etcd's NOSPACE alarm).
+    #[arg(long, default_value_t = 8 * 1024 * 1024 * 1024)]
+    quota_backend_bytes: u64,
     /// How long a write may take, across leader changes, before it fails.
     #[arg(long, default_value = "10s", value_parser = parse_duration)]
     request_timeout: Duration,
@@ -116,6 +124,8 @@ impl ApiserverArgs {
         store.election_timeout_max = self.election_timeout_max;
         store.snapshot_logs = self.snapshot_count;
         store.request_timeout = self.request_timeout;
+        store.history_retention = self.history_retention;
+        store.quota_backend_bytes = self.quota_backend_bytes;
         Ok(ApiserverConfig {
             store,
             peer_listen: self.peer_listen,

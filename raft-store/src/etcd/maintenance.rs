@@ -5,9 +5,9 @@
 use futures::stream::BoxStream;
 use skiff_proto::etcdserverpb::maintenance_server::{Maintenance, MaintenanceServer};
 use skiff_proto::etcdserverpb::{
-    AlarmRequest, AlarmResponse, DefragmentRequest, DefragmentResponse, HashKvRequest, HashKvResponse, HashRequest,
-    HashResponse, MoveLeaderRequest, MoveLeaderResponse, ResponseHeader, SnapshotRequest, SnapshotResponse,
-    StatusRequest, StatusResponse,
+    AlarmMember, AlarmRequest, AlarmResponse, AlarmType, DefragmentRequest, DefragmentResponse, HashKvRequest,
+    HashKvResponse, HashRequest, HashResponse, MoveLeaderRequest, MoveLeaderResponse, ResponseHeader, SnapshotRequest,
+    SnapshotResponse, StatusRequest, StatusResponse,
 };
 use tonic::{Request, Response, Status};
 
@@ -42,7 +42,15 @@ fn not_supported(what: &str) -> Status {
 impl Maintenance for MaintenanceService {
     /// No alarms exist yet: every action answers with an empty list.
     async fn alarm(&self, _: Request<AlarmRequest>) -> Result<Response<AlarmResponse>, Status> {
-        Ok(Response::new(AlarmResponse { header: self.header(), alarms: Vec::new() }))
+        // NOSPACE is derived from the database size, so it clears itself once
+        // compaction (and defragmentation) bring the size under the quota;
+        // disarming is accepted and changes nothing.
+        let alarms = if self.store.over_quota() {
+            vec![AlarmMember { member_id: self.store.id(), alarm: AlarmType::Nospace as i32 }]
+        } else {
+            Vec::new()
+        };
+        Ok(Response::new(AlarmResponse { header: self.header(), alarms }))
     }
 
     async fn status(&self, _: Request<StatusRequest>) -> Result<Response<StatusResponse>, Status> {
@@ -65,6 +73,11 @@ impl Maintenance for MaintenanceService {
 
     /// Nothing to do: RocksDB reclaims space in its own compactions.
     async fn defragment(&self, _: Request<DefragmentRequest>) -> Result<Response<DefragmentResponse>, Status> {
+        let sm = self.store.state_machine().clone();
+        tokio::task::spawn_blocking(move || sm.reclaim_space())
+            .await
+            .map_err(|e| Status::internal(e.to_string()))?
+            .map_err(|e| Status::internal(format!("defragment: {e}")))?;
         Ok(Response::new(DefragmentResponse { header: self.header() }))
     }
 

@@ -31,6 +31,7 @@ impl From<StoreError> for Status {
             StoreError::NoLeader | StoreError::Timeout => Status::unavailable(e.to_string()),
             StoreError::MemberNotFound { .. } => Status::not_found(e.to_string()),
             StoreError::MemberExists { reason, .. } => Status::failed_precondition(reason),
+            StoreError::NoSpace => Status::resource_exhausted(e.to_string()),
             StoreError::InvalidArgument(m) => Status::invalid_argument(m),
             StoreError::FailedPrecondition(m) => Status::failed_precondition(m),
             StoreError::Unavailable(m) => Status::unavailable(m),
