@@ -203,7 +203,7 @@ struct SuiteArgs {
     /// Concurrency levels of the put scenario.
     #[arg(long, value_delimiter = ',', default_value = "1,16,256")]
     put_clients: Vec<usize>,
-    #[arg(long, default_value = "8s", value_parser = humantime::parse_duration)]
+    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
     put_duration: Duration,
     #[arg(long, value_enum, default_value = "leader")]
     put_target: Target,
@@ -311,6 +311,7 @@ async fn run(cli: Cli) -> Result<()> {
             report.machine.push(("Skiff".into(), version(&args.skiff)));
             report.machine.push(("etcd".into(), version(&args.etcd)));
             suite::run(&config, &mut report).await?;
+            report.machine.push(("load average after the run".into(), report::load_average()));
             println!("\n{}", report.table());
             println!("{}", report.targets());
             if let Some(readme) = &args.readme {

@@ -191,6 +191,12 @@ pub fn write_readme(path: &Path, section: &str) -> Result<()> {
     std::fs::write(path, updated).with_context(|| format!("writing {}", path.display()))
 }
 
+/// The 1, 5 and 15 minute load averages: other work on the machine skews the numbers.
+pub fn load_average() -> String {
+    let text = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    text.split_whitespace().take(3).collect::<Vec<_>>().join(" ")
+}
+
 /// Facts about this machine that the numbers depend on.
 pub fn machine_facts() -> Vec<(String, String)> {
     let read = |path: &str| std::fs::read_to_string(path).unwrap_or_default();
@@ -208,12 +214,11 @@ pub fn machine_facts() -> Vec<(String, String)> {
         .map(|kb| format!("{:.1} GiB", kb as f64 / 1024.0 / 1024.0))
         .unwrap_or_else(|| "unknown".into());
     let kernel = read("/proc/sys/kernel/osrelease").trim().to_string();
-    let load = read("/proc/loadavg").split_whitespace().take(3).collect::<Vec<_>>().join(" ");
     vec![
         ("CPU".into(), format!("{cpu}, {cores} cores")),
         ("memory".into(), memory),
         ("kernel".into(), kernel),
-        ("load average before the run".into(), load),
+        ("load average before the run".into(), load_average()),
     ]
 }
 

@@ -215,6 +215,68 @@ impl StateMachine {
         Ok(())
     }
 
+    /// Writes a consistent backup of the whole state (a RocksDB checkpoint,
+    /// packed into one file) under `data_dir/exports` and returns its path;
+    /// the caller removes it. Blocking.
+    pub fn export(&self) -> io::Result<PathBuf> {
+        let dir = self.shared.dir.parent().unwrap_or(Path::new(".")).join("exports");
+        std::fs::create_dir_all(&dir)?;
+        let name = format!("backup-{:016x}", rand::random::<u64>());
+        let checkpoint = dir.join(format!("{name}.checkpoint"));
+        let file = dir.join(format!("{name}.snap"));
+        let db = self.db();
+        rocksdb::checkpoint::Checkpoint::new(&db)
+            .and_then(|c| c.create_checkpoint(&checkpoint))
+            .map_err(io::Error::other)?;
+        let packed = pack(&checkpoint, &file);
+        std::fs::remove_dir_all(&checkpoint)?;
+        packed?;
+        Ok(file)
+    }
+
+    /// Seeds a fresh data dir with the state in `backup` (made by
+    /// [`StateMachine::export`], e.g. through `etcdctl snapshot save`): all
+    /// keys, history and the revision are kept, while the Raft position and
+    /// membership are cleared so that a new cluster can be founded on it.
+    /// Every founding member restores the same file, as with etcd.
+    pub fn restore(data_dir: &Path, backup: &Path) -> Result<(), OpenError> {
+        let dir = data_dir.join("sm");
+        if dir.exists() {
+            return Err(OpenError::Corrupt {
+                path: dir,
+                reason: "a restore needs a fresh data dir, and this one has a state machine".into(),
+            });
+        }
+        verify_backup(backup)?;
+        std::fs::create_dir_all(&dir).map_err(io_err(&dir))?;
+        let db_path = dir.join("db-1");
+        unpack(backup, &db_path).map_err(|e| OpenError::Corrupt {
+            path: backup.to_path_buf(),
+            reason: format!("not a Skiff backup: {e}"),
+        })?;
+        let db = mvcc::open_db(&db_path).map_err(|source| OpenError::Rocks { path: db_path.clone(), source })?;
+        let meta = cf(&db, CF_META);
+        let corrupt = |e: rocksdb::Error| OpenError::Rocks { path: db_path.clone(), source: e };
+        if db.get_cf(meta, mvcc::META_REVISION).map_err(corrupt)?.is_none() {
+            return Err(OpenError::Corrupt {
+                path: backup.to_path_buf(),
+                reason: "not a Skiff backup: no revision".into(),
+            });
+        }
+        let mut batch = rocksdb::WriteBatch::default();
+        batch.delete_cf(meta, META_LAST_APPLIED);
+        batch.delete_cf(meta, META_MEMBERSHIP);
+        let mut end = META_MEMBER_PREFIX.to_vec();
+        end.push(0xff);
+        batch.delete_range_cf(meta, META_MEMBER_PREFIX, end.as_slice());
+        let mut opts = rocksdb::WriteOptions::default();
+        opts.set_sync(true);
+        db.write_opt(batch, &opts).map_err(corrupt)?;
+        drop(db);
+        let current = dir.join("CURRENT");
+        write_durably(&current, b"db-1").map_err(io_err(&current))
+    }
+
     fn apply_blocking(&self, entries: Vec<crate::types::Entry>) -> Result<Vec<BatchResponse>, StorageError> {
         let _timer = crate::metrics::metrics().apply_seconds.start_timer();
         let db = self.db();
@@ -344,6 +406,37 @@ fn read_raft_state(db: &DB) -> Result<(Option<LogId>, StoredMembership), String>
         None => StoredMembership::default(),
     };
     Ok((last_applied, membership))
+}
+
+/// A backup streamed by the Maintenance service ends with the SHA-256 of
+/// the archive before it (etcd's convention); checks it when present. The
+/// archive itself is a multiple of 512 bytes, so the trailer is recognisable.
+fn verify_backup(backup: &Path) -> Result<(), OpenError> {
+    use sha2::Digest;
+    use std::io::Read;
+    let bad = |reason: String| OpenError::Corrupt { path: backup.to_path_buf(), reason };
+    let mut f = std::fs::File::open(backup).map_err(io_err(backup))?;
+    let len = f.metadata().map_err(io_err(backup))?.len();
+    if len % 512 != 32 {
+        return Ok(());
+    }
+    let mut hash = sha2::Sha256::new();
+    let mut left = len - 32;
+    let mut buf = vec![0u8; 1 << 16];
+    while left > 0 {
+        let n = f.read(&mut buf[..left.min(1 << 16) as usize]).map_err(io_err(backup))?;
+        if n == 0 {
+            return Err(bad("truncated backup".into()));
+        }
+        hash.update(&buf[..n]);
+        left -= n as u64;
+    }
+    let mut trailer = [0u8; 32];
+    f.read_exact(&mut trailer).map_err(io_err(backup))?;
+    if hash.finalize().as_slice() != trailer {
+        return Err(bad("backup checksum mismatch: the file is damaged".into()));
+    }
+    Ok(())
 }
 
 /// Writes `path` through a temporary file, syncs it, renames it into place

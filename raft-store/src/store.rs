@@ -64,6 +64,8 @@ pub struct StoreConfig {
     /// Writes that add data are refused while the state-machine database
     /// is larger than this (etcd's `--quota-backend-bytes`).
     pub quota_backend_bytes: u64,
+    /// Seed a fresh data dir from this backup before founding a cluster.
+    pub restore_from: Option<PathBuf>,
 }
 
 /// Automatic compaction policy.
@@ -128,6 +130,7 @@ impl StoreConfig {
             max_in_flight: 4,
             history_retention: Retention::Unlimited,
             quota_backend_bytes: 8 * 1024 * 1024 * 1024,
+            restore_from: None,
         }
     }
 }
@@ -343,7 +346,18 @@ impl Store {
         if fresh_dir && config.initial_cluster.is_empty() && config.join.is_none() {
             return Err(StartError::Config("a fresh data dir needs --initial-cluster or --join".into()));
         }
+        if config.restore_from.is_some() && (!fresh_dir || config.initial_cluster.is_empty()) {
+            return Err(StartError::Config(
+                "--restore-from founds a new cluster: it needs a fresh data dir and --initial-cluster".into(),
+            ));
+        }
         let (identity, created) = load_identity(&config)?;
+        if let Some(backup) = &config.restore_from {
+            StateMachine::restore(&config.data_dir, backup).map_err(|e| {
+                let _ = std::fs::remove_dir_all(&config.data_dir);
+                StartError::Storage(e.to_string())
+            })?;
+        }
         let log = LogStore::open(&config.data_dir.join("raft-log")).map_err(|e| StartError::Storage(e.to_string()))?;
         let sm = StateMachine::open(&config.data_dir).map_err(|e| StartError::Storage(e.to_string()))?;
         let raft_config = openraft::Config {

@@ -80,6 +80,10 @@ struct ApiserverArgs {
     /// many bytes (etcd's NOSPACE alarm).
     #[arg(long, default_value_t = 8 * 1024 * 1024 * 1024)]
     quota_backend_bytes: u64,
+    /// Found the new cluster on this backup (from `etcdctl snapshot save`):
+    /// every founding member is started with the same file.
+    #[arg(long, requires = "initial_cluster")]
+    restore_from: Option<PathBuf>,
     /// How long a write may take, across leader changes, before it fails.
     #[arg(long, default_value = "10s", value_parser = parse_duration)]
     request_timeout: Duration,
@@ -126,6 +130,7 @@ impl ApiserverArgs {
         store.request_timeout = self.request_timeout;
         store.history_retention = self.history_retention;
         store.quota_backend_bytes = self.quota_backend_bytes;
+        store.restore_from = self.restore_from;
         Ok(ApiserverConfig {
             store,
             peer_listen: self.peer_listen,
