@@ -129,7 +129,7 @@ impl Maintenance for MaintenanceService {
                 hash.update(&blob);
                 sent += n as u64;
                 let chunk = SnapshotResponse {
-                    header: header.clone(),
+                    header,
                     remaining_bytes: total.saturating_sub(sent),
                     blob,
                     version: String::new(),
