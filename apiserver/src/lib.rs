@@ -35,6 +35,17 @@ pub enum RunError {
     Serve(String),
 }
 
+/// Accepted connections with Nagle's algorithm off: gRPC's small
+/// request/response frames otherwise wait out delayed ACKs (~40 ms).
+fn incoming(listener: TcpListener) -> impl tokio_stream::Stream<Item = std::io::Result<tokio::net::TcpStream>> {
+    use tokio_stream::StreamExt;
+    tokio_stream::wrappers::TcpListenerStream::new(listener).map(|stream| {
+        let stream = stream?;
+        stream.set_nodelay(true)?;
+        Ok(stream)
+    })
+}
+
 async fn bind(addr: &str) -> Result<TcpListener, RunError> {
     TcpListener::bind(addr).await.map_err(|source| RunError::Listen { addr: addr.to_string(), source })
 }
@@ -109,10 +120,7 @@ pub async fn start(config: ApiserverConfig, listeners: Listeners) -> Result<Runn
 
     let peer = tonic::transport::Server::builder()
         .add_service(PeerService::server(store.clone()))
-        .serve_with_incoming_shutdown(
-            tokio_stream::wrappers::TcpListenerStream::new(listeners.peer),
-            stopped(stop_rx.clone()),
-        );
+        .serve_with_incoming_shutdown(incoming(listeners.peer), stopped(stop_rx.clone()));
     let client = tonic::transport::Server::builder()
         .add_service(KvService::server(store.clone()))
         .add_service(WatchService::server(store.clone(), config.watch_progress_interval))
@@ -120,10 +128,7 @@ pub async fn start(config: ApiserverConfig, listeners: Listeners) -> Result<Runn
         .add_service(ClusterService::server(store.clone()))
         .add_service(MaintenanceService::server(store.clone()))
         .add_service(ControlService::server(store.clone()))
-        .serve_with_incoming_shutdown(
-            tokio_stream::wrappers::TcpListenerStream::new(listeners.client),
-            stopped(stop_rx.clone()),
-        );
+        .serve_with_incoming_shutdown(incoming(listeners.client), stopped(stop_rx.clone()));
     let http =
         axum::serve(listeners.http, http::router(store.clone())).with_graceful_shutdown(stopped(stop_rx.clone()));
 
