@@ -121,8 +121,10 @@ impl StoreConfig {
             initial_cluster: BTreeMap::new(),
             join: None,
             heartbeat: Duration::from_millis(100),
-            election_timeout_min: Duration::from_millis(300),
-            election_timeout_max: Duration::from_millis(600),
+            // openraft 0.9 campaigns after `max + U[min, max)` without a
+            // heartbeat: 200-400 ms gives ~0.6-0.8 s plus a vote round.
+            election_timeout_min: Duration::from_millis(200),
+            election_timeout_max: Duration::from_millis(400),
             snapshot_logs: 20_000,
             join_timeout: Duration::from_secs(60),
             request_timeout: Duration::from_secs(10),

@@ -61,10 +61,10 @@ struct ApiserverArgs {
     #[arg(long, default_value = "100ms", value_parser = parse_duration)]
     heartbeat_interval: Duration,
     /// Lower bound of the randomized election timeout.
-    #[arg(long, default_value = "300ms", value_parser = parse_duration)]
+    #[arg(long, default_value = "200ms", value_parser = parse_duration)]
     election_timeout_min: Duration,
     /// Upper bound of the randomized election timeout (at least 2x the lower bound).
-    #[arg(long, default_value = "600ms", value_parser = parse_duration)]
+    #[arg(long, default_value = "400ms", value_parser = parse_duration)]
     election_timeout_max: Duration,
     /// Take a snapshot and purge the log after this many entries.
     #[arg(long, default_value_t = 20_000)]
