@@ -236,3 +236,38 @@ async fn health_readiness_and_metrics_are_served_over_http() {
         m.stop().await.unwrap();
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watcher_that_stops_reading_falls_behind_and_still_gets_every_revision() {
+    let cluster = InProcessCluster::spawn(3).await;
+    let (a, b) = cluster.follower_clients().await;
+    // Created, then not read while far more revisions than any queue holds go by.
+    let mut stream =
+        watch(&a, WatchCreateRequest { key: "/slow/".into(), range_end: "/slow0".into(), ..Default::default() }).await;
+    let mut kb = KvClient::new(channel(&b).await);
+    let writes = 3000;
+    let mut tasks = Vec::new();
+    for w in 0..8 {
+        let mut kb = kb.clone();
+        tasks.push(tokio::spawn(async move {
+            for i in 0..writes / 8 {
+                kb.put(put(&format!("/slow/{w}/{i}"), "v")).await.unwrap();
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let last = kb.put(put("/slow/last", "v")).await.unwrap().into_inner().header.unwrap().revision;
+    let mut seen = Vec::new();
+    while seen.last().copied() != Some(last) {
+        let r = tokio::time::timeout(Duration::from_secs(10), stream.message()).await.unwrap().unwrap().unwrap();
+        assert!(!r.canceled, "{}", r.cancel_reason);
+        seen.extend(r.events.iter().map(|e| e.kv.as_ref().unwrap().mod_revision));
+    }
+    assert_eq!(seen.len(), writes + 1);
+    assert!(seen.windows(2).all(|w| w[1] == w[0] + 1), "revisions delivered in order, each once, no gaps");
+    for m in cluster.members {
+        m.stop().await.unwrap();
+    }
+}

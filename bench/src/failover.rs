@@ -83,7 +83,7 @@ pub async fn run(cluster: &mut Cluster, config: &FailoverConfig) -> Result<Failo
             // An election during the settle time moves the target.
             let now = cluster.must_leader().await?;
             if now != leader {
-                eprintln!("  leader moved from member {} to {} before kill {kill}", leader + 1, now + 1);
+                eprintln!("    leader moved from member {} to {} before kill {kill}", leader + 1, now + 1);
             }
             now
         };

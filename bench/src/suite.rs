@@ -1,6 +1,8 @@
-//! `make bench`: for each system in turn, launch a fresh 3-member cluster,
-//! run every scenario against it (failover last, since it kills members),
-//! tear it down; then print one table with both systems and their ratios.
+//! `make bench`: launch a fresh 3-member cluster of each system, then run
+//! every scenario against one system after the other (failover last, since it
+//! kills members). Alternating scenario by scenario, rather than system by
+//! system, spreads load from elsewhere on the machine over both alike; the
+//! cluster that is not being measured only exchanges heartbeats meanwhile.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -44,108 +46,178 @@ pub struct SuiteConfig {
     pub keep: bool,
 }
 
+/// One measurement, run against each system in turn.
+#[derive(Clone, Debug)]
+enum Scenario {
+    Put {
+        clients: usize,
+    },
+    Range {
+        serializable: bool,
+    },
+    Watch(WatchConfig),
+    /// Last: it kills and restarts members.
+    Failover,
+}
+
+impl Scenario {
+    fn name(&self, config: &SuiteConfig) -> String {
+        match self {
+            Scenario::Put { clients: 1 } => "put, 1 client".into(),
+            Scenario::Put { clients } => format!("put, {clients} clients"),
+            Scenario::Range { serializable } => format!(
+                "range 1 key, {}, {} clients",
+                if *serializable { "serializable" } else { "linearizable" },
+                config.range_clients
+            ),
+            Scenario::Watch(w) if w.keys == 1 => {
+                format!("watch fan-out, {} watchers on 1 key, {} writes/s", w.watchers, w.rate)
+            }
+            Scenario::Watch(w) => format!("watch, {} watchers on {} keys, {} writes/s", w.watchers, w.keys, w.rate),
+            Scenario::Failover => "failover".into(),
+        }
+    }
+}
+
+/// A launched cluster and the directory that holds its data and logs.
+struct Running {
+    cluster: Cluster,
+    dir: tempfile::TempDir,
+}
+
 pub async fn run(config: &SuiteConfig, report: &mut Report) -> Result<()> {
     report.settings = settings(config);
+    let mut running = Vec::new();
     for &system in &config.systems {
-        let parent = config.dir.clone().unwrap_or_else(std::env::temp_dir);
-        std::fs::create_dir_all(&parent)?;
-        let dir = tempfile::Builder::new()
-            .prefix(&format!("skiff-bench-{}-", system.name().to_lowercase()))
-            .tempdir_in(&parent)
-            .with_context(|| format!("creating a directory under {}", parent.display()))?;
-        let spec = ClusterSpec {
-            system,
-            binary: match system {
-                System::Skiff => config.skiff.clone(),
-                System::Etcd => config.etcd.clone(),
-            },
-            members: 3,
-            dir: dir.path().to_path_buf(),
-            etcd_heartbeat_ms: config.etcd_heartbeat_ms,
-            etcd_election_timeout_ms: config.etcd_election_timeout_ms,
-            extra_args: match system {
-                System::Skiff => config.skiff_args.clone(),
-                System::Etcd => config.etcd_args.clone(),
-            },
-        };
-        eprintln!("== {}: starting 3 members in {}", system.name(), dir.path().display());
-        let outcome = match Cluster::launch(spec).await {
-            Ok(mut cluster) => scenarios(&mut cluster, config, report).await,
-            Err(e) => Err(e.context("launching the cluster")),
-        };
-        if let Err(e) = outcome {
-            // Keep the logs of a failed run.
-            let kept = dir.keep();
-            return Err(e.context(format!("{} failed; logs kept in {}", system.name(), kept.display())));
+        match launch(system, config).await {
+            Ok(r) => running.push(r),
+            Err(e) => return Err(keep_logs(running, e)),
         }
+    }
+    let mut scenarios: Vec<Scenario> = config.put_clients.iter().map(|&clients| Scenario::Put { clients }).collect();
+    scenarios.push(Scenario::Range { serializable: false });
+    scenarios.push(Scenario::Range { serializable: true });
+    scenarios.extend(config.watches.iter().cloned().map(Scenario::Watch));
+    scenarios.push(Scenario::Failover);
+    for scenario in &scenarios {
+        let name = scenario.name(config);
+        for r in &mut running {
+            let system = r.cluster.system();
+            eprintln!("  {name} ({})", system.name());
+            if let Err(e) = measure(&mut r.cluster, scenario, &name, config, report).await {
+                let e = e.context(format!("{name} against {}", system.name()));
+                return Err(keep_logs(running, e));
+            }
+        }
+    }
+    for r in running {
+        drop(r.cluster);
         if config.keep {
-            eprintln!("   logs and data kept in {}", dir.keep().display());
+            eprintln!("logs and data kept in {}", r.dir.keep().display());
         }
     }
     Ok(())
 }
 
-async fn scenarios(cluster: &mut Cluster, config: &SuiteConfig, report: &mut Report) -> Result<()> {
+/// Stops every cluster and keeps its directory, for a run that failed.
+fn keep_logs(running: Vec<Running>, error: anyhow::Error) -> anyhow::Error {
+    let mut kept = Vec::new();
+    for r in running {
+        drop(r.cluster);
+        kept.push(r.dir.keep().display().to_string());
+    }
+    error.context(format!("logs kept in {kept:?}"))
+}
+
+async fn launch(system: System, config: &SuiteConfig) -> Result<Running> {
+    let parent = config.dir.clone().unwrap_or_else(std::env::temp_dir);
+    std::fs::create_dir_all(&parent)?;
+    let dir = tempfile::Builder::new()
+        .prefix(&format!("skiff-bench-{}-", system.name().to_lowercase()))
+        .tempdir_in(&parent)
+        .with_context(|| format!("creating a directory under {}", parent.display()))?;
+    let spec = ClusterSpec {
+        system,
+        binary: match system {
+            System::Skiff => config.skiff.clone(),
+            System::Etcd => config.etcd.clone(),
+        },
+        members: 3,
+        dir: dir.path().to_path_buf(),
+        etcd_heartbeat_ms: config.etcd_heartbeat_ms,
+        etcd_election_timeout_ms: config.etcd_election_timeout_ms,
+        extra_args: match system {
+            System::Skiff => config.skiff_args.clone(),
+            System::Etcd => config.etcd_args.clone(),
+        },
+    };
+    eprintln!("== {}: starting 3 members in {}", system.name(), dir.path().display());
+    match Cluster::launch(spec).await {
+        Ok(cluster) => Ok(Running { cluster, dir }),
+        Err(e) => {
+            let kept = dir.keep();
+            Err(e.context(format!("launching {} (logs kept in {})", system.name(), kept.display())))
+        }
+    }
+}
+
+async fn measure(
+    cluster: &mut Cluster,
+    scenario: &Scenario,
+    name: &str,
+    config: &SuiteConfig,
+    report: &mut Report,
+) -> Result<()> {
     let system = cluster.system();
     let endpoints = cluster.endpoints();
-    for &clients in &config.put_clients {
-        let scenario = format!("put, {clients} client{}", if clients == 1 { "" } else { "s" });
-        let load = LoadConfig {
-            clients,
-            conns: 0,
-            duration: config.put_duration,
-            max_ops: config.max_ops,
-            target: config.put_target,
-            value_size: config.value_size,
-        };
-        let result = load::run(&endpoints, &load, Op::Put { key_space: config.key_space }).await?;
-        eprintln!("  {scenario}: {}", result.summary());
-        report.record(system, &scenario, "throughput ops/s", Better::Higher, result.throughput());
-        report.record(system, &scenario, "p50 ms", Better::Lower, result.latency.quantile_ms(0.50));
-        report.record(system, &scenario, "p99 ms", Better::Lower, result.latency.quantile_ms(0.99));
-        report.detail(system, format!("{scenario}: {}", result.summary()));
-    }
-    for serializable in [false, true] {
-        let scenario = format!(
-            "range 1 key, {}, {} clients",
-            if serializable { "serializable" } else { "linearizable" },
-            config.range_clients
-        );
-        let load = LoadConfig {
-            clients: config.range_clients,
-            conns: 0,
-            duration: config.range_duration,
-            max_ops: config.max_ops,
-            target: config.range_target,
-            value_size: config.value_size,
-        };
-        let result = load::run(&endpoints, &load, Op::Range { serializable }).await?;
-        eprintln!("  {scenario}: {}", result.summary());
-        report.record(system, &scenario, "throughput ops/s", Better::Higher, result.throughput());
-        report.record(system, &scenario, "p99 ms", Better::Lower, result.latency.quantile_ms(0.99));
-        report.detail(system, format!("{scenario}: {}", result.summary()));
-    }
-    for w in &config.watches {
-        let scenario = if w.keys == 1 {
-            format!("watch fan-out, {} watchers on 1 key, {} writes/s", w.watchers, w.rate)
-        } else {
-            format!("watch, {} watchers on {} keys, {} writes/s", w.watchers, w.keys, w.rate)
-        };
-        let result = watch::run(&endpoints, w).await?;
-        eprintln!("  {scenario}: {}", result.summary());
-        report.record(system, &scenario, "p50 ms", Better::Lower, result.latency.quantile_ms(0.50));
-        report.record(system, &scenario, "p99 ms", Better::Lower, result.latency.quantile_ms(0.99));
-        let delivered = result.events as f64 / (result.expected_events.max(1)) as f64 * 100.0;
-        report.record(system, &scenario, "delivered %", Better::Higher, delivered);
-        report.detail(system, format!("{scenario}: {}", result.summary()));
-    }
-    {
-        let result = failover::run(cluster, &config.failover).await?;
-        eprintln!("  failover: {}", result.summary());
-        report.record(system, "failover", "median ms", Better::Lower, result.median().as_secs_f64() * 1000.0);
-        report.record(system, "failover", "max ms", Better::Lower, result.max().as_secs_f64() * 1000.0);
-        report.detail(system, format!("failover: {}", result.summary()));
-    }
+    let summary = match scenario {
+        Scenario::Put { clients } => {
+            let load = LoadConfig {
+                clients: *clients,
+                conns: 0,
+                duration: config.put_duration,
+                max_ops: config.max_ops,
+                target: config.put_target,
+                value_size: config.value_size,
+            };
+            let result = load::run(&endpoints, &load, Op::Put { key_space: config.key_space }).await?;
+            report.record(system, name, "throughput ops/s", Better::Higher, result.throughput());
+            report.record(system, name, "p50 ms", Better::Lower, result.latency.quantile_ms(0.50));
+            report.record(system, name, "p99 ms", Better::Lower, result.latency.quantile_ms(0.99));
+            result.summary()
+        }
+        Scenario::Range { serializable } => {
+            let load = LoadConfig {
+                clients: config.range_clients,
+                conns: 0,
+                duration: config.range_duration,
+                max_ops: config.max_ops,
+                target: config.range_target,
+                value_size: config.value_size,
+            };
+            let result = load::run(&endpoints, &load, Op::Range { serializable: *serializable }).await?;
+            report.record(system, name, "throughput ops/s", Better::Higher, result.throughput());
+            report.record(system, name, "p50 ms", Better::Lower, result.latency.quantile_ms(0.50));
+            report.record(system, name, "p99 ms", Better::Lower, result.latency.quantile_ms(0.99));
+            result.summary()
+        }
+        Scenario::Watch(w) => {
+            let result = watch::run(&endpoints, w).await?;
+            report.record(system, name, "p50 ms", Better::Lower, result.latency.quantile_ms(0.50));
+            report.record(system, name, "p99 ms", Better::Lower, result.latency.quantile_ms(0.99));
+            let delivered = result.events as f64 / result.expected_events.max(1) as f64 * 100.0;
+            report.record(system, name, "delivered %", Better::Higher, delivered);
+            result.summary()
+        }
+        Scenario::Failover => {
+            let result = failover::run(cluster, &config.failover).await?;
+            report.record(system, name, "median ms", Better::Lower, result.median().as_secs_f64() * 1000.0);
+            report.record(system, name, "max ms", Better::Lower, result.max().as_secs_f64() * 1000.0);
+            result.summary()
+        }
+    };
+    eprintln!("    {summary}");
+    report.detail(system, format!("{name}: {summary}"));
     Ok(())
 }
 
@@ -153,7 +225,8 @@ fn settings(config: &SuiteConfig) -> Vec<String> {
     let d = |d: Duration| humantime::format_duration(d).to_string();
     let mut settings = vec![
         format!(
-            "3 members per system on 127.0.0.1, one system at a time, data under {} (same disk, fsync on)",
+            "3 members per system on 127.0.0.1, both clusters up, scenarios alternating Skiff then etcd; \
+             data under {} (same disk, fsync on)",
             config.dir.as_deref().unwrap_or(&std::env::temp_dir()).display()
         ),
         format!(

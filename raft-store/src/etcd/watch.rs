@@ -2,10 +2,11 @@
 //!
 //! Each watcher is a task that first replays history from RocksDB (from its
 //! start revision up to the current one), then follows the member's [`Hub`]
-//! live. Revisions are delivered whole, in order, once each: the task keeps
-//! `next`, the first revision it has not processed, and whenever the live
-//! feed shows a gap (it lagged, or a snapshot replaced the state) it goes
-//! back to RocksDB from `next`. All watchers of one stream share one bounded
+//! live, which hands it only the revisions that touch its keys. Revisions
+//! are delivered whole, in order, once each: the task keeps `next`, below
+//! which nothing it watches is left undelivered, and whenever the live feed
+//! dropped revisions (its queue was full, or a snapshot replaced the state)
+//! it goes back to RocksDB from `next`. All watchers of one stream share one bounded
 //! output channel; a slow client makes its watchers fall behind and catch up
 //! from disk, never grows memory and never slows the applier.
 //!
@@ -21,13 +22,13 @@ use skiff_proto::etcdserverpb::watch_request::RequestUnion;
 use skiff_proto::etcdserverpb::watch_server::{Watch, WatchServer};
 use skiff_proto::etcdserverpb::{watch_create_request::FilterType, WatchCreateRequest, WatchRequest, WatchResponse};
 use skiff_proto::mvccpb;
-use tokio::sync::{broadcast, mpsc};
+use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_stream::StreamExt;
 use tonic::{Request, Response, Status, Streaming};
 
-use crate::hub::HubMessage;
+use crate::hub::{HubMessage, Subscription};
 use crate::mvcc::{in_range, Event, EventKind, Reader, RevisionEvents};
 use crate::store::Store;
 
@@ -198,7 +199,7 @@ struct Watcher {
 }
 
 async fn run_watcher(store: Store, spec: WatcherSpec, out: Out, progress_interval: Duration) {
-    let mut live = store.state_machine().hub().subscribe();
+    let mut live = store.state_machine().hub().subscribe(&spec.key, &spec.range_end);
     let next = if spec.start_revision > 0 { spec.start_revision } else { store.state_machine().revision() + 1 };
     let mut w = Watcher { store, spec, out, next };
     if let Err(Stop::Compacted(compacted)) = w.run(&mut live, progress_interval).await {
@@ -215,31 +216,32 @@ async fn run_watcher(store: Store, spec: WatcherSpec, out: Out, progress_interva
 }
 
 impl Watcher {
-    async fn run(
-        &mut self,
-        live: &mut broadcast::Receiver<HubMessage>,
-        progress_interval: Duration,
-    ) -> Result<(), Stop> {
+    async fn run(&mut self, live: &mut Subscription, progress_interval: Duration) -> Result<(), Stop> {
         let mut progress = tokio::time::interval_at(tokio::time::Instant::now() + progress_interval, progress_interval);
+        self.catch_up().await?;
         loop {
-            self.catch_up().await?;
-            // Follow the live feed until it shows a gap.
-            loop {
-                tokio::select! {
-                    msg = live.recv() => match msg {
-                        Ok(HubMessage::Revision(ev)) => {
-                            if ev.revision < self.next {
-                                continue;
-                            }
-                            if ev.revision > self.next {
-                                break;
-                            }
+            tokio::select! {
+                msg = live.recv() => match msg {
+                    Some(HubMessage::Revision(ev)) => {
+                        if ev.revision >= self.next {
                             self.send_revisions(std::slice::from_ref(&ev)).await?;
                         }
-                        Ok(HubMessage::Reset) | Err(broadcast::error::RecvError::Lagged(_)) => break,
-                        Err(broadcast::error::RecvError::Closed) => return Err(Stop::Gone),
-                    },
-                    _ = progress.tick(), if self.spec.progress_notify => self.send_progress().await?,
+                        // Revisions dropped from a full queue: read them back.
+                        if live.take_lagged() {
+                            self.catch_up().await?;
+                        }
+                    }
+                    Some(HubMessage::Reset) => {
+                        live.take_lagged();
+                        self.catch_up().await?;
+                    }
+                    None => return Err(Stop::Gone),
+                },
+                _ = progress.tick(), if self.spec.progress_notify => {
+                    if live.take_lagged() {
+                        self.catch_up().await?;
+                    }
+                    self.send_progress(live).await?;
                 }
             }
         }
@@ -308,8 +310,11 @@ impl Watcher {
     }
 
     /// Tells the client that every revision up to `next - 1` has been
-    /// delivered to it.
-    async fn send_progress(&self) -> Result<(), Stop> {
+    /// delivered to it (up to the hub's latest if nothing is pending).
+    async fn send_progress(&mut self, live: &Subscription) -> Result<(), Stop> {
+        if let Some(published) = live.caught_up_to() {
+            self.next = self.next.max(published + 1);
+        }
         let mut header = super::header(self.store.header());
         header.revision = self.next - 1;
         let response = WatchResponse { header: Some(header), watch_id: self.spec.id, ..Default::default() };
