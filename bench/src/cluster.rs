@@ -3,10 +3,8 @@
 //!
 //! Both systems run with their default durability: etcd fsyncs its WAL before
 //! acknowledging, Skiff fsyncs its Raft log on every append. Election timing
-//! is made equal: etcd gets Skiff's default election timeout (300 ms,
-//! randomized up to 2x by both) unless told otherwise, with a 50 ms heartbeat
-//! because etcd refuses one above a fifth of the election timeout (Skiff's
-//! heartbeat is 100 ms).
+//! is made equal (see [`EtcdTiming::like`]): Skiff runs at its own defaults,
+//! read from `skiff apiserver -h`, and etcd gets the same election timeout.
 
 use std::fs::OpenOptions;
 use std::path::{Path, PathBuf};
@@ -33,6 +31,80 @@ impl System {
     }
 }
 
+/// Skiff's Raft timing, as its flags' defaults (or explicit flags) set it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SkiffTiming {
+    pub heartbeat: Duration,
+    pub election_timeout_min: Duration,
+    pub election_timeout_max: Duration,
+}
+
+impl SkiffTiming {
+    /// Reads the timing flags from `extra_args` (`--flag=VALUE` or `--flag VALUE`)
+    /// and the rest from the defaults `skiff apiserver -h` prints.
+    pub fn of(binary: &Path, extra_args: &[String]) -> Result<SkiffTiming> {
+        let output = Command::new(binary)
+            .args(["apiserver", "-h"])
+            .output()
+            .with_context(|| format!("running {} apiserver -h", binary.display()))?;
+        let help = String::from_utf8_lossy(&output.stdout);
+        let value = |flag: &str| -> Result<Duration> {
+            let text = flag_value(extra_args, flag)
+                .or_else(|| help_default(&help, flag))
+                .with_context(|| format!("no value or default for {flag} in `skiff apiserver -h`"))?;
+            humantime::parse_duration(&text).with_context(|| format!("{flag} {text}"))
+        };
+        Ok(SkiffTiming {
+            heartbeat: value("--heartbeat-interval")?,
+            election_timeout_min: value("--election-timeout-min")?,
+            election_timeout_max: value("--election-timeout-max")?,
+        })
+    }
+}
+
+/// The value given to `flag` in `args`, if any.
+fn flag_value(args: &[String], flag: &str) -> Option<String> {
+    let mut iter = args.iter();
+    while let Some(arg) = iter.next() {
+        if let Some(value) = arg.strip_prefix(flag).and_then(|rest| rest.strip_prefix('=')) {
+            return Some(value.to_string());
+        }
+        if arg == flag {
+            return iter.next().cloned();
+        }
+    }
+    None
+}
+
+/// The `[default: X]` clap prints for `flag`, on its line or the next.
+fn help_default(help: &str, flag: &str) -> Option<String> {
+    let lines: Vec<&str> = help.lines().collect();
+    let at = lines.iter().position(|l| l.trim_start().starts_with(&format!("{flag} ")))?;
+    lines[at..(at + 2).min(lines.len())].iter().find_map(|line| {
+        let start = line.find("[default: ")? + "[default: ".len();
+        let end = line[start..].find(']')? + start;
+        Some(line[start..end].to_string())
+    })
+}
+
+/// etcd's timing flags, in milliseconds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EtcdTiming {
+    pub heartbeat_ms: u64,
+    pub election_timeout_ms: u64,
+}
+
+impl EtcdTiming {
+    /// etcd timing comparable to Skiff's: both draw the election timeout from
+    /// [min, 2 min), so etcd's `--election-timeout` is Skiff's minimum. The
+    /// heartbeat is Skiff's, but at most a fifth of that, which etcd demands.
+    pub fn like(skiff: &SkiffTiming) -> EtcdTiming {
+        let election_timeout_ms = skiff.election_timeout_min.as_millis() as u64;
+        let heartbeat_ms = (skiff.heartbeat.as_millis() as u64).min(election_timeout_ms / 5).max(1);
+        EtcdTiming { heartbeat_ms, election_timeout_ms }
+    }
+}
+
 /// How to launch a cluster of one system.
 #[derive(Clone, Debug)]
 pub struct ClusterSpec {
@@ -42,10 +114,8 @@ pub struct ClusterSpec {
     pub members: usize,
     /// Data directories and logs go here.
     pub dir: PathBuf,
-    /// etcd's `--heartbeat-interval`, in ms.
-    pub etcd_heartbeat_ms: u64,
-    /// etcd's `--election-timeout`, in ms.
-    pub etcd_election_timeout_ms: u64,
+    /// etcd's `--heartbeat-interval` and `--election-timeout`.
+    pub etcd_timing: EtcdTiming,
     /// Extra flags for every member.
     pub extra_args: Vec<String>,
 }
@@ -144,8 +214,8 @@ impl Cluster {
                     .args(["--listen-peer-urls", &peer_url, "--initial-advertise-peer-urls", &peer_url])
                     .args(["--initial-cluster", &peers("http://")])
                     .args(["--initial-cluster-state", "new", "--initial-cluster-token", "skiff-bench"])
-                    .args(["--heartbeat-interval", &self.spec.etcd_heartbeat_ms.to_string()])
-                    .args(["--election-timeout", &self.spec.etcd_election_timeout_ms.to_string()])
+                    .args(["--heartbeat-interval", &self.spec.etcd_timing.heartbeat_ms.to_string()])
+                    .args(["--election-timeout", &self.spec.etcd_timing.election_timeout_ms.to_string()])
                     .args(["--logger", "zap", "--log-level", "warn"]);
             }
         }
@@ -220,4 +290,41 @@ fn tail(path: &Path) -> String {
     let text = std::fs::read_to_string(path).unwrap_or_default();
     let lines: Vec<&str> = text.lines().collect();
     lines[lines.len().saturating_sub(20)..].join("\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const HELP: &str = "\
+      --heartbeat-interval <HEARTBEAT_INTERVAL>
+          Raft heartbeat interval (e.g. 100ms) [default: 100ms]
+      --election-timeout-min <ELECTION_TIMEOUT_MIN>
+          Lower bound of the randomized election timeout [default: 200ms]
+      --election-timeout-max <ELECTION_TIMEOUT_MAX>  Upper bound [default: 400ms]
+";
+
+    #[test]
+    fn defaults_come_from_help_and_flags_override_them() {
+        assert_eq!(help_default(HELP, "--heartbeat-interval").as_deref(), Some("100ms"));
+        assert_eq!(help_default(HELP, "--election-timeout-min").as_deref(), Some("200ms"));
+        assert_eq!(help_default(HELP, "--election-timeout-max").as_deref(), Some("400ms"));
+        assert_eq!(help_default(HELP, "--snapshot-count"), None);
+        let args: Vec<String> =
+            ["--election-timeout-min=150ms", "--heartbeat-interval", "50ms"].map(String::from).into();
+        assert_eq!(flag_value(&args, "--election-timeout-min").as_deref(), Some("150ms"));
+        assert_eq!(flag_value(&args, "--heartbeat-interval").as_deref(), Some("50ms"));
+        assert_eq!(flag_value(&args, "--election-timeout-max"), None);
+    }
+
+    #[test]
+    fn etcd_gets_the_same_election_timeout_and_a_heartbeat_it_accepts() {
+        let skiff = |hb, min| SkiffTiming {
+            heartbeat: Duration::from_millis(hb),
+            election_timeout_min: Duration::from_millis(min),
+            election_timeout_max: Duration::from_millis(2 * min),
+        };
+        assert_eq!(EtcdTiming::like(&skiff(100, 200)), EtcdTiming { heartbeat_ms: 40, election_timeout_ms: 200 });
+        assert_eq!(EtcdTiming::like(&skiff(100, 1000)), EtcdTiming { heartbeat_ms: 100, election_timeout_ms: 1000 });
+    }
 }

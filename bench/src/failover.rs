@@ -105,7 +105,7 @@ pub async fn run(cluster: &mut Cluster, config: &FailoverConfig) -> Result<Failo
         match outcome {
             Some(elapsed) => {
                 eprintln!(
-                    "  kill {kill}: member {} killed at {wall}, first write after {} ms",
+                    "    kill {kill}: member {} killed at {wall}, first write after {} ms",
                     leader + 1,
                     elapsed.as_millis()
                 );
@@ -113,7 +113,7 @@ pub async fn run(cluster: &mut Cluster, config: &FailoverConfig) -> Result<Failo
             }
             None => {
                 eprintln!(
-                    "  kill {kill}: member {} killed at {wall}, no write within {:?}",
+                    "    kill {kill}: member {} killed at {wall}, no write within {:?}",
                     leader + 1,
                     config.give_up
                 );

@@ -21,7 +21,7 @@ mod report;
 mod suite;
 mod watch;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -29,7 +29,7 @@ use anyhow::{Context, Result};
 use clap::{Args, Parser, Subcommand};
 
 use client::Target;
-use cluster::{Cluster, ClusterSpec, System};
+use cluster::{Cluster, ClusterSpec, EtcdTiming, SkiffTiming, System};
 
 #[derive(Parser)]
 #[command(name = "skiff-bench", about = "Benchmarks Skiff and etcd through the etcd v3 API")]
@@ -145,12 +145,12 @@ struct ClusterArgs {
     /// Parent directory for data and logs (default: the system temp dir).
     #[arg(long)]
     dir: Option<PathBuf>,
-    /// etcd's --heartbeat-interval in ms (etcd wants at most a fifth of the election timeout).
-    #[arg(long, default_value_t = 50)]
-    etcd_heartbeat_ms: u64,
-    /// etcd's --election-timeout in ms (Skiff's default is 300ms-600ms; etcd's own 1000ms).
-    #[arg(long, default_value_t = 300)]
-    etcd_election_timeout_ms: u64,
+    /// etcd's --heartbeat-interval in ms (default: Skiff's heartbeat, at most a fifth of the election timeout).
+    #[arg(long)]
+    etcd_heartbeat_ms: Option<u64>,
+    /// etcd's --election-timeout in ms (default: Skiff's --election-timeout-min; etcd's own is 1000).
+    #[arg(long)]
+    etcd_election_timeout_ms: Option<u64>,
     /// Keep the clusters' data directories and logs after a successful run.
     #[arg(long)]
     keep: bool,
@@ -163,6 +163,26 @@ struct ClusterArgs {
 }
 
 impl ClusterArgs {
+    /// etcd's timing: the flags given, else comparable to Skiff's (read from
+    /// the `skiff` binary when there is one), else 200ms/40ms.
+    fn etcd_timing(&self, skiff: Option<&Path>) -> (EtcdTiming, Option<SkiffTiming>) {
+        let skiff_timing = skiff.and_then(|binary| match SkiffTiming::of(binary, &self.skiff_args) {
+            Ok(timing) => Some(timing),
+            Err(e) => {
+                eprintln!("skiff-bench: cannot read Skiff's timing ({e:#}); etcd gets 200ms/40ms");
+                None
+            }
+        });
+        let like = skiff_timing
+            .map(|t| EtcdTiming::like(&t))
+            .unwrap_or(EtcdTiming { heartbeat_ms: 40, election_timeout_ms: 200 });
+        let timing = EtcdTiming {
+            heartbeat_ms: self.etcd_heartbeat_ms.unwrap_or(like.heartbeat_ms),
+            election_timeout_ms: self.etcd_election_timeout_ms.unwrap_or(like.election_timeout_ms),
+        };
+        (timing, skiff_timing)
+    }
+
     fn extra_args(&self, system: System) -> Vec<String> {
         match system {
             System::Skiff => self.skiff_args.clone(),
@@ -250,6 +270,8 @@ async fn run(cli: Cli) -> Result<()> {
             println!("watch, {} watchers: {}", watch.watchers, result.summary());
         }
         Command::Failover { system, binary, cluster, failover } => {
+            let skiff = (system == System::Skiff).then_some(binary.as_path());
+            let (etcd_timing, _) = cluster.etcd_timing(skiff);
             let parent = cluster.dir.clone().unwrap_or_else(std::env::temp_dir);
             let dir = tempfile::Builder::new().prefix("skiff-bench-failover-").tempdir_in(&parent)?;
             let spec = ClusterSpec {
@@ -257,8 +279,7 @@ async fn run(cli: Cli) -> Result<()> {
                 binary,
                 members: 3,
                 dir: dir.path().to_path_buf(),
-                etcd_heartbeat_ms: cluster.etcd_heartbeat_ms,
-                etcd_election_timeout_ms: cluster.etcd_election_timeout_ms,
+                etcd_timing,
                 extra_args: cluster.extra_args(system),
             };
             let mut running = Cluster::launch(spec).await?;
@@ -270,13 +291,14 @@ async fn run(cli: Cli) -> Result<()> {
             }
         }
         Command::Suite(args) => {
+            let (etcd_timing, skiff_timing) = args.cluster.etcd_timing(Some(&args.skiff));
             let config = suite::SuiteConfig {
                 systems: args.systems.clone(),
                 skiff: args.skiff.clone(),
                 etcd: args.etcd.clone(),
                 dir: args.cluster.dir.clone(),
-                etcd_heartbeat_ms: args.cluster.etcd_heartbeat_ms,
-                etcd_election_timeout_ms: args.cluster.etcd_election_timeout_ms,
+                etcd_timing,
+                skiff_timing,
                 skiff_args: args.cluster.skiff_args.clone(),
                 etcd_args: args.cluster.etcd_args.clone(),
                 put_clients: args.put_clients.clone(),
@@ -324,7 +346,7 @@ async fn run(cli: Cli) -> Result<()> {
 }
 
 /// The first line of `BINARY --version`.
-fn version(binary: &PathBuf) -> String {
+fn version(binary: &Path) -> String {
     std::process::Command::new(binary)
         .arg("--version")
         .output()

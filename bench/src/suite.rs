@@ -10,7 +10,7 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 
 use crate::client::Target;
-use crate::cluster::{Cluster, ClusterSpec, System};
+use crate::cluster::{Cluster, ClusterSpec, EtcdTiming, SkiffTiming, System};
 use crate::failover::{self, FailoverConfig};
 use crate::load::{self, LoadConfig, Op};
 use crate::report::{Better, Report};
@@ -23,8 +23,9 @@ pub struct SuiteConfig {
     pub etcd: PathBuf,
     /// Parent of the clusters' temporary directories (default: the system temp dir).
     pub dir: Option<PathBuf>,
-    pub etcd_heartbeat_ms: u64,
-    pub etcd_election_timeout_ms: u64,
+    pub etcd_timing: EtcdTiming,
+    /// Skiff's timing, for the report (None when it could not be read).
+    pub skiff_timing: Option<SkiffTiming>,
     /// Extra flags for every member of each system.
     pub skiff_args: Vec<String>,
     pub etcd_args: Vec<String>,
@@ -144,8 +145,7 @@ async fn launch(system: System, config: &SuiteConfig) -> Result<Running> {
         },
         members: 3,
         dir: dir.path().to_path_buf(),
-        etcd_heartbeat_ms: config.etcd_heartbeat_ms,
-        etcd_election_timeout_ms: config.etcd_election_timeout_ms,
+        etcd_timing: config.etcd_timing,
         extra_args: match system {
             System::Skiff => config.skiff_args.clone(),
             System::Etcd => config.etcd_args.clone(),
@@ -230,9 +230,19 @@ fn settings(config: &SuiteConfig) -> Vec<String> {
             config.dir.as_deref().unwrap_or(&std::env::temp_dir()).display()
         ),
         format!(
-            "etcd: `--heartbeat-interval {} --election-timeout {}` (Skiff at its defaults: heartbeat 100ms, \
-             election timeout 300ms-600ms; etcd needs heartbeat <= election/5), other flags default",
-            config.etcd_heartbeat_ms, config.etcd_election_timeout_ms
+            "Raft timing: Skiff {}; etcd `--heartbeat-interval {} --election-timeout {}` (etcd draws the \
+             election timeout from [t, 2t) and needs heartbeat <= t/5); other flags at their defaults",
+            config
+                .skiff_timing
+                .map(|t| format!(
+                    "heartbeat {}, election timeout {}-{}",
+                    d(t.heartbeat),
+                    d(t.election_timeout_min),
+                    d(t.election_timeout_max)
+                ))
+                .unwrap_or_else(|| "at its defaults".into()),
+            config.etcd_timing.heartbeat_ms,
+            config.etcd_timing.election_timeout_ms
         ),
         format!("extra flags: Skiff {:?}, etcd {:?}", config.skiff_args, config.etcd_args),
         format!(
