@@ -184,17 +184,10 @@ async fn leader_kills_under_load_lose_no_acknowledged_write() {
     }
 
     // Every member, including the restarted ones, catches up.
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
     let expected = all.header.unwrap().revision;
-    for m in cluster.running() {
-        loop {
-            let s = status(&m.client).await.map(|s| s.header.unwrap().revision).unwrap_or(0);
-            if s >= expected {
-                break;
-            }
-            assert!(std::time::Instant::now() < deadline, "member {} stuck at revision {s} < {expected}", m.id);
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+    let running: Vec<u64> = cluster.running().map(|m| m.id).collect();
+    for id in running {
+        cluster.must_catch_up(id, expected, Duration::from_secs(30)).await;
     }
 }
 
@@ -300,20 +293,7 @@ async fn a_member_that_missed_the_purged_log_catches_up_from_a_snapshot() {
     }
     cluster.start(lagging);
     let addr = cluster.members[&lagging].client.clone();
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    loop {
-        if let Ok(s) = status(&addr).await {
-            if s.header.unwrap().revision >= last {
-                break;
-            }
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "member {lagging} did not catch up:\n{}",
-            cluster.log_of(lagging)
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    cluster.must_catch_up(lagging, last, Duration::from_secs(30)).await;
     assert!(has_snapshot(&cluster.members[&lagging].data_dir.join("snapshots")), "caught up without a snapshot");
     // Its local (serializable) reads and history match the leader's.
     let mut local = support::kv(&addr).await;
@@ -372,20 +352,7 @@ async fn a_member_catches_up_on_200_mb_by_snapshot() {
     }
     cluster.start(lagging);
     let addr = cluster.members[&lagging].client.clone();
-    let deadline = std::time::Instant::now() + Duration::from_secs(180);
-    loop {
-        if let Ok(s) = status(&addr).await {
-            if s.header.unwrap().revision >= last {
-                break;
-            }
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "member {lagging} did not catch up:\n{}",
-            cluster.log_of(lagging)
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    cluster.must_catch_up(lagging, last, Duration::from_secs(180)).await;
     let snapshots = cluster.members[&lagging].data_dir.join("snapshots");
     let installed: u64 = std::fs::read_dir(&snapshots)
         .unwrap()

@@ -186,7 +186,7 @@ mod tests {
     async fn a_revision_reaches_only_the_watchers_of_the_keys_it_changed() {
         let hub = Hub::default();
         let mut a = hub.subscribe(b"a", b"");
-        let mut b = hub.subscribe(b"b", b"");
+        let b = hub.subscribe(b"b", b"");
         let mut prefix = hub.subscribe(b"a", b"b");
         hub.publish(rev(1, &["a"]));
         hub.publish(rev(2, &["ab", "c"]));

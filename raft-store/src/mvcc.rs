@@ -47,6 +47,11 @@ pub struct KvRecord {
 }
 
 impl KvRecord {
+    /// The record of a delete at `revision`.
+    fn tombstone(revision: i64) -> Self {
+        KvRecord { create_revision: 0, mod_revision: revision, version: 0, lease: 0, value: Vec::new(), deleted: true }
+    }
+
     fn to_kv(&self, key: &[u8]) -> KeyValue {
         KeyValue {
             key: key.to_vec(),
@@ -819,15 +824,7 @@ impl<'a> Applier<'a> {
             }
         }
         for (k, _) in &live {
-            let tombstone = KvRecord {
-                create_revision: 0,
-                mod_revision: revision,
-                version: 0,
-                lease: 0,
-                value: Vec::new(),
-                deleted: true,
-            };
-            changes.insert(k.clone(), tombstone);
+            changes.insert(k.clone(), KvRecord::tombstone(revision));
         }
         Ok(Ok(OpResult::DeleteRange { deleted: live.len() as i64, prev_kvs }))
     }
@@ -911,15 +908,7 @@ impl<'a> Applier<'a> {
         let mut changes = BTreeMap::new();
         for key in keys {
             if self.latest(&key, &changes)?.is_some_and(|r| !r.deleted && r.lease == id) {
-                let tombstone = KvRecord {
-                    create_revision: 0,
-                    mod_revision: revision,
-                    version: 0,
-                    lease: 0,
-                    value: Vec::new(),
-                    deleted: true,
-                };
-                changes.insert(key, tombstone);
+                changes.insert(key, KvRecord::tombstone(revision));
             }
         }
         if !changes.is_empty() {

@@ -176,6 +176,24 @@ impl Cluster {
         }
     }
 
+    /// Waits until member `id` has applied `revision` (its own, local view).
+    pub async fn must_catch_up(&self, id: u64, revision: i64, within: Duration) {
+        let addr = &self.members[&id].client;
+        let deadline = Instant::now() + within;
+        loop {
+            let seen = status(addr).await.map(|s| s.header.unwrap().revision).unwrap_or(0);
+            if seen >= revision {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "member {id} stuck at revision {seen} < {revision}:\n{}",
+                self.log_of(id)
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
     /// Runs the real etcdctl against `endpoints` with `args`.
     pub fn etcdctl(&self, endpoints: &str, args: &[&str]) -> Output {
         etcdctl(endpoints, args, None)
