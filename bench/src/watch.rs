@@ -45,7 +45,10 @@ pub struct WatchResult {
     /// Events the acknowledged writes should have produced.
     pub expected_events: u64,
     pub events: u64,
+    /// Delivery latency: receive time minus the value's send time.
     pub latency: Latency,
+    /// The writer's put latency, to tell a slow commit from a slow delivery.
+    pub write_latency: Latency,
 }
 
 impl WatchResult {
@@ -55,10 +58,13 @@ impl WatchResult {
 
     pub fn summary(&self) -> String {
         format!(
-            "{} writes ({:.0}/s, {} errors), {}/{} events delivered: p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms",
+            "{} writes ({:.0}/s, {} errors, put p99 {:.2} ms, max {:.2} ms), {}/{} events delivered: \
+             p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms",
             self.writes,
             self.write_rate(),
             self.write_errors,
+            self.write_latency.quantile_ms(0.99),
+            self.write_latency.max_ms(),
             self.events,
             self.expected_events,
             self.latency.quantile_ms(0.50),
@@ -139,13 +145,15 @@ async fn write_paced(kv: etcd_client::KvClient, config: &WatchConfig, keys: usiz
     let inflight = Arc::new(Semaphore::new(MAX_INFLIGHT_WRITES));
     let mut writes = JoinSet::new();
     let mut result = WatchResult::default();
-    let tally = |outcome: Result<Option<usize>, tokio::task::JoinError>, result: &mut WatchResult| match outcome {
-        Ok(Some(k)) => {
-            result.writes += 1;
-            result.expected_events += per_key[k];
-        }
-        _ => result.write_errors += 1,
-    };
+    let tally =
+        |outcome: Result<Option<(usize, Duration)>, tokio::task::JoinError>, result: &mut WatchResult| match outcome {
+            Ok(Some((k, latency))) => {
+                result.writes += 1;
+                result.expected_events += per_key[k];
+                result.write_latency.record(latency);
+            }
+            _ => result.write_errors += 1,
+        };
     let start = tokio::time::Instant::now();
     for n in 0..total {
         tokio::time::sleep_until(start + period.mul_f64(n as f64)).await;
@@ -153,9 +161,10 @@ async fn write_paced(kv: etcd_client::KvClient, config: &WatchConfig, keys: usiz
         let mut kv = kv.clone();
         let k = n as usize % keys;
         writes.spawn(async move {
+            let sent = Instant::now();
             let outcome = kv.put(key(k), now_nanos().to_string(), None).await;
             drop(permit);
-            outcome.ok().map(|_| k)
+            outcome.ok().map(|_| (k, sent.elapsed()))
         });
         while let Some(done) = writes.try_join_next() {
             tally(done, &mut result);

@@ -11,7 +11,9 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use openraft::error::{InstallSnapshotError, NetworkError, RPCError, RaftError, RemoteError, Unreachable};
+use openraft::error::{
+    InstallSnapshotError, NetworkError, PayloadTooLarge, RPCError, RaftError, RemoteError, Unreachable,
+};
 use openraft::network::{RPCOption, RaftNetwork, RaftNetworkFactory};
 use openraft::raft::{
     AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse, VoteRequest,
@@ -28,6 +30,10 @@ use crate::types::{Node, NodeId, TypeConfig};
 /// Largest message on the peer channel; openraft's entry batches and
 /// snapshot chunks are sized below it.
 pub const MAX_PEER_MESSAGE: usize = 64 * 1024 * 1024;
+
+/// Largest AppendEntries payload sent in one request; openraft is asked
+/// to split larger batches.
+pub const MAX_APPEND_BYTES: usize = 8 * 1024 * 1024;
 
 /// Every peer request names its target, so that a member reached at a
 /// stale or wrong address refuses instead of acting on another's behalf.
@@ -172,6 +178,14 @@ impl RaftNetwork<TypeConfig> for PeerConnection {
         rpc: AppendEntriesRequest<TypeConfig>,
         option: RPCOption,
     ) -> Result<AppendEntriesResponse<NodeId>, RPCError<NodeId, Node, RaftError<NodeId>>> {
+        // openraft bounds a batch by entry count only; with large values that
+        // can exceed what the peer accepts (and stall replication on a retry
+        // loop). Ask openraft to send fewer entries instead.
+        let size = bincode::serialized_size(&rpc).unwrap_or(0) as usize;
+        if size > MAX_APPEND_BYTES && rpc.entries.len() > 1 {
+            let hint = (rpc.entries.len() as u64 * MAX_APPEND_BYTES as u64 / size as u64).max(1);
+            return Err(RPCError::PayloadTooLarge(PayloadTooLarge::new_entries_hint(hint)));
+        }
         self.raft_call(PeerMethod::AppendEntries, &rpc, &option).await
     }
 

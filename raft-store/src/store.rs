@@ -1050,18 +1050,44 @@ async fn wait_caught_up(raft: &Raft, id: NodeId, timeout: Duration) -> Result<()
     Ok(())
 }
 
+/// Bytes of proposals the leader puts in one Raft entry (a single larger
+/// write still gets an entry of its own), so that entries stay small enough
+/// to replicate and fsync within a heartbeat.
+const MAX_BATCH_BYTES: usize = 4 * 1024 * 1024;
+
+fn proposal_size(p: &Proposal) -> usize {
+    bincode::serialized_size(p).map_or(usize::MAX / 2, |n| n as usize)
+}
+
 /// Drains waiting writes into Raft entries, keeping up to `max_in_flight`
 /// entries in flight; while they are, new writes queue up and form the next
 /// batch.
 async fn run_batcher(raft: Raft, mut rx: mpsc::Receiver<PendingWrite>, max_batch: usize, max_in_flight: usize) {
     let slots = Arc::new(Semaphore::new(max_in_flight.max(1)));
+    // A write that did not fit the previous entry opens the next one.
+    let mut carry: Option<PendingWrite> = None;
     loop {
         let Ok(slot) = slots.clone().acquire_owned().await else { return };
-        let Some(first) = rx.recv().await else { return };
+        let first = match carry.take() {
+            Some(p) => p,
+            None => match rx.recv().await {
+                Some(p) => p,
+                None => return,
+            },
+        };
+        let mut bytes = proposal_size(&first.proposal);
         let mut pending = vec![first];
-        while pending.len() < max_batch {
+        while pending.len() < max_batch && bytes < MAX_BATCH_BYTES {
             match rx.try_recv() {
-                Ok(p) => pending.push(p),
+                Ok(p) => {
+                    let size = proposal_size(&p.proposal);
+                    if bytes + size > MAX_BATCH_BYTES {
+                        carry = Some(p);
+                        break;
+                    }
+                    bytes += size;
+                    pending.push(p);
+                }
                 Err(_) => break,
             }
         }
