@@ -15,6 +15,15 @@ pub enum Target {
     All,
 }
 
+impl Target {
+    pub fn describe(self) -> &'static str {
+        match self {
+            Target::Leader => "the leader",
+            Target::All => "all members",
+        }
+    }
+}
+
 /// A client connected to exactly one member. `request_timeout` bounds every
 /// unary call; watch streams need `None` (the timeout would end the stream).
 pub async fn connect(endpoint: &str, request_timeout: Option<Duration>) -> Result<Client> {

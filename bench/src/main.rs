@@ -330,7 +330,7 @@ async fn run(cli: Cli) -> Result<()> {
                 date: humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string(),
                 ..Default::default()
             };
-            report.machine.push(("Skiff".into(), version(&args.skiff)));
+            report.machine.push(("Skiff".into(), format!("{} (commit {})", version(&args.skiff), commit())));
             report.machine.push(("etcd".into(), version(&args.etcd)));
             suite::run(&config, &mut report).await?;
             report.machine.push(("load average after the run".into(), report::load_average()));
@@ -343,6 +343,19 @@ async fn run(cli: Cli) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// The commit of the working tree the harness runs in (`make bench` runs at
+/// the root of the clone), with `-dirty` when it has uncommitted changes.
+fn commit() -> String {
+    std::process::Command::new("git")
+        .args(["describe", "--always", "--dirty"])
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .and_then(|o| String::from_utf8(o.stdout).ok())
+        .map(|s| s.trim().to_string())
+        .unwrap_or_else(|| "unknown".into())
 }
 
 /// The first line of `BINARY --version`.

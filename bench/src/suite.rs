@@ -246,18 +246,18 @@ fn settings(config: &SuiteConfig) -> Vec<String> {
         ),
         format!("extra flags: Skiff {:?}, etcd {:?}", config.skiff_args, config.etcd_args),
         format!(
-            "put: {} each, to {:?}, {}-byte values over {} keys, connections = min(clients, 16)",
+            "put: {} each, to {}, {}-byte values over {} keys, connections = min(clients, 16)",
             d(config.put_duration),
-            config.put_target,
+            config.put_target.describe(),
             config.value_size,
             config.key_space
         ),
         format!(
-            "range: one {}-byte key, {} each, {} clients over 16 connections, to {:?} members",
+            "range: one {}-byte key, {} each, {} clients over 16 connections, to {}",
             config.value_size,
             d(config.range_duration),
             config.range_clients,
-            config.range_target
+            config.range_target.describe()
         ),
         format!(
             "failover: {} SIGKILLs of the leader; a put to a survivor starts every {} (timeout {}); \
@@ -271,13 +271,13 @@ fn settings(config: &SuiteConfig) -> Vec<String> {
     for w in &config.watches {
         settings.push(format!(
             "watch: {} watch streams (one watcher each) on {} key(s), over {} connections spread on all members; \
-             a writer paces {} puts/s to the {:?} for {} (at most {} in flight); value = send time, \
+             a writer paces {} puts/s to {} for {} (at most {} in flight); value = send time, \
              latency = receive time - send time",
             w.watchers,
             w.keys,
             w.watchers.div_ceil(100),
             w.rate,
-            w.writer_target,
+            w.writer_target.describe(),
             d(w.duration),
             crate::watch::MAX_INFLIGHT_WRITES,
         ));

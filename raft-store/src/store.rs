@@ -440,13 +440,9 @@ impl Store {
 
     /// The header for a response, at the current applied revision.
     pub fn header(&self) -> Header {
-        let m = self.inner.raft.metrics().borrow().clone();
-        Header {
-            cluster_id: self.cluster_id(),
-            member_id: self.id(),
-            revision: self.inner.sm.revision(),
-            raft_term: m.current_term,
-        }
+        // Only the term is needed: no clone of the whole metrics struct.
+        let raft_term = self.inner.raft.metrics().borrow().current_term;
+        Header { cluster_id: self.cluster_id(), member_id: self.id(), revision: self.inner.sm.revision(), raft_term }
     }
 
     pub fn leader(&self) -> Option<NodeId> {
