@@ -34,7 +34,7 @@ up: build
 test: deps
 	$(CARGO) build --release --workspace --bins
 	@set -o pipefail; log=$$(mktemp); \
-	$(CARGO) test --release --workspace -- --test-threads 2 2>&1 | tee $$log; status=$$?; \
+	$(CARGO) test --release --workspace --no-fail-fast -- --test-threads 2 2>&1 | tee $$log; status=$$?; \
 	grep -E '^test result:' $$log | awk '{p+=$$4; f+=$$6} END {printf "\n%d passed, %d failed\n", p, f}'; \
 	rm -f $$log; exit $$status
 

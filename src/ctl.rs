@@ -219,6 +219,11 @@ async fn status(channel: Channel) -> Result<(), String> {
     );
     for m in members {
         let endpoint = m.client_ur_ls.first().cloned().unwrap_or_default();
+        if endpoint.is_empty() {
+            // A member publishes its client URLs through the log once it runs.
+            println!("{:<6} {:<12} {:<24} not started yet (no client URL published)", m.id, m.name, "-");
+            continue;
+        }
         let row = match connect(&endpoint).await {
             Ok(c) => match MaintenanceClient::new(c).status(StatusRequest {}).await {
                 Ok(s) => {

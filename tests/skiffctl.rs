@@ -30,9 +30,18 @@ async fn skiffctl_reads_history_status_and_members() {
     let out = must_succeed(skiffctl(&servers, &["kv", "get", "/app/config", "--rev", &first_rev.to_string()]));
     assert_eq!(out, "/app/config\none\n");
 
-    let out = must_succeed(skiffctl(&servers, &["status"]));
-    assert_eq!(out.lines().count(), 4, "{out}");
-    assert_eq!(out.matches('*').count(), 1, "one leader marked: {out}");
+    // Members publish their client URLs through the log shortly after they
+    // start; until then status says so.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let out = must_succeed(skiffctl(&servers, &["status"]));
+        assert_eq!(out.lines().count(), 4, "{out}");
+        if out.matches('*').count() == 1 && !out.contains("not started") {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "status never showed one leader: {out}");
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
     let out = must_succeed(skiffctl(&servers, &["member", "list"]));
     assert_eq!(out.lines().count(), 4, "{out}");
 
