@@ -15,10 +15,21 @@ use tonic::transport::{Channel, Endpoint};
 
 pub const SKIFF: &str = env!("CARGO_BIN_EXE_skiff");
 
-/// A free loopback port (the OS picks it; a race with other tests is unlikely
-/// because ports are not reused immediately).
+/// A free loopback port for a member to listen on. Taken below Linux's
+/// ephemeral range (32768+), so that no outgoing connection's source port
+/// can take it between this check and the member's bind; tests in one
+/// process share a counter, and each process starts elsewhere in the range.
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let start = 20_000 + (std::process::id() * 97) % 10_000;
+    loop {
+        let port = (start + NEXT.fetch_add(1, Ordering::Relaxed) % 12_000) as u16;
+        let port = if port >= 32_000 { port - 12_000 } else { port };
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
 }
 
 pub struct Member {
@@ -171,7 +182,11 @@ impl Cluster {
             if seen.len() == n && n > 0 && alive && seen.iter().all(|l| *l == seen[0]) {
                 return seen[0];
             }
-            assert!(Instant::now() < deadline, "no agreed leader within 30s: {seen:?}");
+            if Instant::now() > deadline {
+                let logs: Vec<String> =
+                    self.running().map(|m| format!("--- member {} ---\n{}", m.id, self.log_of(m.id))).collect();
+                panic!("no agreed leader within 30s: {seen:?}\n{}", logs.join("\n"));
+            }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
     }
