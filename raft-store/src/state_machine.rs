@@ -101,6 +101,12 @@ impl StateMachine {
         let snapshot_dir = data_dir.join("snapshots");
         std::fs::create_dir_all(&dir).map_err(io_err(&dir))?;
         std::fs::create_dir_all(&snapshot_dir).map_err(io_err(&snapshot_dir))?;
+        // Half-received snapshots from before a restart are of no use.
+        for e in std::fs::read_dir(&snapshot_dir).map_err(io_err(&snapshot_dir))?.flatten() {
+            if e.file_name().to_string_lossy().starts_with("incoming-") {
+                let _ = std::fs::remove_file(e.path());
+            }
+        }
         let current = dir.join("CURRENT");
         let name = match std::fs::read_to_string(&current) {
             Ok(s) => s.trim().to_string(),
@@ -346,7 +352,8 @@ impl StateMachine {
         for e in dir.flatten() {
             let name = e.file_name().to_string_lossy().to_string();
             let stem = name.rsplit_once('.').map_or(name.as_str(), |(s, _)| s);
-            if stem != keep {
+            // A snapshot being received concurrently is not ours to remove.
+            if stem != keep && !name.starts_with("incoming-") {
                 let p = e.path();
                 let _ = if p.is_dir() { std::fs::remove_dir_all(&p) } else { std::fs::remove_file(&p) };
             }
