@@ -15,7 +15,7 @@
 
 use std::io;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
 use openraft::storage::{RaftStateMachine, Snapshot};
@@ -65,6 +65,8 @@ struct Shared {
     hub: Hub,
     applied: watch::Sender<Applied>,
     compacted: AtomicI64,
+    /// Cached database size in bytes; see [`StateMachine::db_size`].
+    db_size: AtomicU64,
     /// Last applied log id and membership, as committed with the data.
     raft_state: Mutex<(Option<LogId>, StoredMembership)>,
     /// The file openraft is writing an incoming snapshot into.
@@ -127,7 +129,7 @@ impl StateMachine {
         let compacted = reader.compacted().map_err(corrupt)?;
         drop(reader);
         let (applied_tx, _) = watch::channel(applied);
-        Ok(StateMachine {
+        let sm = StateMachine {
             shared: Arc::new(Shared {
                 dir,
                 snapshot_dir,
@@ -135,10 +137,13 @@ impl StateMachine {
                 hub: Hub::default(),
                 applied: applied_tx,
                 compacted: AtomicI64::new(compacted),
+                db_size: AtomicU64::new(0),
                 raft_state: Mutex::new((last_applied, membership)),
                 receiving: Mutex::new(None),
             }),
-        })
+        };
+        sm.refresh_db_size();
+        Ok(sm)
     }
 
     /// The current database, for reads. Hold it only for one request: a
@@ -194,10 +199,17 @@ impl StateMachine {
         self.shared.raft_state.lock().expect("state machine lock poisoned").1.clone()
     }
 
-    /// Approximate on-disk size of the state-machine database.
+    /// Approximate on-disk size of the state-machine database, as of the
+    /// last apply, install or space reclaim (cheap: the quota check reads it
+    /// on every write).
     pub fn db_size(&self) -> u64 {
+        self.shared.db_size.load(Ordering::Acquire)
+    }
+
+    /// Measures the database size (SST files plus memtables) and caches it.
+    fn refresh_db_size(&self) {
         let db = self.db();
-        mvcc::COLUMN_FAMILIES
+        let size = mvcc::COLUMN_FAMILIES
             .iter()
             .filter_map(|name| db.property_int_value_cf(cf(&db, name), "rocksdb.total-sst-files-size").ok().flatten())
             .sum::<u64>()
@@ -206,7 +218,8 @@ impl StateMachine {
                 .filter_map(|name| {
                     db.property_int_value_cf(cf(&db, name), "rocksdb.cur-size-all-mem-tables").ok().flatten()
                 })
-                .sum::<u64>()
+                .sum::<u64>();
+        self.shared.db_size.store(size, Ordering::Release);
     }
 
     /// Flushes and fully compacts the database so that space freed by
@@ -218,6 +231,7 @@ impl StateMachine {
             db.flush_cf(cf(&db, name))?;
             db.compact_range_cf(cf(&db, name), None::<&[u8]>, None::<&[u8]>);
         }
+        self.refresh_db_size();
         Ok(())
     }
 
@@ -325,6 +339,7 @@ impl StateMachine {
         db.write(batch).map_err(sm_error)?;
         *self.shared.raft_state.lock().expect("poisoned") = (last_applied, membership);
         self.shared.compacted.store(compacted, Ordering::Release);
+        self.refresh_db_size();
         for ev in events {
             self.shared.hub.publish(HubMessage::Revision(Arc::new(ev)));
         }
@@ -394,6 +409,7 @@ impl StateMachine {
         *self.shared.raft_state.lock().expect("poisoned") = (last_applied, membership);
         self.shared.compacted.store(compacted, Ordering::Release);
         self.shared.applied.send_replace(Applied { index: last_applied.map_or(0, |l| l.index), revision });
+        self.refresh_db_size();
         self.shared.hub.publish(HubMessage::Reset);
         // Readers holding the old database keep it open until they finish.
         let _ = std::fs::remove_dir_all(self.shared.dir.join(&old_name));
