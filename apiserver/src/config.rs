@@ -12,4 +12,6 @@ pub struct ApiserverConfig {
     pub http_listen: String,
     /// How often watchers that asked for progress notifications get one.
     pub watch_progress_interval: Duration,
+    /// How often resource watchers that allow bookmarks get one.
+    pub watch_bookmark_interval: Duration,
 }

@@ -2,15 +2,28 @@
 //!
 //! # Layout
 //! - [`config`]: the process configuration (what the flags fill in).
+//! - [`grpc`]: the gRPC resource API, translating to the registry.
+//! - [`admission`]: authentication, authorization and admission layers.
+//! - [`registry`]: Kubernetes semantics (validation, defaulting,
+//!   optimistic concurrency, finalizers, history) on the object store.
+//! - [`allocator`]: Service cluster IPs and node ports.
+//! - [`watch`]: one decoded event stream per resource, fanned out to
+//!   filtered watchers.
+//! - [`storage`]: objects as JSON on the raft store.
 //! - [`http`]: the HTTP listener: health, readiness and Prometheus metrics.
+//! - [`metrics`]: request and watcher metrics.
 //! - [`run`]: opens the store, serves the peer, client and HTTP listeners,
 //!   bootstraps or rejoins the cluster, and stops cleanly on shutdown.
-//!
-//! For now the apiserver composes the raft store; the Kubernetes resource
-//! API arrives on top of it.
 
+pub mod admission;
+pub mod allocator;
 pub mod config;
+pub mod grpc;
 pub mod http;
+pub mod metrics;
+pub mod registry;
+pub mod storage;
+pub mod watch;
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -20,7 +33,7 @@ use skiff_raft_store::etcd::{maintenance::MaintenanceService, watch::WatchServic
 use skiff_raft_store::peer::PeerService;
 use skiff_raft_store::Store;
 use tokio::net::TcpListener;
-use tokio::sync::watch;
+use tokio::sync::watch as signal;
 
 pub use config::ApiserverConfig;
 
@@ -78,7 +91,7 @@ const GRACE: std::time::Duration = std::time::Duration::from_secs(2);
 /// A running apiserver, for in-process tests.
 pub struct Running {
     pub store: Store,
-    stop: watch::Sender<bool>,
+    stop: signal::Sender<bool>,
     servers: Vec<tokio::task::JoinHandle<Result<(), String>>>,
 }
 
@@ -113,8 +126,10 @@ pub async fn run(config: ApiserverConfig, shutdown: impl Future<Output = ()> + S
 /// Opens the store, starts serving on `listeners` and bootstraps.
 pub async fn start(config: ApiserverConfig, listeners: Listeners) -> Result<Running, RunError> {
     let store = Store::open(config.store.clone()).await?;
-    let (stop, stop_rx) = watch::channel(false);
-    let stopped = |mut rx: watch::Receiver<bool>| async move {
+    let fanout = watch::Fanout::new(store.clone(), config.watch_bookmark_interval);
+    let registry = registry::Registry::new(store.clone(), admission::Security::default(), fanout);
+    let (stop, stop_rx) = signal::channel(false);
+    let stopped = |mut rx: signal::Receiver<bool>| async move {
         let _ = rx.wait_for(|s| *s).await;
     };
 
@@ -128,6 +143,7 @@ pub async fn start(config: ApiserverConfig, listeners: Listeners) -> Result<Runn
         .add_service(ClusterService::server(store.clone()))
         .add_service(MaintenanceService::server(store.clone()))
         .add_service(ControlService::server(store.clone()))
+        .add_service(grpc::ResourceService::server(registry.clone()))
         .serve_with_incoming_shutdown(incoming(listeners.client), stopped(stop_rx.clone()));
     let http =
         axum::serve(listeners.http, http::router(store.clone())).with_graceful_shutdown(stopped(stop_rx.clone()));
@@ -148,5 +164,23 @@ pub async fn start(config: ApiserverConfig, listeners: Listeners) -> Result<Runn
         return Err(e.into());
     }
     tracing::info!(id = store.id(), "member started");
+    tokio::spawn(ensure_default_namespaces(registry, running.stop.subscribe()));
     Ok(running)
+}
+
+/// Creates the default namespaces once the cluster can take writes; every
+/// master tries, the first write wins and the others find them present.
+async fn ensure_default_namespaces(registry: registry::Registry, mut stop: signal::Receiver<bool>) {
+    let mut delay = std::time::Duration::from_millis(200);
+    loop {
+        match registry.ensure_default_namespaces().await {
+            Ok(()) => return,
+            Err(e) => tracing::debug!(error = %e, "default namespaces not created yet"),
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(delay) => {}
+            _ = stop.wait_for(|s| *s) => return,
+        }
+        delay = (delay * 2).min(std::time::Duration::from_secs(5));
+    }
 }

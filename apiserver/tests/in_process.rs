@@ -49,6 +49,7 @@ impl InProcessCluster {
                 client_listen: client.to_string(),
                 http_listen: http.to_string(),
                 watch_progress_interval: Duration::from_millis(300),
+                watch_bookmark_interval: Duration::from_millis(300),
             };
             skiff_apiserver::start(config, l)
         });

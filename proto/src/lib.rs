@@ -19,6 +19,8 @@
 //!   Skiff types.
 //! - [`control`] (defined as `skiff::control`): Skiff's own client-facing
 //!   `skiff.control.Control` service (`History`, `Join`).
+//! - [`resource`]: the `skiff.resource.Resources` service: Kubernetes objects
+//!   (as JSON) with get, list, watch, writes, history.
 
 /// etcd `mvccpb` package: key-value and watch-event messages.
 #[allow(missing_docs, clippy::all, clippy::pedantic, rustdoc::all)]
@@ -49,6 +51,12 @@ pub mod skiff {
     pub mod control {
         tonic::include_proto!("skiff.control");
     }
+}
+
+/// Skiff `skiff.resource` package: Kubernetes objects over gRPC.
+#[allow(missing_docs, clippy::all, clippy::pedantic, rustdoc::all)]
+pub mod resource {
+    tonic::include_proto!("skiff.resource");
 }
 
 pub use skiff::control;

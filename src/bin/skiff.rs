@@ -72,6 +72,9 @@ struct ApiserverArgs {
     /// Interval of progress notifications to watchers that ask for them.
     #[arg(long, default_value = "10m", value_parser = parse_duration)]
     watch_progress_interval: Duration,
+    /// Interval of bookmarks to resource watchers that allow them.
+    #[arg(long, default_value = "60s", value_parser = parse_duration)]
+    watch_bookmark_interval: Duration,
     /// Automatic compaction: keep this many revisions (`10000`), or this
     /// long (`24h`); `0` keeps everything until a client compacts.
     #[arg(long, default_value = "0")]
@@ -137,6 +140,7 @@ impl ApiserverArgs {
             client_listen: self.client_listen,
             http_listen: self.http_listen,
             watch_progress_interval: self.watch_progress_interval,
+            watch_bookmark_interval: self.watch_bookmark_interval,
         })
     }
 }

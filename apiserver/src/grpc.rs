@@ -1,0 +1,337 @@
+//! The gRPC resource API (`skiff.resource.Resources`): the registry's
+//! operations with objects as JSON bytes. Errors are gRPC statuses whose
+//! details carry the Kubernetes `Status` JSON, so clients recover the
+//! reason, code and causes exactly.
+
+use std::pin::Pin;
+use std::time::Duration;
+
+use futures::Stream;
+use serde_json::Value;
+use skiff_api::resources::{self, ResourceInfo};
+use skiff_api::selector::{FieldSelector, LabelSelector};
+use skiff_api::{table, ApiError, Reason};
+use skiff_proto::resource::resources_server::{Resources, ResourcesServer};
+use skiff_proto::resource::{
+    CreateRequest, DeleteRequest, GetAtRevisionRequest, GetRequest, HistoryRequest, HistoryResponse, ListRequest,
+    ListResponse, Object, PatchRequest, ResourceRef, UpdateRequest, WatchEvent, WatchRequest,
+};
+use tokio_stream::wrappers::ReceiverStream;
+use tokio_stream::StreamExt;
+use tonic::{Request, Response, Status};
+
+use crate::admission::Credentials;
+use crate::metrics::RequestTimer;
+use crate::registry::{Context, DeleteOptions, ListOptions, PatchType, Registry};
+use crate::watch::{Filter, WatchOptions};
+
+pub struct ResourceService {
+    registry: Registry,
+}
+
+impl ResourceService {
+    pub fn server(registry: Registry) -> ResourcesServer<ResourceService> {
+        ResourcesServer::new(ResourceService { registry }).max_decoding_message_size(8 * 1024 * 1024)
+    }
+}
+
+/// The gRPC status of an API error: the code a gRPC client expects and the
+/// Kubernetes `Status` JSON in the details.
+pub fn to_status(e: &ApiError) -> Status {
+    use tonic::Code;
+    let code = match e.reason {
+        Reason::BadRequest | Reason::Invalid => Code::InvalidArgument,
+        Reason::Unauthorized => Code::Unauthenticated,
+        Reason::Forbidden => Code::PermissionDenied,
+        Reason::NotFound => Code::NotFound,
+        Reason::AlreadyExists => Code::AlreadyExists,
+        Reason::Conflict => Code::Aborted,
+        Reason::Gone | Reason::Expired => Code::OutOfRange,
+        Reason::MethodNotAllowed | Reason::NotAcceptable | Reason::UnsupportedMediaType => Code::Unimplemented,
+        Reason::RequestEntityTooLarge | Reason::TooManyRequests => Code::ResourceExhausted,
+        Reason::Timeout => Code::DeadlineExceeded,
+        Reason::InternalError => Code::Internal,
+        Reason::ServiceUnavailable => Code::Unavailable,
+    };
+    let details = serde_json::to_vec(&e.to_status()).expect("status serializes");
+    Status::with_details(code, e.message.clone(), details.into())
+}
+
+fn credentials<T>(request: &Request<T>) -> Credentials {
+    let bearer_token = request
+        .metadata()
+        .get("authorization")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .map(str::to_string);
+    Credentials { bearer_token }
+}
+
+fn resource(r: &Option<ResourceRef>) -> Result<(&'static ResourceInfo, String), ApiError> {
+    let r = r.as_ref().ok_or_else(|| ApiError::bad_request("resource is required"))?;
+    let group = if r.group.is_empty() { None } else { Some(r.group.as_str()) };
+    let info = resources::by_plural(group, &r.resource)
+        .or_else(|| if group.is_none() { resources::lookup(&r.resource) } else { None })
+        .ok_or_else(|| {
+            ApiError::new(
+                Reason::NotFound,
+                format!("the server doesn't have a resource type \"{}\"", r.resource),
+            )
+        })?;
+    Ok((info, r.namespace.clone()))
+}
+
+fn parse_json(bytes: &[u8]) -> Result<Value, ApiError> {
+    serde_json::from_slice(bytes).map_err(|e| ApiError::bad_request(format!("the object is not valid JSON: {e}")))
+}
+
+fn object(v: &Value) -> Object {
+    Object { json: serde_json::to_vec(v).expect("JSON values serialize") }
+}
+
+impl ResourceService {
+    fn context<T>(&self, request: &Request<T>) -> Result<Context, ApiError> {
+        let user = self.registry.security().authenticate(&credentials(request))?;
+        Ok(Context { user })
+    }
+
+    /// Runs one request, recording its metrics and mapping its error.
+    async fn call<T, F, Fut>(&self, verb: &'static str, request: Request<T>, f: F) -> Result<Response<Object>, Status>
+    where
+        F: FnOnce(Context, T) -> Fut,
+        Fut: std::future::Future<Output = Result<(&'static ResourceInfo, Value), (Option<&'static ResourceInfo>, ApiError)>>,
+    {
+        let ctx = self.context(&request).map_err(|e| to_status(&e))?;
+        let started = std::time::Instant::now();
+        let result = f(ctx, request.into_inner()).await;
+        let (resource, code) = match &result {
+            Ok((info, _)) => (info.plural, 200),
+            Err((info, e)) => (info.map_or("unknown", |i| i.plural), e.code()),
+        };
+        let timer = RequestTimer::start_at(verb, resource, started);
+        timer.finish(code);
+        match result {
+            Ok((_, v)) => Ok(Response::new(object(&v))),
+            Err((_, e)) => Err(to_status(&e)),
+        }
+    }
+}
+
+type WatchStream = Pin<Box<dyn Stream<Item = Result<WatchEvent, Status>> + Send>>;
+
+#[tonic::async_trait]
+impl Resources for ResourceService {
+    async fn get(&self, request: Request<GetRequest>) -> Result<Response<Object>, Status> {
+        let registry = self.registry.clone();
+        self.call("get", request, |ctx, r| async move {
+            let (info, ns) = resource(&r.resource).map_err(|e| (None, e))?;
+            let got = match r.subresource.as_str() {
+                "" => registry.get(&ctx, info, &ns, &r.name, &r.resource_version).await,
+                "scale" => registry.get_scale(&ctx, info, &ns, &r.name).await,
+                other => Err(ApiError::not_found(info, &format!("{}/{other}", r.name))),
+            };
+            got.map(|v| (info, v)).map_err(|e| (Some(info), e))
+        })
+        .await
+    }
+
+    async fn list(&self, request: Request<ListRequest>) -> Result<Response<ListResponse>, Status> {
+        let ctx = self.context(&request).map_err(|e| to_status(&e))?;
+        let r = request.into_inner();
+        let timer_resource;
+        let started = std::time::Instant::now();
+        let result = async {
+            let (info, ns) = resource(&r.resource)?;
+            let opts = ListOptions {
+                label_selector: r.label_selector.clone(),
+                field_selector: r.field_selector.clone(),
+                limit: r.limit,
+                continue_token: r.r#continue.clone(),
+                resource_version: r.resource_version.clone(),
+                resource_version_match: r.resource_version_match.clone(),
+            };
+            let page = self.registry.list(&ctx, info, &ns, &opts).await?;
+            let table = if r.as_table {
+                let objects: Vec<Value> = page.items.iter().filter_map(|b| serde_json::from_slice(b).ok()).collect();
+                let mut t = table::table(info, &objects, table::IncludeObject::Metadata, chrono::Utc::now());
+                t["metadata"] = serde_json::json!({"resourceVersion": page.resource_version.to_string()});
+                serde_json::to_vec(&t).expect("table serializes")
+            } else {
+                Vec::new()
+            };
+            Ok::<_, ApiError>((info, page, table))
+        }
+        .await;
+        timer_resource = match &result {
+            Ok((info, ..)) => info.plural,
+            Err(_) => "unknown",
+        };
+        RequestTimer::start_at("list", timer_resource, started).finish(result.as_ref().map_or_else(|e| e.code(), |_| 200));
+        let (_, page, table) = result.map_err(|e| to_status(&e))?;
+        Ok(Response::new(ListResponse {
+            items: page.items,
+            resource_version: page.resource_version.to_string(),
+            r#continue: page.continue_token.unwrap_or_default(),
+            remaining_item_count: page.remaining_item_count,
+            table,
+        }))
+    }
+
+    async fn create(&self, request: Request<CreateRequest>) -> Result<Response<Object>, Status> {
+        let registry = self.registry.clone();
+        self.call("create", request, |ctx, r| async move {
+            let (info, ns) = resource(&r.resource).map_err(|e| (None, e))?;
+            let obj = parse_json(&r.json).map_err(|e| (Some(info), e))?;
+            let created = match r.subresource.as_str() {
+                "" => registry.create(&ctx, info, &ns, obj, r.dry_run).await,
+                "binding" if info.kind_id == skiff_api::Kind::Pod => registry.bind(&ctx, &ns, &r.name, &obj).await,
+                other => Err(ApiError::method_not_allowed(format!(
+                    "create is not supported on {}/{other}",
+                    info.plural
+                ))),
+            };
+            created.map(|v| (info, v)).map_err(|e| (Some(info), e))
+        })
+        .await
+    }
+
+    async fn update(&self, request: Request<UpdateRequest>) -> Result<Response<Object>, Status> {
+        let registry = self.registry.clone();
+        self.call("update", request, |ctx, r| async move {
+            let (info, ns) = resource(&r.resource).map_err(|e| (None, e))?;
+            let obj = parse_json(&r.json).map_err(|e| (Some(info), e))?;
+            let name = skiff_api::meta::name(&obj)
+                .map(str::to_string)
+                .ok_or_else(|| (Some(info), ApiError::bad_request("metadata.name is required for an update")))?;
+            let ns = if ns.is_empty() { skiff_api::meta::namespace(&obj).unwrap_or_default().to_string() } else { ns };
+            registry
+                .update(&ctx, info, &ns, &name, obj, &r.subresource, r.dry_run)
+                .await
+                .map(|v| (info, v))
+                .map_err(|e| (Some(info), e))
+        })
+        .await
+    }
+
+    async fn patch(&self, request: Request<PatchRequest>) -> Result<Response<Object>, Status> {
+        let registry = self.registry.clone();
+        self.call("patch", request, |ctx, r| async move {
+            let (info, ns) = resource(&r.resource).map_err(|e| (None, e))?;
+            let patch_type = PatchType::parse(&r.patch_type).map_err(|e| (Some(info), e))?;
+            registry
+                .patch(&ctx, info, &ns, &r.name, patch_type, &r.patch, &r.subresource, r.dry_run)
+                .await
+                .map(|v| (info, v))
+                .map_err(|e| (Some(info), e))
+        })
+        .await
+    }
+
+    async fn delete(&self, request: Request<DeleteRequest>) -> Result<Response<Object>, Status> {
+        let registry = self.registry.clone();
+        self.call("delete", request, |ctx, r| async move {
+            let (info, ns) = resource(&r.resource).map_err(|e| (None, e))?;
+            let pre = r.preconditions.unwrap_or_default();
+            let opts = DeleteOptions {
+                uid: Some(pre.uid).filter(|s| !s.is_empty()),
+                resource_version: Some(pre.resource_version).filter(|s| !s.is_empty()),
+                propagation_policy: Some(r.propagation_policy).filter(|s| !s.is_empty()),
+                grace_period_seconds: r.grace_period_seconds,
+                dry_run: r.dry_run,
+            };
+            registry
+                .delete(&ctx, info, &ns, &r.name, &opts)
+                .await
+                .map(|d| (info, d.object().clone()))
+                .map_err(|e| (Some(info), e))
+        })
+        .await
+    }
+
+    type WatchStream = WatchStream;
+
+    async fn watch(&self, request: Request<WatchRequest>) -> Result<Response<WatchStream>, Status> {
+        let ctx = self.context(&request).map_err(|e| to_status(&e))?;
+        let r = request.into_inner();
+        let rx = async {
+            let (info, ns) = resource(&r.resource)?;
+            self.registry.security().authorize(&crate::admission::Attributes {
+                user: &ctx.user,
+                verb: "watch",
+                resource: info,
+                subresource: "",
+                namespace: &ns,
+                name: &r.name,
+            })?;
+            let labels = LabelSelector::parse(&r.label_selector)
+                .map_err(|e| ApiError::bad_request(format!("unable to parse requirement: {e}")))?;
+            let mut field_selector = r.field_selector.clone();
+            if !r.name.is_empty() {
+                if !field_selector.is_empty() {
+                    field_selector.push(',');
+                }
+                field_selector.push_str(&format!("metadata.name={}", r.name));
+            }
+            let fields = FieldSelector::parse(&field_selector)
+                .map_err(|e| ApiError::bad_request(format!("invalid field selector: {e}")))?;
+            fields.check_supported(info.kind_id).map_err(|e| ApiError::bad_request(e.to_string()))?;
+            let filter = Filter {
+                kind: info.kind_id,
+                namespace: (info.namespaced && !ns.is_empty()).then_some(ns),
+                labels,
+                fields,
+            };
+            let opts = WatchOptions {
+                resource_version: r.resource_version.clone(),
+                allow_bookmarks: r.allow_bookmarks,
+                send_initial_events: r.send_initial_events,
+                timeout: (r.timeout_seconds > 0).then(|| Duration::from_secs(r.timeout_seconds as u64)),
+            };
+            self.registry.fanout().watch(info, filter, opts).await
+        }
+        .await
+        .map_err(|e| to_status(&e))?;
+        let stream = ReceiverStream::new(rx)
+            .map(|e| Ok(WatchEvent { r#type: e.kind.as_str().to_string(), object: e.object.as_ref().clone() }));
+        Ok(Response::new(Box::pin(stream)))
+    }
+
+    async fn history(&self, request: Request<HistoryRequest>) -> Result<Response<HistoryResponse>, Status> {
+        let ctx = self.context(&request).map_err(|e| to_status(&e))?;
+        let r = request.into_inner();
+        let result = async {
+            let (info, ns) = resource(&r.resource)?;
+            self.registry.history(&ctx, info, &ns, &r.name).await
+        }
+        .await
+        .map_err(|e| to_status(&e))?;
+        let (entries, compacted) = result;
+        Ok(Response::new(HistoryResponse {
+            entries: entries
+                .into_iter()
+                .map(|e| skiff_proto::resource::HistoryEntry {
+                    revision: e.revision,
+                    r#type: e.event.to_string(),
+                    commit_time_ms: e.commit_time_ms,
+                    object: serde_json::to_vec(&e.object).expect("JSON values serialize"),
+                    summary: e.summary,
+                })
+                .collect(),
+            compacted_revision: compacted,
+            revision: self.registry.store().state_machine().revision(),
+        }))
+    }
+
+    async fn get_at_revision(&self, request: Request<GetAtRevisionRequest>) -> Result<Response<Object>, Status> {
+        let registry = self.registry.clone();
+        self.call("get", request, |ctx, r| async move {
+            let (info, ns) = resource(&r.resource).map_err(|e| (None, e))?;
+            registry
+                .get_at_revision(&ctx, info, &ns, &r.name, r.revision)
+                .await
+                .map(|v| (info, v))
+                .map_err(|e| (Some(info), e))
+        })
+        .await
+    }
+}

@@ -1,0 +1,1123 @@
+//! The registry: Kubernetes semantics on top of the object store.
+//!
+//! A write flows: authorize → decode and normalize → admission (mutating)
+//! → defaulting → validation → admission (validating) → one store
+//! transaction with optimistic compares. Reads follow Kubernetes'
+//! resourceVersion rules. Both the gRPC resource API and the REST API call
+//! these methods, so the two encodings share one behaviour.
+
+use std::collections::BTreeSet;
+
+use base64::Engine as _;
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+use skiff_api::field::FieldError;
+use skiff_api::resources::{self, Kind, ResourceInfo};
+use skiff_api::selector::{object_fields, FieldSelector, LabelSelector};
+use skiff_api::{defaults, meta, validation, ApiError};
+use skiff_raft_store::types::{Compare, OpResult, Txn};
+use skiff_raft_store::Store;
+
+use crate::admission::{Attributes, Security, UserInfo};
+use crate::allocator;
+use crate::storage::{
+    self, absent, parse_resource_version, prefix_end, unchanged_since, Consistency, ObjectStore, Stored,
+    MAX_OBJECT_BYTES,
+};
+use crate::watch::Fanout;
+
+/// Attempts of a read-modify-write before giving up on a busy object.
+const UPDATE_ATTEMPTS: usize = 16;
+/// Keys read from the store per step of a filtered list.
+const LIST_STEP: i64 = 500;
+/// Namespaces every cluster has.
+pub const DEFAULT_NAMESPACES: [&str; 4] = ["default", "kube-system", "kube-public", "kube-node-lease"];
+
+/// Who is asking, once authenticated.
+#[derive(Clone, Debug)]
+pub struct Context {
+    pub user: UserInfo,
+}
+
+impl Context {
+    /// An internal caller (bootstrap tasks, tests).
+    pub fn internal() -> Context {
+        Context { user: UserInfo { name: "system:apiserver".into(), groups: vec!["system:masters".into()] } }
+    }
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct ListOptions {
+    pub label_selector: String,
+    pub field_selector: String,
+    pub limit: i64,
+    pub continue_token: String,
+    pub resource_version: String,
+    pub resource_version_match: String,
+}
+
+/// A page of a list: items as stored bytes (resourceVersion included).
+#[derive(Clone, Debug)]
+pub struct ListResult {
+    pub items: Vec<Vec<u8>>,
+    pub resource_version: i64,
+    pub continue_token: Option<String>,
+    pub remaining_item_count: Option<i64>,
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct DeleteOptions {
+    pub uid: Option<String>,
+    pub resource_version: Option<String>,
+    pub propagation_policy: Option<String>,
+    pub grace_period_seconds: Option<i64>,
+    pub dry_run: bool,
+}
+
+/// What a delete did.
+#[derive(Clone, Debug)]
+pub enum Deleted {
+    /// Gone from the store; the last state.
+    Now(Value),
+    /// Marked for deletion (finalizers or a grace period remain).
+    Marked(Value),
+}
+
+impl Deleted {
+    pub fn object(&self) -> &Value {
+        match self {
+            Deleted::Now(v) | Deleted::Marked(v) => v,
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PatchType {
+    Merge,
+    Json,
+    Strategic,
+}
+
+impl PatchType {
+    pub fn parse(s: &str) -> Result<PatchType, ApiError> {
+        match s {
+            "merge" | "application/merge-patch+json" => Ok(PatchType::Merge),
+            "json" | "application/json-patch+json" => Ok(PatchType::Json),
+            "strategic" | "application/strategic-merge-patch+json" => Ok(PatchType::Strategic),
+            other => Err(ApiError::new(
+                skiff_api::Reason::UnsupportedMediaType,
+                format!("the patch type {other:?} is not supported; use \"merge\" or \"json\""),
+            )),
+        }
+    }
+}
+
+/// One entry of an object's history.
+#[derive(Clone, Debug)]
+pub struct HistoryEntry {
+    pub revision: i64,
+    /// ADDED, MODIFIED or DELETED.
+    pub event: &'static str,
+    pub commit_time_ms: u64,
+    pub object: Value,
+    pub summary: String,
+}
+
+#[derive(Serialize, Deserialize)]
+struct ContinueToken {
+    rv: i64,
+    start: String,
+}
+
+fn encode_continue(rv: i64, start: &[u8]) -> String {
+    let token = ContinueToken { rv, start: String::from_utf8_lossy(start).into_owned() };
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(serde_json::to_vec(&token).expect("token serializes"))
+}
+
+fn decode_continue(token: &str, prefix: &str) -> Result<ContinueToken, ApiError> {
+    let bad = || ApiError::bad_request(format!("continue key is not valid: {token:?}"));
+    let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(token).map_err(|_| bad())?;
+    let t: ContinueToken = serde_json::from_slice(&bytes).map_err(|_| bad())?;
+    if !t.start.starts_with(prefix) || t.rv <= 0 {
+        return Err(bad());
+    }
+    Ok(t)
+}
+
+/// Kinds whose `metadata.generation` counts spec changes.
+fn tracks_generation(kind: Kind) -> bool {
+    matches!(kind, Kind::Deployment | Kind::ReplicaSet | Kind::DaemonSet | Kind::Job | Kind::CronJob)
+}
+
+fn random_suffix() -> String {
+    use rand::Rng;
+    // Kubernetes' alphabet: no vowels, no confusable digits.
+    const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
+    let mut rng = rand::thread_rng();
+    (0..5).map(|_| ALPHABET[rng.gen_range(0..ALPHABET.len())] as char).collect()
+}
+
+/// Which revision-keyed history a request wants when it asks for one object.
+fn not_found(info: &ResourceInfo, name: &str) -> ApiError {
+    ApiError::not_found(info, name)
+}
+
+fn size_check(bytes: &[u8]) -> Result<(), ApiError> {
+    if bytes.len() > MAX_OBJECT_BYTES {
+        return Err(ApiError::too_large(format!(
+            "object is too large: {} bytes, the limit is {MAX_OBJECT_BYTES} bytes",
+            bytes.len()
+        )));
+    }
+    Ok(())
+}
+
+#[derive(Clone)]
+pub struct Registry {
+    objects: ObjectStore,
+    security: Security,
+    fanout: Fanout,
+}
+
+impl Registry {
+    pub fn new(store: Store, security: Security, fanout: Fanout) -> Registry {
+        Registry { objects: ObjectStore { store }, security, fanout }
+    }
+
+    pub fn store(&self) -> &Store {
+        &self.objects.store
+    }
+
+    pub fn security(&self) -> &Security {
+        &self.security
+    }
+
+    pub fn fanout(&self) -> &Fanout {
+        &self.fanout
+    }
+
+    /// The namespace a request is about: required for namespaced resources,
+    /// ignored for cluster-scoped ones.
+    fn scope<'a>(&self, info: &ResourceInfo, namespace: &'a str) -> Result<Option<&'a str>, ApiError> {
+        if !info.namespaced {
+            return Ok(None);
+        }
+        if namespace.is_empty() {
+            return Err(ApiError::bad_request(format!("a namespace is required for {}", info.qualified())));
+        }
+        Ok(Some(namespace))
+    }
+
+    fn authorize(
+        &self,
+        ctx: &Context,
+        verb: &str,
+        info: &'static ResourceInfo,
+        subresource: &str,
+        namespace: &str,
+        name: &str,
+    ) -> Result<(), ApiError> {
+        self.security.authorize(&Attributes { user: &ctx.user, verb, resource: info, subresource, namespace, name })
+    }
+
+    // ------------------------------------------------------------------ reads
+
+    pub async fn get(
+        &self,
+        ctx: &Context,
+        info: &'static ResourceInfo,
+        namespace: &str,
+        name: &str,
+        resource_version: &str,
+    ) -> Result<Value, ApiError> {
+        self.authorize(ctx, "get", info, "", namespace, name)?;
+        let ns = self.scope(info, namespace)?;
+        let consistency = Consistency::parse(resource_version, "")?;
+        let at = self.objects.prepare_read(consistency).await?;
+        let (found, _) = self.objects.get(&info.key(ns, name), at).await?;
+        found.ok_or_else(|| not_found(info, name))?.decode()
+    }
+
+    /// Reads an object without authorization (the registry's own use).
+    async fn current(&self, info: &ResourceInfo, ns: Option<&str>, name: &str) -> Result<Option<Stored>, ApiError> {
+        Ok(self.objects.get(&info.key(ns, name), 0).await?.0)
+    }
+
+    pub async fn list(
+        &self,
+        ctx: &Context,
+        info: &'static ResourceInfo,
+        namespace: &str,
+        opts: &ListOptions,
+    ) -> Result<ListResult, ApiError> {
+        self.authorize(ctx, "list", info, "", namespace, "")?;
+        let labels = LabelSelector::parse(&opts.label_selector)
+            .map_err(|e| ApiError::bad_request(format!("unable to parse requirement: {e}")))?;
+        let fields = FieldSelector::parse(&opts.field_selector)
+            .map_err(|e| ApiError::bad_request(format!("invalid field selector: {e}")))?;
+        fields.check_supported(info.kind_id).map_err(|e| ApiError::bad_request(e.to_string()))?;
+        if opts.limit < 0 {
+            return Err(ApiError::bad_request("limit must not be negative"));
+        }
+        let ns = if info.namespaced && !namespace.is_empty() { Some(namespace) } else { None };
+        let prefix = info.namespace_prefix(ns);
+        let end = prefix_end(prefix.as_bytes());
+
+        let (mut start, at) = if opts.continue_token.is_empty() {
+            let consistency = Consistency::parse(&opts.resource_version, &opts.resource_version_match)?;
+            (prefix.as_bytes().to_vec(), self.objects.prepare_read(consistency).await?)
+        } else {
+            let token = decode_continue(&opts.continue_token, &prefix)?;
+            (token.start.into_bytes(), token.rv)
+        };
+        let filtered = !labels.is_empty() || !fields.is_empty();
+        let mut items = Vec::new();
+        let mut revision = at;
+        loop {
+            let want = if opts.limit > 0 { (opts.limit - items.len() as i64).max(1) } else { 0 };
+            let step = if filtered && want > 0 { want.max(LIST_STEP) } else { want };
+            let page = match self.objects.range(&start, &end, revision, step).await {
+                Err(e) if e.reason == skiff_api::Reason::Expired && !opts.continue_token.is_empty() => {
+                    return Err(ApiError::expired(
+                        "The provided continue parameter is too old to display a consistent list result. \
+                         You can start a new list without the continue parameter.",
+                    ))
+                }
+                other => other?,
+            };
+            revision = page.revision;
+            let fetched = page.items.len();
+            let mut last_key = None;
+            let mut stopped_early = false;
+            for stored in page.items {
+                if opts.limit > 0 && items.len() as i64 >= opts.limit {
+                    stopped_early = true;
+                    break;
+                }
+                last_key = Some(stored.key.clone());
+                if filtered {
+                    let obj = stored.decode()?;
+                    if !labels.matches(&meta::labels(&obj)) || !fields.matches(&object_fields(info.kind_id, &obj)) {
+                        continue;
+                    }
+                }
+                items.push(stored.json);
+            }
+            let more = page.more || stopped_early;
+            let full = opts.limit > 0 && items.len() as i64 >= opts.limit;
+            if !more || fetched == 0 {
+                return Ok(ListResult { items, resource_version: revision, continue_token: None, remaining_item_count: None });
+            }
+            let mut next = last_key.unwrap_or_default();
+            next.push(0);
+            if full {
+                let remaining = if filtered { None } else { Some((page.count - fetched as i64).max(0) + (stopped_early as i64)) };
+                return Ok(ListResult {
+                    items,
+                    resource_version: revision,
+                    continue_token: Some(encode_continue(revision, &next)),
+                    remaining_item_count: remaining.filter(|r| *r > 0),
+                });
+            }
+            start = next;
+        }
+    }
+
+    // ----------------------------------------------------------------- writes
+
+    /// Decodes `obj` into the normalized form of `info`'s kind.
+    fn normalize(&self, info: &ResourceInfo, obj: &Value) -> Result<Value, ApiError> {
+        if !obj.is_object() {
+            return Err(ApiError::bad_request(format!("the body of a {} must be a JSON object", info.kind)));
+        }
+        if let Some(v) = obj.get("apiVersion").and_then(Value::as_str) {
+            if v != info.api_version() {
+                return Err(ApiError::bad_request(format!(
+                    "the API version in the data ({v}) does not match the expected API version ({})",
+                    info.api_version()
+                )));
+            }
+        }
+        if let Some(k) = obj.get("kind").and_then(Value::as_str) {
+            if k != info.kind {
+                return Err(ApiError::bad_request(format!(
+                    "the kind in the data ({k}) does not match the expected kind ({})",
+                    info.kind
+                )));
+            }
+        }
+        validation::normalize(info, obj).map_err(|e| ApiError::bad_request(format!("invalid {}: {e}", info.kind)))
+    }
+
+    fn check_valid(&self, info: &ResourceInfo, obj: &Value, old: Option<&Value>) -> Result<(), ApiError> {
+        let errors = validation::validate(info, obj, old);
+        if errors.is_empty() {
+            Ok(())
+        } else {
+            Err(ApiError::invalid(info, meta::name(obj).unwrap_or_default(), &errors))
+        }
+    }
+
+    /// NamespaceLifecycle: a namespaced object may only be created in a
+    /// namespace that exists and is not terminating. Returns the compare
+    /// that makes this hold atomically with the write.
+    async fn namespace_guard(&self, info: &ResourceInfo, ns: &str, name: &str) -> Result<Compare, ApiError> {
+        let namespaces = resources::of(Kind::Namespace);
+        let key = namespaces.key(None, ns);
+        let mut found = self.objects.get(&key, 0).await?.0;
+        if found.is_none() {
+            // Maybe created through another master and not applied here yet.
+            self.objects.prepare_read(Consistency::Linearizable).await?;
+            found = self.objects.get(&key, 0).await?.0;
+        }
+        let Some(stored) = found else {
+            return Err(not_found(namespaces, ns));
+        };
+        let obj = stored.decode()?;
+        if meta::deletion_timestamp(&obj).is_some() || obj["status"]["phase"] == "Terminating" {
+            return Err(ApiError::forbidden(format!(
+                "{} \"{name}\" is forbidden: unable to create new content in namespace {ns} because it is being terminated",
+                info.qualified()
+            )));
+        }
+        Ok(unchanged_since(&key, stored.mod_revision))
+    }
+
+    pub async fn create(
+        &self,
+        ctx: &Context,
+        info: &'static ResourceInfo,
+        namespace: &str,
+        obj: Value,
+        dry_run: bool,
+    ) -> Result<Value, ApiError> {
+        let mut obj = self.normalize(info, &obj)?;
+        let ns = if info.namespaced {
+            let body_ns = meta::namespace(&obj).unwrap_or_default().to_string();
+            let ns = match (namespace, body_ns.as_str()) {
+                ("", "") => "default".to_string(),
+                ("", b) => b.to_string(),
+                (n, "") => n.to_string(),
+                (n, b) if n == b => n.to_string(),
+                _ => {
+                    return Err(ApiError::bad_request(
+                        "the namespace of the provided object does not match the namespace sent on the request",
+                    ))
+                }
+            };
+            meta::set_str(&mut obj, "namespace", &ns);
+            Some(ns)
+        } else {
+            meta::meta_mut(&mut obj).remove("namespace");
+            None
+        };
+        let ns_str = ns.as_deref().unwrap_or("");
+        let name = meta::name(&obj).unwrap_or_default().to_string();
+        self.authorize(ctx, "create", info, "", ns_str, &name)?;
+        if meta::resource_version(&obj).is_some() {
+            return Err(ApiError::bad_request("resourceVersion should not be set on objects to be created"));
+        }
+        let generate = meta::generate_name(&obj).map(str::to_string);
+        if name.is_empty() && generate.is_none() {
+            return Err(ApiError::invalid(
+                info,
+                "",
+                &[FieldError::required("metadata.name", "name or generateName is required")],
+            ));
+        }
+
+        // Server-set metadata.
+        {
+            let m = meta::meta_mut(&mut obj);
+            m.insert("uid".into(), json!(uuid::Uuid::new_v4().to_string()));
+            m.insert("creationTimestamp".into(), json!(meta::now_rfc3339()));
+            m.remove("deletionTimestamp");
+            m.remove("deletionGracePeriodSeconds");
+            m.remove("generation");
+            m.remove("managedFields");
+            if tracks_generation(info.kind_id) {
+                m.insert("generation".into(), json!(1));
+            }
+        }
+        if info.has_subresource("status") && info.kind_id != Kind::Node {
+            // Status is the controllers' to write, through its subresource.
+            if let Some(m) = obj.as_object_mut() {
+                m.remove("status");
+            }
+        }
+        if info.kind_id == Kind::Namespace {
+            obj["status"] = json!({"phase": "Active"});
+        }
+
+        let attempts = if generate.is_some() && name.is_empty() { 8 } else { 1 };
+        for attempt in 0..attempts.max(UPDATE_ATTEMPTS) {
+            let mut candidate = obj.clone();
+            let name = if name.is_empty() {
+                let n = format!("{}{}", generate.as_deref().unwrap_or_default(), random_suffix());
+                meta::set_str(&mut candidate, "name", &n);
+                n
+            } else {
+                name.clone()
+            };
+            if info.kind_id == Kind::Namespace {
+                let labels = meta::meta_mut(&mut candidate).entry("labels").or_insert_with(|| json!({}));
+                if let Some(l) = labels.as_object_mut() {
+                    l.insert("kubernetes.io/metadata.name".into(), json!(name));
+                }
+            }
+            defaults::apply(info, &mut candidate);
+            let attrs = Attributes { user: &ctx.user, verb: "create", resource: info, subresource: "", namespace: ns_str, name: &name };
+            self.security.admit(&attrs, &mut candidate, None)?;
+            let chosen = if info.kind_id == Kind::Service {
+                allocator::assign(&mut candidate, None).map_err(|e| ApiError::invalid(info, &name, &[e]))?
+            } else {
+                Vec::new()
+            };
+            self.check_valid(info, &candidate, None)?;
+            let bytes = storage::encode(&candidate);
+            size_check(&bytes)?;
+            if dry_run {
+                return Ok(candidate);
+            }
+
+            let key = info.key(ns.as_deref(), &name);
+            let mut compare = vec![absent(&key)];
+            if let Some(ns) = &ns {
+                compare.push(self.namespace_guard(info, ns, &name).await?);
+            }
+            let mut success = vec![storage::put(&key, bytes.clone())];
+            let allocations = if info.kind_id == Kind::Service { allocator::held(&candidate) } else { Vec::new() };
+            for a in &allocations {
+                compare.push(absent(a));
+                success.push(storage::put(a, key.clone().into_bytes()));
+            }
+            let failure = std::iter::once(storage::get_op(&key)).chain(allocations.iter().map(|a| storage::get_op(a))).collect();
+            let (ok, responses, revision) = self.objects.txn(Txn { compare, success, failure }).await?;
+            if ok {
+                meta::set_resource_version(&mut candidate, revision);
+                return Ok(candidate);
+            }
+            let exists = |i: usize| matches!(responses.get(i), Some(OpResult::Range(r)) if !r.kvs.is_empty());
+            if exists(0) {
+                if generate.is_some() && meta::name(&obj).is_none() && attempt + 1 < attempts {
+                    continue;
+                }
+                return Err(ApiError::already_exists(info, &name));
+            }
+            for (i, a) in allocations.iter().enumerate() {
+                if exists(i + 1) {
+                    if let Some((_, field)) = chosen.iter().find(|(k, _)| k == a) {
+                        let value = a.rsplit('/').next().unwrap_or_default();
+                        let what = if field.contains("nodePort") { "port" } else { "IP" };
+                        return Err(ApiError::invalid(
+                            info,
+                            &name,
+                            &[FieldError::invalid(field.clone(), &json!(value), format!("provided {what} is already allocated"))],
+                        ));
+                    }
+                }
+            }
+            // The namespace changed or a random allocation collided: again.
+        }
+        Err(ApiError::unavailable(format!("{} could not be created: too much contention", info.qualified())))
+    }
+
+    /// Replaces an object (`subresource` "") or its status ("status").
+    pub async fn update(
+        &self,
+        ctx: &Context,
+        info: &'static ResourceInfo,
+        namespace: &str,
+        name: &str,
+        obj: Value,
+        subresource: &str,
+        dry_run: bool,
+    ) -> Result<Value, ApiError> {
+        let ns = self.scope(info, namespace)?;
+        let ns_str = ns.unwrap_or("");
+        self.authorize(ctx, "update", info, subresource, ns_str, name)?;
+        if !subresource.is_empty() && !info.has_subresource(subresource) {
+            return Err(ApiError::not_found(info, &format!("{name}/{subresource}")));
+        }
+        if subresource == "scale" {
+            return self.update_scale(ctx, info, ns, name, obj, dry_run).await;
+        }
+        let body = self.normalize(info, &obj)?;
+        if let Some(n) = meta::name(&body) {
+            if n != name {
+                return Err(ApiError::bad_request(format!(
+                    "the name of the object ({n}) does not match the name on the URL ({name})"
+                )));
+            }
+        }
+        if let (Some(ns), Some(b)) = (ns, meta::namespace(&body)) {
+            if ns != b {
+                return Err(ApiError::bad_request(
+                    "the namespace of the provided object does not match the namespace sent on the request",
+                ));
+            }
+        }
+        let precondition = meta::resource_version(&body).map(parse_resource_version).transpose()?;
+        let owned = subresource.to_string();
+        self.read_modify_write(ctx, info, ns, name, precondition, dry_run, "update", subresource, move |current| {
+            Ok(merge_update(info, current, &body, &owned))
+        })
+        .await
+    }
+
+    pub async fn patch(
+        &self,
+        ctx: &Context,
+        info: &'static ResourceInfo,
+        namespace: &str,
+        name: &str,
+        patch_type: PatchType,
+        patch: &[u8],
+        subresource: &str,
+        dry_run: bool,
+    ) -> Result<Value, ApiError> {
+        let ns = self.scope(info, namespace)?;
+        self.authorize(ctx, "patch", info, subresource, ns.unwrap_or(""), name)?;
+        if !subresource.is_empty() && !info.has_subresource(subresource) {
+            return Err(ApiError::not_found(info, &format!("{name}/{subresource}")));
+        }
+        let patch: Value = serde_json::from_slice(patch)
+            .map_err(|e| ApiError::bad_request(format!("the patch is not valid JSON: {e}")))?;
+        let apply_patch = move |doc: &Value| -> Result<Value, ApiError> {
+            match patch_type {
+                PatchType::Merge => {
+                    if !patch.is_object() {
+                        return Err(ApiError::bad_request("a merge patch must be a JSON object"));
+                    }
+                    let mut doc = doc.clone();
+                    json_patch::merge(&mut doc, &patch);
+                    Ok(doc)
+                }
+                PatchType::Json => {
+                    let ops: json_patch::Patch = serde_json::from_value(patch.clone())
+                        .map_err(|e| ApiError::bad_request(format!("the JSON patch is not valid: {e}")))?;
+                    let mut doc = doc.clone();
+                    json_patch::patch(&mut doc, &ops).map_err(|e| ApiError::new(skiff_api::Reason::Invalid, format!("the JSON patch could not be applied: {e}")))?;
+                    Ok(doc)
+                }
+                PatchType::Strategic => Err(ApiError::new(
+                    skiff_api::Reason::UnsupportedMediaType,
+                    "strategic merge patch is not supported yet; use a merge or JSON patch",
+                )),
+            }
+        };
+        if subresource == "scale" {
+            let current = self.get_scale(ctx, info, ns.unwrap_or(""), name).await?;
+            let patched = apply_patch(&current)?;
+            return self.update_scale(ctx, info, ns, name, patched, dry_run).await;
+        }
+        // A patch naming a resourceVersion is a precondition on it.
+        let owned = subresource.to_string();
+        self.read_modify_write(ctx, info, ns, name, None, dry_run, "patch", subresource, move |current| {
+            let patched = apply_patch(current)?;
+            if let Some(rv) = meta::resource_version(&patched) {
+                if Some(rv) != meta::resource_version(current) {
+                    return Err(ApiError::conflict(
+                        info,
+                        meta::name(current).unwrap_or_default(),
+                        "the object has been modified; please apply your changes to the latest version and try again",
+                    ));
+                }
+            }
+            let patched = validation::normalize(info, &patched)
+                .map_err(|e| ApiError::bad_request(format!("invalid {} after patching: {e}", info.kind)))?;
+            if meta::name(&patched) != meta::name(current) {
+                return Err(ApiError::bad_request("a patch may not change the name of the object"));
+            }
+            Ok(merge_update(info, current, &patched, &owned))
+        })
+        .await
+    }
+
+    /// The optimistic loop shared by update and patch: read the object,
+    /// compute the new one, write it if nobody wrote in between.
+    #[allow(clippy::too_many_arguments)]
+    async fn read_modify_write(
+        &self,
+        ctx: &Context,
+        info: &'static ResourceInfo,
+        ns: Option<&str>,
+        name: &str,
+        precondition: Option<i64>,
+        dry_run: bool,
+        verb: &str,
+        subresource: &str,
+        change: impl Fn(&Value) -> Result<Value, ApiError>,
+    ) -> Result<Value, ApiError> {
+        let key = info.key(ns, name);
+        if let Some(rv) = precondition {
+            // Make sure the version the client saw is visible here.
+            storage::wait_for_revision(&self.objects.store, rv).await?;
+        }
+        for _ in 0..UPDATE_ATTEMPTS {
+            let stored = self.current(info, ns, name).await?.ok_or_else(|| not_found(info, name))?;
+            if let Some(rv) = precondition {
+                if rv != stored.mod_revision {
+                    return Err(ApiError::conflict(
+                        info,
+                        name,
+                        "the object has been modified; please apply your changes to the latest version and try again",
+                    ));
+                }
+            }
+            let current = stored.decode()?;
+            let mut next = change(&current)?;
+            if tracks_generation(info.kind_id) && meta::spec_part(&next) != meta::spec_part(&current) {
+                next["metadata"]["generation"] = json!(meta::generation(&current) + 1);
+            }
+            defaults::apply(info, &mut next);
+            let attrs = Attributes { user: &ctx.user, verb, resource: info, subresource, namespace: ns.unwrap_or(""), name };
+            self.security.admit(&attrs, &mut next, Some(&current))?;
+            let chosen = if info.kind_id == Kind::Service {
+                allocator::assign(&mut next, Some(&current)).map_err(|e| ApiError::invalid(info, name, &[e]))?
+            } else {
+                Vec::new()
+            };
+            self.check_valid(info, &next, Some(&current))?;
+            meta::set_resource_version(&mut next, stored.mod_revision);
+            if next == current {
+                return Ok(current);
+            }
+            let bytes = storage::encode(&next);
+            size_check(&bytes)?;
+            if dry_run {
+                return Ok(next);
+            }
+            let finished = meta::deletion_timestamp(&next).is_some()
+                && meta::finalizers(&next).is_empty()
+                && next["metadata"]["deletionGracePeriodSeconds"].as_i64().unwrap_or(0) == 0;
+            if finished {
+                // The last finalizer is gone: the delete completes now.
+                match self.remove(info, &key, &stored, &current).await? {
+                    Some(revision) => {
+                        meta::set_resource_version(&mut next, revision);
+                        return Ok(next);
+                    }
+                    None if precondition.is_some() => {
+                        return Err(ApiError::conflict(info, name, "the object has been modified; please apply your changes to the latest version and try again"))
+                    }
+                    None => continue,
+                }
+            }
+            let mut compare = vec![unchanged_since(&key, stored.mod_revision)];
+            let mut success = vec![storage::put(&key, bytes)];
+            if info.kind_id == Kind::Service {
+                let (old, new): (BTreeSet<String>, BTreeSet<String>) =
+                    (allocator::held(&current).into_iter().collect(), allocator::held(&next).into_iter().collect());
+                for k in new.difference(&old) {
+                    compare.push(absent(k));
+                    success.push(storage::put(k, key.clone().into_bytes()));
+                }
+                for k in old.difference(&new) {
+                    success.push(storage::delete(k));
+                }
+            }
+            let (ok, _, revision) = self.objects.txn(Txn { compare, success, failure: vec![] }).await?;
+            if ok {
+                meta::set_resource_version(&mut next, revision);
+                return Ok(next);
+            }
+            if precondition.is_some() {
+                return Err(ApiError::conflict(
+                    info,
+                    name,
+                    "the object has been modified; please apply your changes to the latest version and try again",
+                ));
+            }
+            if !chosen.is_empty() {
+                // A user-chosen IP or port may be what was taken meanwhile.
+                let held = allocator::held(&current);
+                for (k, field) in &chosen {
+                    if !held.contains(k) {
+                        let (taken, _) = self.objects.get(k, 0).await?;
+                        if taken.is_some() {
+                            let value = k.rsplit('/').next().unwrap_or_default();
+                            return Err(ApiError::invalid(info, name, &[FieldError::invalid(
+                                field.clone(),
+                                &json!(value),
+                                "provided port is already allocated",
+                            )]));
+                        }
+                    }
+                }
+            }
+        }
+        Err(ApiError::conflict(info, name, "too many concurrent writers; try again"))
+    }
+
+    /// Deletes `key` if it is still at `stored`'s revision, releasing what
+    /// a Service held. `None`: it changed in between.
+    async fn remove(&self, info: &ResourceInfo, key: &str, stored: &Stored, current: &Value) -> Result<Option<i64>, ApiError> {
+        let mut success = vec![storage::delete(key)];
+        if info.kind_id == Kind::Service {
+            success.extend(allocator::held(current).iter().map(|k| storage::delete(k)));
+        }
+        let txn = Txn { compare: vec![unchanged_since(key, stored.mod_revision)], success, failure: vec![] };
+        let (ok, _, revision) = self.objects.txn(txn).await?;
+        Ok(ok.then_some(revision))
+    }
+
+    pub async fn delete(
+        &self,
+        ctx: &Context,
+        info: &'static ResourceInfo,
+        namespace: &str,
+        name: &str,
+        opts: &DeleteOptions,
+    ) -> Result<Deleted, ApiError> {
+        let ns = self.scope(info, namespace)?;
+        self.authorize(ctx, "delete", info, "", ns.unwrap_or(""), name)?;
+        let key = info.key(ns, name);
+        let policy = opts.propagation_policy.as_deref().unwrap_or("");
+        if !matches!(policy, "" | "Background" | "Foreground" | "Orphan") {
+            return Err(ApiError::invalid(
+                info,
+                name,
+                &[FieldError::not_supported("propagationPolicy", &json!(policy), &["Foreground", "Background", "Orphan"])],
+            ));
+        }
+        if opts.grace_period_seconds.is_some_and(|g| g < 0) {
+            return Err(ApiError::invalid(info, name, &[FieldError::invalid("gracePeriodSeconds", &json!(opts.grace_period_seconds), "must be >= 0")]));
+        }
+        for _ in 0..UPDATE_ATTEMPTS {
+            let stored = self.current(info, ns, name).await?.ok_or_else(|| not_found(info, name))?;
+            let current = stored.decode()?;
+            if let Some(uid) = &opts.uid {
+                if meta::uid(&current) != Some(uid.as_str()) {
+                    return Err(ApiError::conflict(info, name, &format!(
+                        "Precondition failed: UID in precondition: {uid}, UID in object meta: {}",
+                        meta::uid(&current).unwrap_or_default()
+                    )));
+                }
+            }
+            if let Some(rv) = &opts.resource_version {
+                if parse_resource_version(rv)? != stored.mod_revision {
+                    return Err(ApiError::conflict(info, name, &format!(
+                        "Precondition failed: ResourceVersion in precondition: {rv}, ResourceVersion in object meta: {}",
+                        stored.mod_revision
+                    )));
+                }
+            }
+            let attrs = Attributes { user: &ctx.user, verb: "delete", resource: info, subresource: "", namespace: ns.unwrap_or(""), name };
+            let mut probe = current.clone();
+            self.security.admit(&attrs, &mut probe, Some(&current))?;
+
+            let mut next = current.clone();
+            let mut finalizers = meta::finalizers(&next);
+            let add = |f: &mut Vec<String>, v: &str| {
+                if !f.iter().any(|x| x == v) {
+                    f.push(v.to_string());
+                }
+            };
+            match policy {
+                "Orphan" => add(&mut finalizers, "orphan"),
+                "Foreground" => add(&mut finalizers, "foregroundDeletion"),
+                _ => {}
+            }
+            meta::set_finalizers(&mut next, &finalizers);
+            let grace = self.grace_period(info, &current, opts.grace_period_seconds);
+            let namespace_finalizing = info.kind_id == Kind::Namespace
+                && current["spec"]["finalizers"].as_array().is_some_and(|f| !f.is_empty());
+            if namespace_finalizing {
+                next["status"]["phase"] = json!("Terminating");
+            }
+            let mark = !finalizers.is_empty() || grace > 0 || namespace_finalizing;
+            if !mark {
+                if opts.dry_run {
+                    return Ok(Deleted::Now(current));
+                }
+                match self.remove(info, &key, &stored, &current).await? {
+                    Some(_) => return Ok(Deleted::Now(current)),
+                    None => continue,
+                }
+            }
+            // Graceful: record when the delete happens, never later than asked before.
+            let already = meta::deletion_timestamp(&current).is_some();
+            let deadline = chrono::Utc::now() + chrono::Duration::seconds(grace);
+            let stamp = deadline.to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+            let previous_grace = current["metadata"]["deletionGracePeriodSeconds"].as_i64();
+            if !already || previous_grace.is_some_and(|p| grace < p) {
+                meta::set_str(&mut next, "deletionTimestamp", &stamp);
+                if grace > 0 || previous_grace.is_some() {
+                    next["metadata"]["deletionGracePeriodSeconds"] = json!(grace);
+                }
+                if tracks_generation(info.kind_id) && !already {
+                    next["metadata"]["generation"] = json!(meta::generation(&current) + 1);
+                }
+            }
+            if next == current {
+                return Ok(Deleted::Marked(current));
+            }
+            if grace == 0 && finalizers.is_empty() && !namespace_finalizing {
+                match self.remove(info, &key, &stored, &current).await? {
+                    Some(_) => return Ok(Deleted::Now(current)),
+                    None => continue,
+                }
+            }
+            if opts.dry_run {
+                return Ok(Deleted::Marked(next));
+            }
+            let txn = Txn {
+                compare: vec![unchanged_since(&key, stored.mod_revision)],
+                success: vec![storage::put(&key, storage::encode(&next))],
+                failure: vec![],
+            };
+            let (ok, _, revision) = self.objects.txn(txn).await?;
+            if ok {
+                meta::set_resource_version(&mut next, revision);
+                return Ok(Deleted::Marked(next));
+            }
+        }
+        Err(ApiError::conflict(info, name, "too many concurrent writers; try again"))
+    }
+
+    /// Seconds a delete waits for the object's owner to clean up: pods on a
+    /// node get their termination grace period, everything else none.
+    fn grace_period(&self, info: &ResourceInfo, obj: &Value, asked: Option<i64>) -> i64 {
+        if info.kind_id != Kind::Pod {
+            return 0;
+        }
+        let scheduled = obj["spec"]["nodeName"].as_str().is_some_and(|n| !n.is_empty());
+        let finished = matches!(obj["status"]["phase"].as_str(), Some("Succeeded") | Some("Failed"));
+        if !scheduled || finished {
+            return 0;
+        }
+        asked.unwrap_or_else(|| obj["spec"]["terminationGracePeriodSeconds"].as_i64().unwrap_or(30)).max(0)
+    }
+
+    // ---------------------------------------------------------- subresources
+
+    /// `pods/binding`: assigns an unscheduled pod to a node.
+    pub async fn bind(&self, ctx: &Context, namespace: &str, name: &str, binding: &Value) -> Result<Value, ApiError> {
+        let info = resources::of(Kind::Pod);
+        let ns = self.scope(info, namespace)?;
+        self.authorize(ctx, "create", info, "binding", ns.unwrap_or(""), name)?;
+        let node = binding["target"]["name"].as_str().filter(|n| !n.is_empty()).ok_or_else(|| {
+            ApiError::invalid(info, name, &[FieldError::required("target.name", "")])
+        })?;
+        let node = node.to_string();
+        let bound = self
+            .read_modify_write(ctx, info, ns, name, None, false, "create", "binding", move |current| {
+                if meta::deletion_timestamp(current).is_some() {
+                    return Err(ApiError::conflict(info, name, "pod is being deleted, cannot be assigned to a host"));
+                }
+                match current["spec"]["nodeName"].as_str() {
+                    Some(n) if !n.is_empty() => Err(ApiError::conflict(
+                        info,
+                        name,
+                        &format!("pod {name} is already assigned to node \"{n}\""),
+                    )),
+                    _ => {
+                        let mut next = current.clone();
+                        next["spec"]["nodeName"] = json!(node);
+                        let condition = json!({"type": "PodScheduled", "status": "True", "lastProbeTime": null,
+                            "lastTransitionTime": meta::now_rfc3339()});
+                        let conditions = next["status"]["conditions"].as_array().cloned().unwrap_or_default();
+                        let mut conditions: Vec<Value> = conditions.into_iter().filter(|c| c["type"] != "PodScheduled").collect();
+                        conditions.push(condition);
+                        next["status"]["conditions"] = Value::Array(conditions);
+                        Ok(next)
+                    }
+                }
+            })
+            .await?;
+        let _ = bound;
+        Ok(json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}))
+    }
+
+    /// The `autoscaling/v1` Scale of a deployment or replica set.
+    pub async fn get_scale(&self, ctx: &Context, info: &'static ResourceInfo, namespace: &str, name: &str) -> Result<Value, ApiError> {
+        if !info.has_subresource("scale") {
+            return Err(ApiError::not_found(info, &format!("{name}/scale")));
+        }
+        let obj = self.get(ctx, info, namespace, name, "").await?;
+        Ok(scale_of(&obj))
+    }
+
+    async fn update_scale(
+        &self,
+        ctx: &Context,
+        info: &'static ResourceInfo,
+        ns: Option<&str>,
+        name: &str,
+        scale: Value,
+        dry_run: bool,
+    ) -> Result<Value, ApiError> {
+        let replicas = scale["spec"]["replicas"].as_i64().ok_or_else(|| {
+            ApiError::invalid(info, name, &[FieldError::required("spec.replicas", "")])
+        })?;
+        if replicas < 0 {
+            return Err(ApiError::invalid(info, name, &[FieldError::invalid("spec.replicas", &json!(replicas), "must be greater than or equal to 0")]));
+        }
+        let precondition = meta::resource_version(&scale).map(parse_resource_version).transpose()?;
+        let updated = self
+            .read_modify_write(ctx, info, ns, name, precondition, dry_run, "update", "scale", move |current| {
+                let mut next = current.clone();
+                next["spec"]["replicas"] = json!(replicas);
+                Ok(next)
+            })
+            .await?;
+        Ok(scale_of(&updated))
+    }
+
+    // ---------------------------------------------------------------- history
+
+    /// Every stored revision of one object, oldest first.
+    pub async fn history(
+        &self,
+        ctx: &Context,
+        info: &'static ResourceInfo,
+        namespace: &str,
+        name: &str,
+    ) -> Result<(Vec<HistoryEntry>, i64), ApiError> {
+        let ns = self.scope(info, namespace)?;
+        self.authorize(ctx, "get", info, "history", ns.unwrap_or(""), name)?;
+        self.objects.prepare_read(Consistency::Linearizable).await?;
+        let key = info.key(ns, name);
+        let sm = self.objects.store.state_machine().clone();
+        let entries = tokio::task::spawn_blocking(move || {
+            let db = sm.db();
+            let reader = skiff_raft_store::mvcc::Reader::snapshot(&db);
+            reader.history(key.as_bytes()).map(|h| (h, reader.compacted().unwrap_or(0)))
+        })
+        .await
+        .map_err(|e| ApiError::internal(e.to_string()))?
+        .map_err(|e| ApiError::internal(e.to_string()))?;
+        let (raw, compacted) = entries;
+        let mut out = Vec::with_capacity(raw.len());
+        let mut previous: Option<Value> = None;
+        for entry in raw {
+            let (event, object) = match entry.kind {
+                skiff_raft_store::mvcc::EventKind::Put => {
+                    let obj = Stored::from_kv(entry.kv).decode()?;
+                    let event = if previous.is_some() { "MODIFIED" } else { "ADDED" };
+                    (event, obj)
+                }
+                skiff_raft_store::mvcc::EventKind::Delete => {
+                    let Some(mut last) = previous.clone() else { continue };
+                    meta::set_resource_version(&mut last, entry.revision);
+                    ("DELETED", last)
+                }
+            };
+            let summary = match event {
+                "DELETED" => "deleted".to_string(),
+                _ => skiff_api::history::summarize(previous.as_ref(), Some(&object)),
+            };
+            previous = if event == "DELETED" { None } else { Some(object.clone()) };
+            out.push(HistoryEntry { revision: entry.revision, event, commit_time_ms: entry.timestamp_ms, object, summary });
+        }
+        if out.is_empty() {
+            return Err(not_found(info, name));
+        }
+        Ok((out, compacted))
+    }
+
+    /// The object as it was at `revision`.
+    pub async fn get_at_revision(
+        &self,
+        ctx: &Context,
+        info: &'static ResourceInfo,
+        namespace: &str,
+        name: &str,
+        revision: i64,
+    ) -> Result<Value, ApiError> {
+        let ns = self.scope(info, namespace)?;
+        self.authorize(ctx, "get", info, "history", ns.unwrap_or(""), name)?;
+        if revision <= 0 {
+            return Err(ApiError::bad_request(format!("revision must be positive, got {revision}")));
+        }
+        self.objects.prepare_read(Consistency::AtLeast(revision)).await?;
+        let (found, _) = self.objects.get(&info.key(ns, name), revision).await?;
+        match found {
+            Some(s) => s.decode(),
+            None => Err(ApiError::new(
+                skiff_api::Reason::NotFound,
+                format!("{} \"{name}\" did not exist at revision {revision}", info.qualified()),
+            )),
+        }
+    }
+
+    /// Creates the namespaces every cluster has, if missing. Idempotent:
+    /// every master runs it at start.
+    pub async fn ensure_default_namespaces(&self) -> Result<(), ApiError> {
+        let info = resources::of(Kind::Namespace);
+        for ns in DEFAULT_NAMESPACES {
+            let obj = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}});
+            match self.create(&Context::internal(), info, "", obj, false).await {
+                Ok(_) => tracing::info!(namespace = ns, "created default namespace"),
+                Err(e) if e.reason == skiff_api::Reason::AlreadyExists => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Applies an update body to the stored object: the status subresource
+/// changes only status; the main resource changes everything but status
+/// (for kinds that have a status subresource) and server-owned metadata.
+fn merge_update(info: &ResourceInfo, current: &Value, body: &Value, subresource: &str) -> Value {
+    if subresource == "status" {
+        let mut next = current.clone();
+        next["status"] = body.get("status").cloned().unwrap_or(json!({}));
+        return next;
+    }
+    let mut next = body.clone();
+    if info.has_subresource("status") {
+        match current.get("status") {
+            Some(s) => next["status"] = s.clone(),
+            None => {
+                if let Some(m) = next.as_object_mut() {
+                    m.remove("status");
+                }
+            }
+        }
+    }
+    let keep = ["uid", "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds", "generation", "namespace", "name"];
+    let cm = current.get("metadata").and_then(Value::as_object).cloned().unwrap_or_default();
+    let m = meta::meta_mut(&mut next);
+    for k in keep {
+        match cm.get(k) {
+            Some(v) => {
+                m.insert(k.to_string(), v.clone());
+            }
+            None => {
+                m.remove(k);
+            }
+        }
+    }
+    m.remove("managedFields");
+    m.remove("resourceVersion");
+    if let Some(rv) = cm.get("resourceVersion") {
+        m.insert("resourceVersion".into(), rv.clone());
+    }
+    next
+}
+
+fn scale_of(obj: &Value) -> Value {
+    let selector = obj["spec"]["selector"]
+        .get("matchLabels")
+        .and_then(Value::as_object)
+        .map(|m| {
+            m.iter().map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or_default())).collect::<Vec<_>>().join(",")
+        })
+        .unwrap_or_default();
+    json!({
+        "kind": "Scale",
+        "apiVersion": "autoscaling/v1",
+        "metadata": {
+            "name": meta::name(obj),
+            "namespace": meta::namespace(obj),
+            "uid": meta::uid(obj),
+            "resourceVersion": meta::resource_version(obj),
+            "creationTimestamp": obj["metadata"]["creationTimestamp"],
+        },
+        "spec": {"replicas": obj["spec"]["replicas"].as_i64().unwrap_or(0)},
+        "status": {"replicas": obj["status"]["replicas"].as_i64().unwrap_or(0), "selector": selector},
+    })
+}

@@ -1,0 +1,662 @@
+//! Watch fan-out: one decoded event stream per resource type feeds every
+//! watcher of that type on this member.
+//!
+//! A [`Feed`] per resource subscribes once to the store's hub for the
+//! resource's key prefix, decodes each change once, and hands it to the
+//! watchers it concerns. Watchers are indexed by namespace and by an exact
+//! field (`metadata.name`, pods' `spec.nodeName`), so a node agent's watch
+//! costs O(its own pods), not O(cluster). Selectors are evaluated here: an
+//! object that stops matching is delivered as DELETED, one that starts
+//! matching as ADDED.
+//!
+//! A watcher starts by catching up from RocksDB (from its resourceVersion to
+//! the revision the feed had dispatched when it registered), or with a list
+//! (synthetic ADDED events), then follows the feed. Each watcher has a
+//! bounded queue; a watcher that lets it fill is cut off with an ERROR
+//! event naming the revision to resume from, and nobody else waits for it.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use skiff_api::resources::{Kind, ResourceInfo};
+use skiff_api::selector::{object_fields, FieldSelector, Fields, LabelSelector};
+use skiff_api::{meta, ApiError, Reason};
+use skiff_raft_store::hub::{HubMessage, Subscription};
+use skiff_raft_store::mvcc::{EventKind, Reader, RevisionEvents};
+use skiff_raft_store::types::RangeRequest;
+use skiff_raft_store::Store;
+use tokio::sync::mpsc;
+
+use crate::metrics;
+use crate::storage::{self, prefix_end, with_resource_version, Consistency, ObjectStore};
+
+/// Changes queued per watcher before it is cut off as too slow.
+pub const WATCHER_QUEUE: usize = 1024;
+/// Events buffered between a watcher and its client connection.
+const OUT_BUFFER: usize = 64;
+/// Revisions read from RocksDB per step of a catch-up.
+const REPLAY_CHUNK: usize = 256;
+/// How often a feed learns the store's revision when its resource is quiet.
+const PROGRESS_TICK: Duration = Duration::from_secs(1);
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EventType {
+    Added,
+    Modified,
+    Deleted,
+    Bookmark,
+    Error,
+}
+
+impl EventType {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EventType::Added => "ADDED",
+            EventType::Modified => "MODIFIED",
+            EventType::Deleted => "DELETED",
+            EventType::Bookmark => "BOOKMARK",
+            EventType::Error => "ERROR",
+        }
+    }
+}
+
+/// One event as sent to a client: its type and the object's JSON.
+#[derive(Clone, Debug)]
+pub struct WatchEvent {
+    pub kind: EventType,
+    pub object: Arc<Vec<u8>>,
+}
+
+impl WatchEvent {
+    fn error(e: &ApiError) -> WatchEvent {
+        WatchEvent { kind: EventType::Error, object: Arc::new(serde_json::to_vec(&e.to_status()).expect("status")) }
+    }
+}
+
+/// What a watcher wants to see.
+#[derive(Clone, Debug)]
+pub struct Filter {
+    pub kind: Kind,
+    pub namespace: Option<String>,
+    pub labels: LabelSelector,
+    pub fields: FieldSelector,
+}
+
+impl Filter {
+    fn matches(&self, obj: &Decoded) -> bool {
+        self.namespace.as_deref().is_none_or(|ns| ns == obj.namespace)
+            && self.labels.matches(&obj.labels)
+            && self.fields.matches(&obj.fields)
+    }
+
+    /// Where the watcher is indexed: the narrowest exact match it has.
+    fn index(&self) -> Index {
+        if let Some(name) = self.fields.exact("metadata.name") {
+            return Index::Field("metadata.name", name.to_string());
+        }
+        if self.kind == Kind::Pod {
+            if let Some(node) = self.fields.exact("spec.nodeName") {
+                return Index::Field("spec.nodeName", node.to_string());
+            }
+        }
+        match &self.namespace {
+            Some(ns) => Index::Namespace(ns.clone()),
+            None => Index::Cluster,
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+enum Index {
+    Cluster,
+    Namespace(String),
+    Field(&'static str, String),
+}
+
+/// An object decoded once, with what filters look at.
+#[derive(Debug)]
+struct Decoded {
+    namespace: String,
+    labels: BTreeMap<String, String>,
+    fields: Fields,
+    /// The stored bytes with the resourceVersion of this version.
+    json: Arc<Vec<u8>>,
+    /// The raw stored bytes (no resourceVersion), for re-stamping.
+    stored: Vec<u8>,
+}
+
+impl Decoded {
+    fn new(kind: Kind, stored: &[u8], revision: i64) -> Option<Decoded> {
+        let value: Value = serde_json::from_slice(stored).ok()?;
+        Some(Decoded {
+            namespace: meta::namespace(&value).unwrap_or_default().to_string(),
+            labels: meta::labels(&value),
+            fields: object_fields(kind, &value),
+            json: Arc::new(with_resource_version(stored, revision)),
+            stored: stored.to_vec(),
+        })
+    }
+}
+
+/// One key's change at one revision.
+#[derive(Debug)]
+struct Change {
+    revision: i64,
+    old: Option<Decoded>,
+    new: Option<Decoded>,
+    /// The old object stamped with this revision: what DELETED carries.
+    old_at_revision: OnceLock<Arc<Vec<u8>>>,
+}
+
+impl Change {
+    /// What `filter`'s watcher sees of this change, if anything.
+    fn event_for(&self, filter: &Filter) -> Option<(EventType, Arc<Vec<u8>>)> {
+        let old_match = self.old.as_ref().is_some_and(|o| filter.matches(o));
+        let new_match = self.new.as_ref().is_some_and(|n| filter.matches(n));
+        match (old_match, new_match) {
+            (true, true) => Some((EventType::Modified, self.new.as_ref()?.json.clone())),
+            (false, true) => Some((EventType::Added, self.new.as_ref()?.json.clone())),
+            (true, false) => {
+                let old = self.old.as_ref()?;
+                let bytes = self.old_at_revision.get_or_init(|| Arc::new(with_resource_version(&old.stored, self.revision)));
+                Some((EventType::Deleted, bytes.clone()))
+            }
+            (false, false) => None,
+        }
+    }
+
+    fn index_keys(&self, kind: Kind) -> Vec<Index> {
+        let mut keys = vec![Index::Cluster];
+        for obj in [&self.old, &self.new].into_iter().flatten() {
+            keys.push(Index::Namespace(obj.namespace.clone()));
+            if let Some(name) = obj.fields.get("metadata.name") {
+                keys.push(Index::Field("metadata.name", name.clone()));
+            }
+            if kind == Kind::Pod {
+                if let Some(node) = obj.fields.get("spec.nodeName") {
+                    keys.push(Index::Field("spec.nodeName", node.clone()));
+                }
+            }
+        }
+        keys.sort_by_key(|k| format!("{k:?}"));
+        keys.dedup();
+        keys
+    }
+}
+
+/// The changes a revision made to keys under `prefix`.
+fn changes_of(kind: Kind, prefix: &[u8], rev: &RevisionEvents) -> Vec<Arc<Change>> {
+    rev.events
+        .iter()
+        .filter(|e| e.kv.key.starts_with(prefix))
+        .map(|e| {
+            let old = e.prev_kv.as_ref().and_then(|p| Decoded::new(kind, &p.value, p.mod_revision));
+            let new = match e.kind {
+                EventKind::Put => Decoded::new(kind, &e.kv.value, e.kv.mod_revision),
+                EventKind::Delete => None,
+            };
+            Arc::new(Change { revision: rev.revision, old, new, old_at_revision: OnceLock::new() })
+        })
+        .collect()
+}
+
+type Delivery = (EventType, Arc<Vec<u8>>, i64);
+
+struct Slot {
+    filter: Arc<Filter>,
+    index: Index,
+    tx: mpsc::Sender<Delivery>,
+    overflowed: Arc<AtomicBool>,
+}
+
+#[derive(Default)]
+struct FeedState {
+    /// Every change up to this revision has been handed to the watchers
+    /// registered at the time.
+    dispatched: i64,
+    next_id: u64,
+    slots: HashMap<u64, Slot>,
+    index: HashMap<Index, HashSet<u64>>,
+}
+
+impl FeedState {
+    fn remove(&mut self, id: u64) {
+        if let Some(slot) = self.slots.remove(&id) {
+            if let Some(ids) = self.index.get_mut(&slot.index) {
+                ids.remove(&id);
+                if ids.is_empty() {
+                    self.index.remove(&slot.index);
+                }
+            }
+        }
+    }
+
+    fn dispatch(&mut self, kind: Kind, change: &Change) {
+        let mut full = Vec::new();
+        for key in change.index_keys(kind) {
+            let Some(ids) = self.index.get(&key) else { continue };
+            for id in ids {
+                let slot = &self.slots[id];
+                let Some((event, bytes)) = change.event_for(&slot.filter) else { continue };
+                if slot.tx.try_send((event, bytes, change.revision)).is_err() {
+                    slot.overflowed.store(true, Ordering::Release);
+                    full.push(*id);
+                }
+            }
+        }
+        for id in full {
+            self.remove(id);
+        }
+    }
+}
+
+/// The decoded event stream of one resource type.
+struct Feed {
+    info: &'static ResourceInfo,
+    state: Mutex<FeedState>,
+}
+
+struct Registration {
+    id: u64,
+    dispatched: i64,
+    rx: mpsc::Receiver<Delivery>,
+    overflowed: Arc<AtomicBool>,
+}
+
+impl Feed {
+    fn register(&self, filter: Arc<Filter>) -> Registration {
+        let (tx, rx) = mpsc::channel(WATCHER_QUEUE);
+        let overflowed = Arc::new(AtomicBool::new(false));
+        let mut state = self.state.lock().expect("feed lock poisoned");
+        let id = state.next_id;
+        state.next_id += 1;
+        let index = filter.index();
+        state.index.entry(index.clone()).or_default().insert(id);
+        state.slots.insert(id, Slot { filter, index, tx, overflowed: overflowed.clone() });
+        Registration { id, dispatched: state.dispatched, rx, overflowed }
+    }
+
+    fn unregister(&self, id: u64) {
+        self.state.lock().expect("feed lock poisoned").remove(id);
+    }
+
+    fn dispatched(&self) -> i64 {
+        self.state.lock().expect("feed lock poisoned").dispatched
+    }
+
+    fn publish(&self, changes: &[Arc<Change>], revision: i64) {
+        let mut state = self.state.lock().expect("feed lock poisoned");
+        for c in changes {
+            state.dispatch(self.info.kind_id, c);
+        }
+        state.dispatched = state.dispatched.max(revision);
+    }
+
+    /// Cuts every watcher off (the feed cannot continue, e.g. its history
+    /// was compacted past it after a snapshot install).
+    fn close_all(&self) {
+        let mut state = self.state.lock().expect("feed lock poisoned");
+        for slot in state.slots.values() {
+            slot.overflowed.store(true, Ordering::Release);
+        }
+        state.slots.clear();
+        state.index.clear();
+    }
+}
+
+/// Options of one watch.
+#[derive(Clone, Debug, Default)]
+pub struct WatchOptions {
+    pub resource_version: String,
+    pub allow_bookmarks: bool,
+    pub send_initial_events: bool,
+    pub timeout: Option<Duration>,
+}
+
+/// Every feed of this member, created on first use.
+#[derive(Clone)]
+pub struct Fanout {
+    inner: Arc<FanoutInner>,
+}
+
+struct FanoutInner {
+    objects: ObjectStore,
+    feeds: Mutex<HashMap<Kind, Arc<Feed>>>,
+    bookmark_interval: Duration,
+}
+
+impl Fanout {
+    /// `bookmark_interval`: how often watchers that allow bookmarks get one.
+    pub fn new(store: Store, bookmark_interval: Duration) -> Fanout {
+        Fanout {
+            inner: Arc::new(FanoutInner {
+                objects: ObjectStore { store },
+                feeds: Mutex::new(HashMap::new()),
+                bookmark_interval,
+            }),
+        }
+    }
+
+    fn feed(&self, info: &'static ResourceInfo) -> Arc<Feed> {
+        let mut feeds = self.inner.feeds.lock().expect("fanout lock poisoned");
+        if let Some(f) = feeds.get(&info.kind_id) {
+            return f.clone();
+        }
+        let store = &self.inner.objects.store;
+        let prefix = info.prefix().into_bytes();
+        // Subscribe before reading the revision: nothing after it is missed.
+        let live = store.state_machine().hub().subscribe(&prefix, &prefix_end(&prefix));
+        let revision = store.state_machine().revision();
+        let feed = Arc::new(Feed { info, state: Mutex::new(FeedState { dispatched: revision, ..Default::default() }) });
+        feeds.insert(info.kind_id, feed.clone());
+        tokio::spawn(run_feed(feed.clone(), store.clone(), live, revision + 1));
+        feed
+    }
+
+    /// Starts a watch; events (and a final ERROR, if it is cut off) arrive
+    /// on the returned channel.
+    pub async fn watch(
+        &self,
+        info: &'static ResourceInfo,
+        filter: Filter,
+        opts: WatchOptions,
+    ) -> Result<mpsc::Receiver<WatchEvent>, ApiError> {
+        let store = &self.inner.objects.store;
+        let start = match opts.resource_version.as_str() {
+            "" => Start::List(Consistency::Linearizable),
+            "0" => Start::List(Consistency::Any),
+            rv => {
+                let n = storage::parse_resource_version(rv)?;
+                let compacted = store.state_machine().compacted();
+                if n < compacted {
+                    return Err(ApiError::expired(format!("too old resource version: {n} ({compacted})")));
+                }
+                storage::wait_for_revision(store, n).await?;
+                if opts.send_initial_events {
+                    Start::List(Consistency::AtLeast(n))
+                } else {
+                    Start::After(n)
+                }
+            }
+        };
+        if let Start::List(c) = start {
+            self.inner.objects.prepare_read(c).await?;
+        }
+        let feed = self.feed(info);
+        let filter = Arc::new(filter);
+        let registration = feed.register(filter.clone());
+        let (out, rx) = mpsc::channel(OUT_BUFFER);
+        let watcher = Watcher {
+            feed,
+            objects: self.inner.objects.clone(),
+            filter,
+            out,
+            delivered: 0,
+            bookmarks: opts.allow_bookmarks.then_some(self.inner.bookmark_interval),
+        };
+        metrics::watchers(info.plural).inc();
+        let plural = info.plural;
+        let send_initial_events = opts.send_initial_events;
+        let timeout = opts.timeout;
+        tokio::spawn(async move {
+            let run = watcher.run(registration, start, send_initial_events);
+            match timeout {
+                Some(t) => {
+                    let _ = tokio::time::timeout(t, run).await;
+                }
+                None => run.await,
+            }
+            metrics::watchers(plural).dec();
+        });
+        Ok(rx)
+    }
+}
+
+async fn run_feed(feed: Arc<Feed>, store: Store, mut live: Subscription, mut next: i64) {
+    let prefix = feed.info.prefix().into_bytes();
+    let kind = feed.info.kind_id;
+    let mut tick = tokio::time::interval(PROGRESS_TICK);
+    loop {
+        tokio::select! {
+            msg = live.recv() => match msg {
+                Some(HubMessage::Revision(rev)) => {
+                    if rev.revision >= next {
+                        feed.publish(&changes_of(kind, &prefix, &rev), rev.revision);
+                        next = rev.revision + 1;
+                    }
+                    if live.take_lagged() && !catch_up_feed(&feed, &store, &prefix, &mut next).await {
+                        return;
+                    }
+                }
+                Some(HubMessage::Reset) => {
+                    live.take_lagged();
+                    if !catch_up_feed(&feed, &store, &prefix, &mut next).await {
+                        return;
+                    }
+                }
+                None => return,
+            },
+            _ = tick.tick() => {
+                if let Some(published) = live.caught_up_to() {
+                    if published >= next {
+                        next = published + 1;
+                        feed.publish(&[], published);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Reads what the feed's live queue dropped back from RocksDB. `false`: the
+/// history is gone (compacted), every watcher was cut off and must resume.
+async fn catch_up_feed(feed: &Feed, store: &Store, prefix: &[u8], next: &mut i64) -> bool {
+    loop {
+        match read_revisions(store, *next).await {
+            Ok(revisions) if revisions.is_empty() => return true,
+            Ok(revisions) => {
+                for rev in &revisions {
+                    feed.publish(&changes_of(feed.info.kind_id, prefix, rev), rev.revision);
+                    *next = rev.revision + 1;
+                }
+            }
+            Err(e) => {
+                tracing::warn!(resource = feed.info.plural, error = %e, "watch feed lost its history; watchers cut off");
+                feed.close_all();
+                // Start over from the current state.
+                *next = store.state_machine().revision() + 1;
+                feed.publish(&[], *next - 1);
+                return true;
+            }
+        }
+    }
+}
+
+/// Revisions from `from` up to the current one, at most a chunk; or why not.
+async fn read_revisions(store: &Store, from: i64) -> Result<Vec<RevisionEvents>, ApiError> {
+    let sm = store.state_machine().clone();
+    let read = tokio::task::spawn_blocking(move || {
+        let db = sm.db();
+        let reader = Reader::snapshot(&db);
+        let current = reader.revision()?;
+        let compacted = reader.compacted()?;
+        if from < compacted {
+            return Ok(Err(compacted));
+        }
+        reader.revisions(from, current, REPLAY_CHUNK).map(Ok)
+    })
+    .await
+    .map_err(|e| ApiError::internal(e.to_string()))?
+    .map_err(|e| ApiError::internal(e.to_string()))?;
+    read.map_err(|compacted| ApiError::expired(format!("too old resource version: {} ({compacted})", from - 1)))
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Start {
+    /// Changes after this revision.
+    After(i64),
+    /// The current state as ADDED events, then changes.
+    List(Consistency),
+}
+
+struct Watcher {
+    feed: Arc<Feed>,
+    objects: ObjectStore,
+    filter: Arc<Filter>,
+    out: mpsc::Sender<WatchEvent>,
+    /// Every event up to this revision has been sent.
+    delivered: i64,
+    bookmarks: Option<Duration>,
+}
+
+/// Why a watcher stopped.
+enum Stop {
+    /// The client went away.
+    Gone,
+    /// Tell the client, then stop.
+    Error(ApiError),
+}
+
+impl Watcher {
+    async fn run(mut self, mut reg: Registration, start: Start, send_initial_events: bool) {
+        let result = self.start(&mut reg, start, send_initial_events).await;
+        let result = match result {
+            Ok(()) => self.follow(&mut reg).await,
+            Err(e) => Err(e),
+        };
+        self.feed.unregister(reg.id);
+        if let Err(Stop::Error(e)) = result {
+            let _ = self.out.send(WatchEvent::error(&e)).await;
+        }
+    }
+
+    async fn send(&self, kind: EventType, object: Arc<Vec<u8>>) -> Result<(), Stop> {
+        self.out.send(WatchEvent { kind, object }).await.map_err(|_| Stop::Gone)
+    }
+
+    fn bookmark_object(&self, revision: i64, initial_end: bool) -> Arc<Vec<u8>> {
+        let info = self.feed.info;
+        let mut metadata = json!({"resourceVersion": revision.to_string()});
+        if initial_end {
+            metadata["annotations"] = json!({"k8s.io/initial-events-end": "true"});
+        }
+        let obj = json!({"kind": info.kind, "apiVersion": info.api_version(), "metadata": metadata});
+        Arc::new(serde_json::to_vec(&obj).expect("bookmark serializes"))
+    }
+
+    /// Sends what happened before the live feed takes over: a list, or
+    /// history from RocksDB.
+    async fn start(&mut self, reg: &mut Registration, start: Start, send_initial_events: bool) -> Result<(), Stop> {
+        match start {
+            Start::After(n) => self.delivered = n,
+            Start::List(_) => {
+                // Read after registering: the list's revision is at least
+                // what the feed had dispatched, so nothing falls between.
+                let info = self.feed.info;
+                let prefix = info.namespace_prefix(self.filter.namespace.as_deref());
+                let req = RangeRequest {
+                    key: prefix.as_bytes().to_vec(),
+                    range_end: prefix_end(prefix.as_bytes()),
+                    ..Default::default()
+                };
+                let (page, header) = self.objects.store.range(req, true).await.map_err(|e| Stop::Error(storage::store_error(e)))?;
+                for kv in page.kvs {
+                    let Some(d) = Decoded::new(info.kind_id, &kv.value, kv.mod_revision) else { continue };
+                    if self.filter.matches(&d) {
+                        self.send(EventType::Added, d.json.clone()).await?;
+                    }
+                }
+                self.delivered = header.revision;
+            }
+        }
+        // Catch up from RocksDB to what the feed had dispatched, again if
+        // the queue overflowed meanwhile.
+        loop {
+            self.replay(reg.dispatched).await?;
+            if !reg.overflowed.load(Ordering::Acquire) {
+                break;
+            }
+            self.feed.unregister(reg.id);
+            *reg = self.feed.register(self.filter.clone());
+        }
+        if send_initial_events {
+            let b = self.bookmark_object(self.delivered, true);
+            self.send(EventType::Bookmark, b).await?;
+        }
+        Ok(())
+    }
+
+    /// Sends the changes in (delivered, to] from RocksDB.
+    async fn replay(&mut self, to: i64) -> Result<(), Stop> {
+        let prefix = self.feed.info.prefix().into_bytes();
+        while self.delivered < to {
+            let revisions = read_revisions(&self.objects.store, self.delivered + 1).await.map_err(Stop::Error)?;
+            if revisions.is_empty() {
+                break;
+            }
+            for rev in revisions.iter().take_while(|r| r.revision <= to) {
+                for change in changes_of(self.feed.info.kind_id, &prefix, rev) {
+                    if let Some((kind, bytes)) = change.event_for(&self.filter) {
+                        self.send(kind, bytes).await?;
+                    }
+                }
+                self.delivered = rev.revision;
+            }
+            if revisions.last().is_some_and(|r| r.revision >= to) {
+                break;
+            }
+        }
+        self.delivered = self.delivered.max(to);
+        Ok(())
+    }
+
+    /// Follows the live feed until the client goes away or falls behind.
+    async fn follow(&mut self, reg: &mut Registration) -> Result<(), Stop> {
+        let floor = self.delivered;
+        let mut bookmark = self.bookmarks.map(|every| tokio::time::interval_at(tokio::time::Instant::now() + every, every));
+        loop {
+            let tick = async {
+                match bookmark.as_mut() {
+                    Some(b) => b.tick().await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                delivery = reg.rx.recv() => match delivery {
+                    Some((kind, bytes, revision)) => {
+                        if revision > floor {
+                            self.send(kind, bytes).await?;
+                            self.delivered = self.delivered.max(revision);
+                        }
+                    }
+                    None => {
+                        let e = ApiError::too_many_requests(format!(
+                            "watch of {} fell behind by more than {WATCHER_QUEUE} events and was closed; \
+                             resume from resourceVersion {}",
+                            self.feed.info.plural, self.delivered
+                        ));
+                        return Err(Stop::Error(e));
+                    }
+                },
+                _ = tick => {
+                    // Everything dispatched so far is delivered if nothing is queued.
+                    let dispatched = self.feed.dispatched();
+                    if reg.rx.is_empty() && !reg.overflowed.load(Ordering::Acquire) {
+                        self.delivered = self.delivered.max(dispatched);
+                    }
+                    let b = self.bookmark_object(self.delivered, false);
+                    self.send(EventType::Bookmark, b).await?;
+                }
+                _ = self.out.closed() => return Err(Stop::Gone),
+            }
+        }
+    }
+}
+
+/// Whether `e` means the client must list again (410).
+pub fn is_expired(e: &ApiError) -> bool {
+    matches!(e.reason, Reason::Expired | Reason::Gone)
+}
