@@ -14,6 +14,7 @@
 
 pub mod defaults;
 pub mod field;
+pub mod history;
 pub mod meta;
 pub mod resources;
 pub mod selector;
