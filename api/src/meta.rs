@@ -111,44 +111,45 @@ pub fn now_rfc3339() -> String {
     chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
 }
 
-/// `5s`, `3m`, `2d4h`: an age as kubectl prints it.
+/// `5s`, `3m`, `2d4h`: an age as kubectl prints it (apimachinery's
+/// `duration.HumanDuration`, rule for rule).
 pub fn human_duration(seconds: i64) -> String {
+    if seconds < -1 {
+        return "<invalid>".into();
+    }
     let s = seconds.max(0);
     if s < 120 {
-        format!("{s}s")
-    } else if s < 10 * 60 {
-        let (m, r) = (s / 60, s % 60);
-        if r == 0 {
-            format!("{m}m")
-        } else {
-            format!("{m}m{r}s")
-        }
-    } else if s < 3 * 3600 {
-        let (h, m) = (s / 3600, (s % 3600) / 60);
-        if h == 0 {
-            format!("{m}m")
-        } else if m == 0 {
-            format!("{h}h")
-        } else {
-            format!("{h}h{m}m")
-        }
-    } else if s < 8 * 3600 {
-        format!("{}h", s / 3600)
-    } else if s < 2 * 86400 {
-        let (h, _) = (s / 3600, 0);
-        format!("{h}h")
-    } else if s < 8 * 86400 {
-        let (d, h) = (s / 86400, (s % 86400) / 3600);
-        if h == 0 {
-            format!("{d}d")
-        } else {
-            format!("{d}d{h}h")
-        }
-    } else if s < 365 * 86400 {
-        format!("{}d", s / 86400)
-    } else {
-        format!("{}y{}d", s / (365 * 86400), (s % (365 * 86400)) / 86400)
+        return format!("{s}s");
     }
+    let minutes = s / 60;
+    if minutes < 10 {
+        let r = s % 60;
+        return if r == 0 { format!("{minutes}m") } else { format!("{minutes}m{r}s") };
+    }
+    if minutes < 3 * 60 {
+        return format!("{minutes}m");
+    }
+    let hours = s / 3600;
+    if hours < 8 {
+        let m = minutes % 60;
+        return if m == 0 { format!("{hours}h") } else { format!("{hours}h{m}m") };
+    }
+    if hours < 48 {
+        return format!("{hours}h");
+    }
+    if hours < 24 * 8 {
+        let (d, h) = (hours / 24, hours % 24);
+        return if h == 0 { format!("{d}d") } else { format!("{d}d{h}h") };
+    }
+    if hours < 24 * 365 * 2 {
+        return format!("{}d", hours / 24);
+    }
+    let years = hours / 24 / 365;
+    if hours < 24 * 365 * 8 {
+        let dy = (hours / 24) % 365;
+        return if dy == 0 { format!("{years}y") } else { format!("{years}y{dy}d") };
+    }
+    format!("{years}y")
 }
 
 /// The age of an object at `now`, from its `creationTimestamp`; `<unknown>`
@@ -179,7 +180,8 @@ mod tests {
     fn ages_read_like_kubectl() {
         assert_eq!(human_duration(5), "5s");
         assert_eq!(human_duration(150), "2m30s");
-        assert_eq!(human_duration(3600 * 2 + 60 * 5), "2h5m");
+        assert_eq!(human_duration(3600 * 2 + 60 * 5), "125m");
+        assert_eq!(human_duration(3600 * 5 + 60 * 5), "5h5m");
         assert_eq!(human_duration(86400 * 3 + 3600), "3d1h");
         assert_eq!(human_duration(86400 * 30), "30d");
     }

@@ -97,6 +97,7 @@ impl ResourceInfo {
     }
 }
 
+#[allow(clippy::too_many_arguments)]
 const fn info(
     kind_id: Kind,
     group: &'static str,
