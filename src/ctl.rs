@@ -42,6 +42,18 @@ pub enum Command {
     Kv(KvCommand),
     /// Discard history below a revision.
     Compact { revision: i64 },
+    /// Show objects as a table, YAML or JSON (`get pods -n default -l app=web`).
+    Get(crate::objects::GetArgs),
+    /// Create or update objects from manifests (client-side apply).
+    Apply(crate::objects::ApplyArgs),
+    /// Delete objects by name or from manifests.
+    Delete(crate::objects::DeleteArgs),
+    /// Follow changes to objects, resuming across apiserver failures.
+    Watch(crate::objects::WatchArgs),
+    /// Every stored revision of one object (`history pod/web-1`).
+    History(crate::objects::HistoryArgs),
+    /// A unified diff of one object between two revisions.
+    Diff(crate::objects::DiffArgs),
 }
 
 #[derive(Subcommand)]
@@ -152,6 +164,18 @@ fn print_event(e: &mvccpb::Event) {
 }
 
 pub async fn run(cli: Cli) -> Result<(), String> {
+    use crate::objects;
+    let servers: Vec<&str> = cli.server.split(',').map(str::trim).filter(|s| !s.is_empty()).collect();
+    let objects_client = || skiff_client::Client::new(&servers).map_err(|e| e.to_string());
+    match cli.command {
+        Command::Get(a) => return objects::get(&objects_client()?, a).await,
+        Command::Apply(a) => return objects::apply(&objects_client()?, a).await,
+        Command::Delete(a) => return objects::delete(&objects_client()?, a).await,
+        Command::Watch(a) => return objects::watch(&objects_client()?, a).await,
+        Command::History(a) => return objects::history_cmd(&objects_client()?, a).await,
+        Command::Diff(a) => return objects::diff(&objects_client()?, a).await,
+        _ => {}
+    }
     let channel = connect(&cli.server).await?;
     match cli.command {
         Command::Member(m) => member(channel, m).await,
@@ -166,6 +190,12 @@ pub async fn run(cli: Cli) -> Result<(), String> {
             println!("compacted revision {revision}");
             Ok(())
         }
+        Command::Get(_)
+        | Command::Apply(_)
+        | Command::Delete(_)
+        | Command::Watch(_)
+        | Command::History(_)
+        | Command::Diff(_) => unreachable!("handled above"),
     }
 }
 

@@ -3,8 +3,10 @@
 //! # Layout
 //! - [`up`]: `skiff up`, a local cluster of apiserver processes on loopback.
 //! - [`ctl`]: `skiffctl`, the user CLI (gRPC only; links no RocksDB code).
+//! - [`objects`]: `skiffctl`'s Kubernetes object commands.
 
 pub mod ctl;
+pub mod objects;
 pub mod up;
 
 /// Parses a duration given as `500ms`, `2s`, `10m` or a bare number of

@@ -1,0 +1,421 @@
+//! The resource API client. Objects are `serde_json::Value`s of the
+//! Kubernetes types; errors carry the server's Kubernetes `Status`.
+//!
+//! Endpoints are tried in turn: a request that could not reach a server
+//! (connection refused, server shutting down, no leader) moves on to the
+//! next one, so a client keeps working while masters die, as long as one
+//! that can serve is left.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::{Stream, StreamExt};
+use serde_json::Value;
+use skiff_api::{ApiError, Reason, ResourceInfo};
+use skiff_proto::resource::resources_client::ResourcesClient;
+use skiff_proto::resource::{
+    CreateRequest, DeleteRequest, GetAtRevisionRequest, GetRequest, HistoryRequest, HistoryResponse, ListRequest,
+    PatchRequest, Preconditions, ResourceRef, UpdateRequest, WatchRequest,
+};
+use tonic::transport::{Channel, Endpoint};
+use tonic::{Code, Status};
+
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum ClientError {
+    /// The server refused or failed the request.
+    #[error(transparent)]
+    Api(#[from] ApiError),
+    /// No server could be reached.
+    #[error("cannot reach any apiserver: {0}")]
+    Unreachable(String),
+    /// A response the client could not read.
+    #[error("bad response: {0}")]
+    Decode(String),
+}
+
+impl ClientError {
+    pub fn reason(&self) -> Option<Reason> {
+        match self {
+            ClientError::Api(e) => Some(e.reason),
+            _ => None,
+        }
+    }
+
+    pub fn is(&self, reason: Reason) -> bool {
+        self.reason() == Some(reason)
+    }
+}
+
+/// The API error a gRPC status carries (its details hold the `Status`).
+pub fn api_error(status: &Status) -> ApiError {
+    if let Some(e) = serde_json::from_slice::<Value>(status.details()).ok().and_then(|v| ApiError::from_status(&v)) {
+        return e;
+    }
+    let reason = match status.code() {
+        Code::InvalidArgument => Reason::BadRequest,
+        Code::NotFound => Reason::NotFound,
+        Code::AlreadyExists => Reason::AlreadyExists,
+        Code::Aborted => Reason::Conflict,
+        Code::PermissionDenied => Reason::Forbidden,
+        Code::Unauthenticated => Reason::Unauthorized,
+        Code::OutOfRange => Reason::Expired,
+        Code::DeadlineExceeded => Reason::Timeout,
+        Code::ResourceExhausted => Reason::TooManyRequests,
+        Code::Unavailable => Reason::ServiceUnavailable,
+        _ => Reason::InternalError,
+    };
+    ApiError::new(reason, status.message().to_string())
+}
+
+/// Whether the request never reached a server able to serve it, so it can
+/// go to another one.
+fn try_elsewhere(status: &Status) -> bool {
+    status.code() == Code::Unavailable
+}
+
+/// One watch event, decoded.
+#[derive(Clone, Debug)]
+pub struct WatchEvent {
+    /// ADDED, MODIFIED, DELETED, BOOKMARK or ERROR.
+    pub kind: String,
+    pub object: Value,
+}
+
+impl WatchEvent {
+    /// The event's object's resourceVersion.
+    pub fn resource_version(&self) -> Option<&str> {
+        skiff_api::meta::resource_version(&self.object)
+    }
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct ListParams {
+    pub label_selector: String,
+    pub field_selector: String,
+    pub limit: i64,
+    pub continue_token: String,
+    pub resource_version: String,
+}
+
+#[derive(Clone, Debug)]
+pub struct ObjectList {
+    pub items: Vec<Value>,
+    pub resource_version: String,
+    pub continue_token: String,
+    pub remaining_item_count: Option<i64>,
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct WatchParams {
+    pub label_selector: String,
+    pub field_selector: String,
+    pub resource_version: String,
+    pub allow_bookmarks: bool,
+    pub send_initial_events: bool,
+    pub timeout_seconds: i64,
+    pub name: String,
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct DeleteParams {
+    pub uid: String,
+    pub resource_version: String,
+    pub propagation_policy: String,
+    pub grace_period_seconds: Option<i64>,
+}
+
+/// A client of any of the given apiservers (their client gRPC addresses).
+#[derive(Clone)]
+pub struct Client {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    channels: Vec<(String, Channel)>,
+    /// The endpoint that answered last; requests start there.
+    current: AtomicUsize,
+}
+
+fn resource_ref(info: &ResourceInfo, namespace: &str) -> Option<ResourceRef> {
+    Some(ResourceRef {
+        group: info.group.to_string(),
+        resource: info.plural.to_string(),
+        namespace: if info.namespaced { namespace.to_string() } else { String::new() },
+    })
+}
+
+fn to_json(v: &Value) -> Vec<u8> {
+    serde_json::to_vec(v).expect("JSON values serialize")
+}
+
+fn from_json(bytes: &[u8]) -> Result<Value, ClientError> {
+    serde_json::from_slice(bytes).map_err(|e| ClientError::Decode(e.to_string()))
+}
+
+impl Client {
+    /// `endpoints`: `HOST:PORT` or URLs. Connections are made lazily.
+    pub fn new<S: AsRef<str>>(endpoints: &[S]) -> Result<Client, ClientError> {
+        let mut channels = Vec::new();
+        for e in endpoints {
+            let e = e.as_ref().trim();
+            if e.is_empty() {
+                continue;
+            }
+            let url = if e.contains("://") { e.to_string() } else { format!("http://{e}") };
+            let endpoint = Endpoint::from_shared(url.clone())
+                .map_err(|err| ClientError::Unreachable(format!("bad address {e:?}: {err}")))?
+                .connect_timeout(Duration::from_secs(2))
+                .tcp_nodelay(true)
+                .http2_keep_alive_interval(Duration::from_secs(5))
+                .keep_alive_timeout(Duration::from_secs(5));
+            channels.push((e.to_string(), endpoint.connect_lazy()));
+        }
+        if channels.is_empty() {
+            return Err(ClientError::Unreachable("no endpoint given".into()));
+        }
+        Ok(Client { inner: Arc::new(Inner { channels, current: AtomicUsize::new(0) }) })
+    }
+
+    /// Runs `call` against the current endpoint, moving on to the next one
+    /// while servers cannot serve it, for at most two rounds.
+    async fn call<T, F, Fut>(&self, call: F) -> Result<T, ClientError>
+    where
+        F: Fn(ResourcesClient<Channel>) -> Fut,
+        Fut: std::future::Future<Output = Result<tonic::Response<T>, Status>>,
+    {
+        let n = self.inner.channels.len();
+        let start = self.inner.current.load(Ordering::Relaxed);
+        let mut last = None;
+        for attempt in 0..2 * n {
+            let i = (start + attempt) % n;
+            let client = ResourcesClient::new(self.inner.channels[i].1.clone())
+                .max_decoding_message_size(256 * 1024 * 1024);
+            match call(client).await {
+                Ok(r) => {
+                    self.inner.current.store(i, Ordering::Relaxed);
+                    return Ok(r.into_inner());
+                }
+                Err(s) if try_elsewhere(&s) => {
+                    tracing::debug!(endpoint = %self.inner.channels[i].0, error = %s, "trying another apiserver");
+                    last = Some(s);
+                    if attempt + 1 == n {
+                        tokio::time::sleep(Duration::from_millis(300)).await;
+                    }
+                }
+                Err(s) => return Err(ClientError::Api(api_error(&s))),
+            }
+        }
+        let last = last.map(|s| s.message().to_string()).unwrap_or_default();
+        Err(ClientError::Unreachable(last))
+    }
+
+    pub async fn get(&self, info: &ResourceInfo, namespace: &str, name: &str) -> Result<Value, ClientError> {
+        self.get_with(info, namespace, name, "").await
+    }
+
+    /// `resource_version`: "" (latest), "0" (any), or at least N.
+    pub async fn get_with(
+        &self,
+        info: &ResourceInfo,
+        namespace: &str,
+        name: &str,
+        resource_version: &str,
+    ) -> Result<Value, ClientError> {
+        let req = GetRequest {
+            resource: resource_ref(info, namespace),
+            name: name.to_string(),
+            resource_version: resource_version.to_string(),
+            subresource: String::new(),
+        };
+        let obj = self.call(|mut c| { let r = req.clone(); async move { c.get(r).await } }).await?;
+        from_json(&obj.json)
+    }
+
+    pub async fn get_scale(&self, info: &ResourceInfo, namespace: &str, name: &str) -> Result<Value, ClientError> {
+        let req = GetRequest {
+            resource: resource_ref(info, namespace),
+            name: name.to_string(),
+            resource_version: String::new(),
+            subresource: "scale".into(),
+        };
+        let obj = self.call(|mut c| { let r = req.clone(); async move { c.get(r).await } }).await?;
+        from_json(&obj.json)
+    }
+
+    /// `namespace` "": all namespaces.
+    pub async fn list(&self, info: &ResourceInfo, namespace: &str, params: &ListParams) -> Result<ObjectList, ClientError> {
+        let req = self.list_request(info, namespace, params, false);
+        let r = self.call(|mut c| { let r = req.clone(); async move { c.list(r).await } }).await?;
+        Ok(ObjectList {
+            items: r.items.iter().map(|b| from_json(b)).collect::<Result<_, _>>()?,
+            resource_version: r.resource_version,
+            continue_token: r.r#continue,
+            remaining_item_count: r.remaining_item_count,
+        })
+    }
+
+    /// Every page of a list, concatenated.
+    pub async fn list_all(&self, info: &ResourceInfo, namespace: &str, params: &ListParams) -> Result<ObjectList, ClientError> {
+        let mut params = params.clone();
+        let mut all = self.list(info, namespace, &params).await?;
+        while !all.continue_token.is_empty() {
+            params.continue_token = std::mem::take(&mut all.continue_token);
+            let page = self.list(info, namespace, &params).await?;
+            all.items.extend(page.items);
+            all.continue_token = page.continue_token;
+        }
+        Ok(all)
+    }
+
+    /// The list as a `meta.k8s.io/v1` Table.
+    pub async fn list_table(&self, info: &ResourceInfo, namespace: &str, params: &ListParams) -> Result<Value, ClientError> {
+        let req = self.list_request(info, namespace, params, true);
+        let r = self.call(|mut c| { let r = req.clone(); async move { c.list(r).await } }).await?;
+        from_json(&r.table)
+    }
+
+    fn list_request(&self, info: &ResourceInfo, namespace: &str, p: &ListParams, as_table: bool) -> ListRequest {
+        ListRequest {
+            resource: resource_ref(info, namespace),
+            label_selector: p.label_selector.clone(),
+            field_selector: p.field_selector.clone(),
+            limit: p.limit,
+            r#continue: p.continue_token.clone(),
+            resource_version: p.resource_version.clone(),
+            resource_version_match: String::new(),
+            as_table,
+        }
+    }
+
+    pub async fn create(&self, info: &ResourceInfo, namespace: &str, obj: &Value) -> Result<Value, ClientError> {
+        let req = CreateRequest { resource: resource_ref(info, namespace), json: to_json(obj), ..Default::default() };
+        let obj = self.call(|mut c| { let r = req.clone(); async move { c.create(r).await } }).await?;
+        from_json(&obj.json)
+    }
+
+    /// Binds a pod to a node (`pods/binding`).
+    pub async fn bind(&self, namespace: &str, pod: &str, node: &str) -> Result<(), ClientError> {
+        let info = skiff_api::resources::of(skiff_api::Kind::Pod);
+        let binding = serde_json::json!({"apiVersion": "v1", "kind": "Binding",
+            "metadata": {"name": pod, "namespace": namespace}, "target": {"kind": "Node", "name": node}});
+        let req = CreateRequest {
+            resource: resource_ref(info, namespace),
+            json: to_json(&binding),
+            subresource: "binding".into(),
+            name: pod.to_string(),
+            ..Default::default()
+        };
+        self.call(|mut c| { let r = req.clone(); async move { c.create(r).await } }).await.map(|_| ())
+    }
+
+    /// Replaces the object; a resourceVersion in it makes the update
+    /// conditional (Conflict if stale).
+    pub async fn update(&self, info: &ResourceInfo, obj: &Value) -> Result<Value, ClientError> {
+        self.update_subresource(info, obj, "").await
+    }
+
+    pub async fn update_status(&self, info: &ResourceInfo, obj: &Value) -> Result<Value, ClientError> {
+        self.update_subresource(info, obj, "status").await
+    }
+
+    pub async fn update_subresource(&self, info: &ResourceInfo, obj: &Value, subresource: &str) -> Result<Value, ClientError> {
+        let namespace = skiff_api::meta::namespace(obj).unwrap_or_default();
+        let req = UpdateRequest {
+            resource: resource_ref(info, namespace),
+            json: to_json(obj),
+            subresource: subresource.to_string(),
+            dry_run: false,
+        };
+        let obj = self.call(|mut c| { let r = req.clone(); async move { c.update(r).await } }).await?;
+        from_json(&obj.json)
+    }
+
+    /// `patch_type`: "merge" or "json".
+    pub async fn patch(
+        &self,
+        info: &ResourceInfo,
+        namespace: &str,
+        name: &str,
+        patch_type: &str,
+        patch: &Value,
+        subresource: &str,
+    ) -> Result<Value, ClientError> {
+        let req = PatchRequest {
+            resource: resource_ref(info, namespace),
+            name: name.to_string(),
+            patch_type: patch_type.to_string(),
+            patch: to_json(patch),
+            subresource: subresource.to_string(),
+            dry_run: false,
+        };
+        let obj = self.call(|mut c| { let r = req.clone(); async move { c.patch(r).await } }).await?;
+        from_json(&obj.json)
+    }
+
+    pub async fn delete(
+        &self,
+        info: &ResourceInfo,
+        namespace: &str,
+        name: &str,
+        params: &DeleteParams,
+    ) -> Result<Value, ClientError> {
+        let req = DeleteRequest {
+            resource: resource_ref(info, namespace),
+            name: name.to_string(),
+            preconditions: Some(Preconditions {
+                uid: params.uid.clone(),
+                resource_version: params.resource_version.clone(),
+            }),
+            propagation_policy: params.propagation_policy.clone(),
+            grace_period_seconds: params.grace_period_seconds,
+            dry_run: false,
+        };
+        let obj = self.call(|mut c| { let r = req.clone(); async move { c.delete(r).await } }).await?;
+        from_json(&obj.json)
+    }
+
+    /// A watch stream from one apiserver. It ends when the server ends it
+    /// (after an ERROR event, or on shutdown); resume from the last
+    /// resourceVersion seen.
+    pub async fn watch(
+        &self,
+        info: &ResourceInfo,
+        namespace: &str,
+        params: &WatchParams,
+    ) -> Result<impl Stream<Item = Result<WatchEvent, ClientError>> + Send + 'static, ClientError> {
+        let req = WatchRequest {
+            resource: resource_ref(info, namespace),
+            label_selector: params.label_selector.clone(),
+            field_selector: params.field_selector.clone(),
+            resource_version: params.resource_version.clone(),
+            allow_bookmarks: params.allow_bookmarks,
+            send_initial_events: params.send_initial_events,
+            timeout_seconds: params.timeout_seconds,
+            name: params.name.clone(),
+        };
+        let stream = self.call(|mut c| { let r = req.clone(); async move { c.watch(r).await } }).await?;
+        Ok(stream.map(|item| match item {
+            Ok(e) => Ok(WatchEvent { kind: e.r#type, object: from_json(&e.object)? }),
+            Err(s) if try_elsewhere(&s) => Err(ClientError::Unreachable(s.message().to_string())),
+            Err(s) => Err(ClientError::Api(api_error(&s))),
+        }))
+    }
+
+    pub async fn history(&self, info: &ResourceInfo, namespace: &str, name: &str) -> Result<HistoryResponse, ClientError> {
+        let req = HistoryRequest { resource: resource_ref(info, namespace), name: name.to_string() };
+        self.call(|mut c| { let r = req.clone(); async move { c.history(r).await } }).await
+    }
+
+    pub async fn get_at_revision(
+        &self,
+        info: &ResourceInfo,
+        namespace: &str,
+        name: &str,
+        revision: i64,
+    ) -> Result<Value, ClientError> {
+        let req = GetAtRevisionRequest { resource: resource_ref(info, namespace), name: name.to_string(), revision };
+        let obj = self.call(|mut c| { let r = req.clone(); async move { c.get_at_revision(r).await } }).await?;
+        from_json(&obj.json)
+    }
+}
