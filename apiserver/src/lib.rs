@@ -125,9 +125,18 @@ pub async fn run(config: ApiserverConfig, shutdown: impl Future<Output = ()> + S
 
 /// Opens the store, starts serving on `listeners` and bootstraps.
 pub async fn start(config: ApiserverConfig, listeners: Listeners) -> Result<Running, RunError> {
+    start_with(config, listeners, admission::Security::default()).await
+}
+
+/// [`start`] with the given authentication, authorization and admission layers.
+pub async fn start_with(
+    config: ApiserverConfig,
+    listeners: Listeners,
+    security: admission::Security,
+) -> Result<Running, RunError> {
     let store = Store::open(config.store.clone()).await?;
     let fanout = watch::Fanout::new(store.clone(), config.watch_bookmark_interval);
-    let registry = registry::Registry::new(store.clone(), admission::Security::default(), fanout);
+    let registry = registry::Registry::new(store.clone(), security, fanout);
     let (stop, stop_rx) = signal::channel(false);
     let stopped = |mut rx: signal::Receiver<bool>| async move {
         let _ = rx.wait_for(|s| *s).await;
