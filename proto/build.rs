@@ -4,8 +4,13 @@
 
 use std::path::PathBuf;
 
-const PROTOS: &[&str] =
-    &["etcd/mvccpb/kv.proto", "etcd/etcdserverpb/rpc.proto", "skiff/peer.proto", "skiff/control.proto", "skiff/resource.proto"];
+const PROTOS: &[&str] = &[
+    "etcd/mvccpb/kv.proto",
+    "etcd/etcdserverpb/rpc.proto",
+    "skiff/peer.proto",
+    "skiff/control.proto",
+    "skiff/resource.proto",
+];
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("cargo:rerun-if-changed=proto");

@@ -172,7 +172,9 @@ fn split_target(resource: &str, names: &[String]) -> Result<(&'static ResourceIn
     match resource.split_once('/') {
         Some((r, n)) => {
             if !names.is_empty() {
-                return Err("there is no need to specify a resource type as a separate argument when passing TYPE/NAME".into());
+                return Err(
+                    "there is no need to specify a resource type as a separate argument when passing TYPE/NAME".into(),
+                );
             }
             Ok((self::resource(r)?, vec![n.to_string()]))
         }
@@ -219,7 +221,10 @@ pub async fn get(client: &Client, args: GetArgs) -> Result<(), String> {
             None | Some(Output::Yaml) => print_object(&obj, Output::Yaml),
             Some(Output::Json) => print_object(&obj, Output::Json),
             Some(Output::Name) => println!("{}", kind_name(info, name)),
-            Some(Output::Wide) => print!("{}", table::render(&table::table(info, &[obj], IncludeObject::Metadata, chrono::Utc::now()), options)),
+            Some(Output::Wide) => print!(
+                "{}",
+                table::render(&table::table(info, &[obj], IncludeObject::Metadata, chrono::Utc::now()), options)
+            ),
         }
         return Ok(());
     }
@@ -263,12 +268,17 @@ pub async fn get(client: &Client, args: GetArgs) -> Result<(), String> {
             let t = table::table(info, &objects, IncludeObject::Metadata, chrono::Utc::now());
             print!("{}", table::render(&t, options));
         }
-        Some(Output::Name) => objects.iter().for_each(|o| println!("{}", kind_name(info, meta::name(o).unwrap_or_default()))),
+        Some(Output::Name) => {
+            objects.iter().for_each(|o| println!("{}", kind_name(info, meta::name(o).unwrap_or_default())))
+        }
         Some(out) => {
             if names.len() == 1 && objects.len() == 1 {
                 print_object(&objects[0], out);
             } else {
-                print_object(&json!({"apiVersion": "v1", "kind": "List", "metadata": {"resourceVersion": ""}, "items": objects}), out);
+                print_object(
+                    &json!({"apiVersion": "v1", "kind": "List", "metadata": {"resourceVersion": ""}, "items": objects}),
+                    out,
+                );
             }
         }
     }
@@ -300,7 +310,9 @@ pub fn read_manifests(files: &[String]) -> Result<Vec<Value>, String> {
                 .map_err(|e| format!("error parsing {f} (document {}): {e}", i + 1))?;
             match v {
                 Value::Null => {}
-                Value::Object(_) if v["kind"].as_str().is_some_and(|k| k.ends_with("List")) && v["items"].is_array() => {
+                Value::Object(_)
+                    if v["kind"].as_str().is_some_and(|k| k.ends_with("List")) && v["items"].is_array() =>
+                {
                     docs.extend(v["items"].as_array().cloned().unwrap_or_default());
                 }
                 Value::Object(_) => docs.push(v),
@@ -481,7 +493,13 @@ pub async fn watch(client: &Client, args: WatchArgs) -> Result<(), String> {
     loop {
         let mut stream = match client.watch(info, &ns, &params).await {
             Ok(s) => s,
-            Err(e) if retries < 30 && !matches!(e.reason(), Some(Reason::BadRequest | Reason::NotFound | Reason::Expired | Reason::Gone)) => {
+            Err(e)
+                if retries < 30
+                    && !matches!(
+                        e.reason(),
+                        Some(Reason::BadRequest | Reason::NotFound | Reason::Expired | Reason::Gone)
+                    ) =>
+            {
                 retries += 1;
                 tokio::time::sleep(std::time::Duration::from_millis(200)).await;
                 continue;
@@ -505,7 +523,9 @@ pub async fn watch(client: &Client, args: WatchArgs) -> Result<(), String> {
                 "ERROR" => {
                     let e = skiff_api::ApiError::from_status(&event.object);
                     match e {
-                        Some(e) if matches!(e.reason, Reason::Expired | Reason::Gone) => return Err(format!("watch expired: {}", e.message)),
+                        Some(e) if matches!(e.reason, Reason::Expired | Reason::Gone) => {
+                            return Err(format!("watch expired: {}", e.message))
+                        }
                         _ => break,
                     }
                 }
@@ -513,11 +533,19 @@ pub async fn watch(client: &Client, args: WatchArgs) -> Result<(), String> {
             }
             match args.output {
                 Some(Output::Json) => println!("{}", json!({"type": event.kind, "object": event.object})),
-                Some(Output::Yaml) => print!("---\ntype: {}\n{}", event.kind, history::to_yaml(&json!({"object": event.object}))),
+                Some(Output::Yaml) => {
+                    print!("---\ntype: {}\n{}", event.kind, history::to_yaml(&json!({"object": event.object})))
+                }
                 _ => {
                     let name = meta::name(&event.object).unwrap_or_default();
                     let ns = meta::namespace(&event.object).map(|n| format!("{n}/")).unwrap_or_default();
-                    println!("{:<9} {}{} rv={}", event.kind, ns, kind_name(info, name), event.resource_version().unwrap_or(""));
+                    println!(
+                        "{:<9} {}{} rv={}",
+                        event.kind,
+                        ns,
+                        kind_name(info, name),
+                        event.resource_version().unwrap_or("")
+                    );
                 }
             }
             seen += 1;
@@ -558,9 +586,26 @@ pub async fn history_cmd(client: &Client, args: HistoryArgs) -> Result<(), Strin
             *w = (*w).max(c.len());
         }
     }
-    println!("{:<w0$}   {:<w1$}   {:<w2$}   SUMMARY", "REVISION", "EVENT", "TIME", w0 = widths[0], w1 = widths[1], w2 = widths[2]);
+    println!(
+        "{:<w0$}   {:<w1$}   {:<w2$}   SUMMARY",
+        "REVISION",
+        "EVENT",
+        "TIME",
+        w0 = widths[0],
+        w1 = widths[1],
+        w2 = widths[2]
+    );
     for r in rows {
-        println!("{:<w0$}   {:<w1$}   {:<w2$}   {}", r[0], r[1], r[2], r[3], w0 = widths[0], w1 = widths[1], w2 = widths[2]);
+        println!(
+            "{:<w0$}   {:<w1$}   {:<w2$}   {}",
+            r[0],
+            r[1],
+            r[2],
+            r[3],
+            w0 = widths[0],
+            w1 = widths[1],
+            w2 = widths[2]
+        );
     }
     if h.compacted_revision > 0 {
         eprintln!("(history before revision {} was compacted)", h.compacted_revision);

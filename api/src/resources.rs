@@ -109,7 +109,18 @@ const fn info(
     subresources: &'static [&'static str],
     categories: &'static [&'static str],
 ) -> ResourceInfo {
-    ResourceInfo { kind_id, group, version: "v1", kind, plural, singular, short_names, namespaced, subresources, categories }
+    ResourceInfo {
+        kind_id,
+        group,
+        version: "v1",
+        kind,
+        plural,
+        singular,
+        short_names,
+        namespaced,
+        subresources,
+        categories,
+    }
 }
 
 const ALL: &[&str] = &["all"];
@@ -126,11 +137,31 @@ static CATALOG: [ResourceInfo; 17] = [
     info(Kind::Event, "", "Event", "events", "event", &["ev"], true, &[], &[]),
     info(Kind::Lease, "coordination.k8s.io", "Lease", "leases", "lease", &[], true, &[], &[]),
     info(Kind::ReplicaSet, "apps", "ReplicaSet", "replicasets", "replicaset", &["rs"], true, &["status", "scale"], ALL),
-    info(Kind::Deployment, "apps", "Deployment", "deployments", "deployment", &["deploy"], true, &["status", "scale"], ALL),
+    info(
+        Kind::Deployment,
+        "apps",
+        "Deployment",
+        "deployments",
+        "deployment",
+        &["deploy"],
+        true,
+        &["status", "scale"],
+        ALL,
+    ),
     info(Kind::DaemonSet, "apps", "DaemonSet", "daemonsets", "daemonset", &["ds"], true, &["status"], ALL),
     info(Kind::Job, "batch", "Job", "jobs", "job", &[], true, &["status"], ALL),
     info(Kind::CronJob, "batch", "CronJob", "cronjobs", "cronjob", &["cj"], true, &["status"], ALL),
-    info(Kind::ResourceQuota, "", "ResourceQuota", "resourcequotas", "resourcequota", &["quota"], true, &["status"], &[]),
+    info(
+        Kind::ResourceQuota,
+        "",
+        "ResourceQuota",
+        "resourcequotas",
+        "resourcequota",
+        &["quota"],
+        true,
+        &["status"],
+        &[],
+    ),
     info(Kind::LimitRange, "", "LimitRange", "limitranges", "limitrange", &["limits"], true, &[], &[]),
 ];
 

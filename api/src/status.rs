@@ -89,11 +89,17 @@ pub struct Details {
 pub struct ApiError {
     pub reason: Reason,
     pub message: String,
-    pub details: Option<Details>,
+    /// Boxed: errors travel in `Result`s everywhere and should stay small.
+    pub details: Option<Box<Details>>,
 }
 
 fn details_of(info: &ResourceInfo, name: &str) -> Details {
-    Details { name: name.to_string(), group: info.group.to_string(), kind: info.plural.to_string(), ..Default::default() }
+    Details {
+        name: name.to_string(),
+        group: info.group.to_string(),
+        kind: info.plural.to_string(),
+        ..Default::default()
+    }
 }
 
 impl ApiError {
@@ -113,7 +119,7 @@ impl ApiError {
         ApiError {
             reason: Reason::NotFound,
             message: format!("{} \"{name}\" not found", info.qualified()),
-            details: Some(details_of(info, name)),
+            details: Some(Box::new(details_of(info, name))),
         }
     }
 
@@ -121,7 +127,7 @@ impl ApiError {
         ApiError {
             reason: Reason::AlreadyExists,
             message: format!("{} \"{name}\" already exists", info.qualified()),
-            details: Some(details_of(info, name)),
+            details: Some(Box::new(details_of(info, name))),
         }
     }
 
@@ -130,7 +136,7 @@ impl ApiError {
         ApiError {
             reason: Reason::Conflict,
             message: format!("Operation cannot be fulfilled on {} \"{name}\": {why}", info.qualified()),
-            details: Some(details_of(info, name)),
+            details: Some(Box::new(details_of(info, name))),
         }
     }
 
@@ -145,17 +151,18 @@ impl ApiError {
             .iter()
             .map(|e| Cause { kind: e.reason().to_string(), message: e.body(), field: e.field.clone() })
             .collect();
-        let group_kind = if info.group.is_empty() { info.kind.to_string() } else { format!("{}.{}", info.kind, info.group) };
+        let group_kind =
+            if info.group.is_empty() { info.kind.to_string() } else { format!("{}.{}", info.kind, info.group) };
         ApiError {
             reason: Reason::Invalid,
             message: format!("{group_kind} \"{name}\" is invalid: {list}"),
-            details: Some(Details {
+            details: Some(Box::new(Details {
                 name: name.to_string(),
                 group: info.group.to_string(),
                 kind: info.kind.to_string(),
                 causes,
                 ..Default::default()
-            }),
+            })),
         }
     }
 
@@ -225,7 +232,7 @@ impl ApiError {
         }
         let reason: Reason = serde_json::from_value(status.get("reason")?.clone()).ok()?;
         let message = status.get("message").and_then(Value::as_str).unwrap_or_default().to_string();
-        let details = status.get("details").and_then(|d| serde_json::from_value(d.clone()).ok());
+        let details = status.get("details").and_then(|d| serde_json::from_value(d.clone()).ok()).map(Box::new);
         Some(ApiError { reason, message, details })
     }
 }
@@ -248,10 +255,8 @@ mod tests {
 
     #[test]
     fn invalid_lists_every_field_as_a_cause() {
-        let errors = [
-            FieldError::required("spec.containers", ""),
-            FieldError::invalid("metadata.name", &json!("A"), "bad"),
-        ];
+        let errors =
+            [FieldError::required("spec.containers", ""), FieldError::invalid("metadata.name", &json!("A"), "bad")];
         let e = ApiError::invalid(of(Kind::Pod), "A", &errors);
         assert_eq!(
             e.message,

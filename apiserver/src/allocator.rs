@@ -98,7 +98,7 @@ pub fn assign(svc: &mut Value, old: Option<&Value>) -> Result<Vec<(String, Strin
         }
     }
     if needs_node_ports(svc) {
-        let old_ports: Vec<i64> = old.map(|o| held_ports(o)).unwrap_or_default();
+        let old_ports: Vec<i64> = old.map(held_ports).unwrap_or_default();
         let mut used: Vec<i64> = Vec::new();
         let ports = svc["spec"]["ports"].as_array_mut().map(std::mem::take).unwrap_or_default();
         let mut out = Vec::with_capacity(ports.len());

@@ -73,10 +73,7 @@ fn resource(r: &Option<ResourceRef>) -> Result<(&'static ResourceInfo, String), 
     let info = resources::by_plural(group, &r.resource)
         .or_else(|| if group.is_none() { resources::lookup(&r.resource) } else { None })
         .ok_or_else(|| {
-            ApiError::new(
-                Reason::NotFound,
-                format!("the server doesn't have a resource type \"{}\"", r.resource),
-            )
+            ApiError::new(Reason::NotFound, format!("the server doesn't have a resource type \"{}\"", r.resource))
         })?;
     Ok((info, r.namespace.clone()))
 }
@@ -99,7 +96,9 @@ impl ResourceService {
     async fn call<T, F, Fut>(&self, verb: &'static str, request: Request<T>, f: F) -> Result<Response<Object>, Status>
     where
         F: FnOnce(Context, T) -> Fut,
-        Fut: std::future::Future<Output = Result<(&'static ResourceInfo, Value), (Option<&'static ResourceInfo>, ApiError)>>,
+        Fut: std::future::Future<
+            Output = Result<(&'static ResourceInfo, Value), (Option<&'static ResourceInfo>, ApiError)>,
+        >,
     {
         let ctx = self.context(&request).map_err(|e| to_status(&e))?;
         let started = std::time::Instant::now();
@@ -138,7 +137,6 @@ impl Resources for ResourceService {
     async fn list(&self, request: Request<ListRequest>) -> Result<Response<ListResponse>, Status> {
         let ctx = self.context(&request).map_err(|e| to_status(&e))?;
         let r = request.into_inner();
-        let timer_resource;
         let started = std::time::Instant::now();
         let result = async {
             let (info, ns) = resource(&r.resource)?;
@@ -162,11 +160,12 @@ impl Resources for ResourceService {
             Ok::<_, ApiError>((info, page, table))
         }
         .await;
-        timer_resource = match &result {
+        let timer_resource = match &result {
             Ok((info, ..)) => info.plural,
             Err(_) => "unknown",
         };
-        RequestTimer::start_at("list", timer_resource, started).finish(result.as_ref().map_or_else(|e| e.code(), |_| 200));
+        RequestTimer::start_at("list", timer_resource, started)
+            .finish(result.as_ref().map_or_else(|e| e.code(), |_| 200));
         let (_, page, table) = result.map_err(|e| to_status(&e))?;
         Ok(Response::new(ListResponse {
             items: page.items,
@@ -185,10 +184,9 @@ impl Resources for ResourceService {
             let created = match r.subresource.as_str() {
                 "" => registry.create(&ctx, info, &ns, obj, r.dry_run).await,
                 "binding" if info.kind_id == skiff_api::Kind::Pod => registry.bind(&ctx, &ns, &r.name, &obj).await,
-                other => Err(ApiError::method_not_allowed(format!(
-                    "create is not supported on {}/{other}",
-                    info.plural
-                ))),
+                other => {
+                    Err(ApiError::method_not_allowed(format!("create is not supported on {}/{other}", info.plural)))
+                }
             };
             created.map(|v| (info, v)).map_err(|e| (Some(info), e))
         })

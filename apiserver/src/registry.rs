@@ -238,6 +238,13 @@ impl Registry {
         found.ok_or_else(|| not_found(info, name))?.decode()
     }
 
+    /// Brings this member up to every acknowledged write (after a local
+    /// read turned out stale). Always `true`: the state is fresh now.
+    async fn refresh(&self) -> Result<bool, ApiError> {
+        self.objects.prepare_read(Consistency::Linearizable).await?;
+        Ok(true)
+    }
+
     /// Reads an object without authorization (the registry's own use).
     async fn current(&self, info: &ResourceInfo, ns: Option<&str>, name: &str) -> Result<Option<Stored>, ApiError> {
         Ok(self.objects.get(&info.key(ns, name), 0).await?.0)
@@ -306,12 +313,18 @@ impl Registry {
             let more = page.more || stopped_early;
             let full = opts.limit > 0 && items.len() as i64 >= opts.limit;
             if !more || fetched == 0 {
-                return Ok(ListResult { items, resource_version: revision, continue_token: None, remaining_item_count: None });
+                return Ok(ListResult {
+                    items,
+                    resource_version: revision,
+                    continue_token: None,
+                    remaining_item_count: None,
+                });
             }
             let mut next = last_key.unwrap_or_default();
             next.push(0);
             if full {
-                let remaining = if filtered { None } else { Some((page.count - fetched as i64).max(0) + (stopped_early as i64)) };
+                let remaining =
+                    if filtered { None } else { Some((page.count - fetched as i64).max(0) + (stopped_early as i64)) };
                 return Ok(ListResult {
                     items,
                     resource_version: revision,
@@ -448,6 +461,9 @@ impl Registry {
         if info.kind_id == Kind::Namespace {
             obj["status"] = json!({"phase": "Active"});
         }
+        if info.kind_id == Kind::Job {
+            select_own_pods(&mut obj);
+        }
 
         let attempts = if generate.is_some() && name.is_empty() { 8 } else { 1 };
         for attempt in 0..attempts.max(UPDATE_ATTEMPTS) {
@@ -466,7 +482,14 @@ impl Registry {
                 }
             }
             defaults::apply(info, &mut candidate);
-            let attrs = Attributes { user: &ctx.user, verb: "create", resource: info, subresource: "", namespace: ns_str, name: &name };
+            let attrs = Attributes {
+                user: &ctx.user,
+                verb: "create",
+                resource: info,
+                subresource: "",
+                namespace: ns_str,
+                name: &name,
+            };
             self.security.admit(&attrs, &mut candidate, None)?;
             let chosen = if info.kind_id == Kind::Service {
                 allocator::assign(&mut candidate, None).map_err(|e| ApiError::invalid(info, &name, &[e]))?
@@ -491,7 +514,8 @@ impl Registry {
                 compare.push(absent(a));
                 success.push(storage::put(a, key.clone().into_bytes()));
             }
-            let failure = std::iter::once(storage::get_op(&key)).chain(allocations.iter().map(|a| storage::get_op(a))).collect();
+            let failure =
+                std::iter::once(storage::get_op(&key)).chain(allocations.iter().map(|a| storage::get_op(a))).collect();
             let (ok, responses, revision) = self.objects.txn(Txn { compare, success, failure }).await?;
             if ok {
                 meta::set_resource_version(&mut candidate, revision);
@@ -512,7 +536,11 @@ impl Registry {
                         return Err(ApiError::invalid(
                             info,
                             &name,
-                            &[FieldError::invalid(field.clone(), &json!(value), format!("provided {what} is already allocated"))],
+                            &[FieldError::invalid(
+                                field.clone(),
+                                &json!(value),
+                                format!("provided {what} is already allocated"),
+                            )],
                         ));
                     }
                 }
@@ -523,6 +551,8 @@ impl Registry {
     }
 
     /// Replaces an object (`subresource` "") or its status ("status").
+    // The request as Kubernetes names it: resource, namespace, name, body, subresource, dry run.
+    #[allow(clippy::too_many_arguments)]
     pub async fn update(
         &self,
         ctx: &Context,
@@ -565,6 +595,8 @@ impl Registry {
         .await
     }
 
+    // The request as Kubernetes names it: resource, namespace, name, body, subresource, dry run.
+    #[allow(clippy::too_many_arguments)]
     pub async fn patch(
         &self,
         ctx: &Context,
@@ -597,7 +629,9 @@ impl Registry {
                     let ops: json_patch::Patch = serde_json::from_value(patch.clone())
                         .map_err(|e| ApiError::bad_request(format!("the JSON patch is not valid: {e}")))?;
                     let mut doc = doc.clone();
-                    json_patch::patch(&mut doc, &ops).map_err(|e| ApiError::new(skiff_api::Reason::Invalid, format!("the JSON patch could not be applied: {e}")))?;
+                    json_patch::patch(&mut doc, &ops).map_err(|e| {
+                        ApiError::new(skiff_api::Reason::Invalid, format!("the JSON patch could not be applied: {e}"))
+                    })?;
                     Ok(doc)
                 }
                 PatchType::Strategic => Err(ApiError::new(
@@ -654,10 +688,23 @@ impl Registry {
             // Make sure the version the client saw is visible here.
             storage::wait_for_revision(&self.objects.store, rv).await?;
         }
+        // The first attempt reads this member's state, which may trail the
+        // leader; anything that goes wrong on it is retried on a fresh read.
+        let mut fresh = false;
         for _ in 0..UPDATE_ATTEMPTS {
-            let stored = self.current(info, ns, name).await?.ok_or_else(|| not_found(info, name))?;
+            let Some(stored) = self.current(info, ns, name).await? else {
+                if fresh {
+                    return Err(not_found(info, name));
+                }
+                fresh = self.refresh().await?;
+                continue;
+            };
             if let Some(rv) = precondition {
                 if rv != stored.mod_revision {
+                    if !fresh {
+                        fresh = self.refresh().await?;
+                        continue;
+                    }
                     return Err(ApiError::conflict(
                         info,
                         name,
@@ -666,19 +713,35 @@ impl Registry {
                 }
             }
             let current = stored.decode()?;
-            let mut next = change(&current)?;
+            let mut next = match change(&current) {
+                Ok(next) => next,
+                Err(_) if !fresh => {
+                    fresh = self.refresh().await?;
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
             if tracks_generation(info.kind_id) && meta::spec_part(&next) != meta::spec_part(&current) {
                 next["metadata"]["generation"] = json!(meta::generation(&current) + 1);
             }
             defaults::apply(info, &mut next);
-            let attrs = Attributes { user: &ctx.user, verb, resource: info, subresource, namespace: ns.unwrap_or(""), name };
+            let attrs =
+                Attributes { user: &ctx.user, verb, resource: info, subresource, namespace: ns.unwrap_or(""), name };
             self.security.admit(&attrs, &mut next, Some(&current))?;
             let chosen = if info.kind_id == Kind::Service {
                 allocator::assign(&mut next, Some(&current)).map_err(|e| ApiError::invalid(info, name, &[e]))?
             } else {
                 Vec::new()
             };
-            self.check_valid(info, &next, Some(&current))?;
+            if subresource == "binding" {
+                // Binding is the one way a pod's node is set; the pod
+                // update rule (spec immutable) judges everything else.
+                let mut old = current.clone();
+                old["spec"]["nodeName"] = next["spec"]["nodeName"].clone();
+                self.check_valid(info, &next, Some(&old))?;
+            } else {
+                self.check_valid(info, &next, Some(&current))?;
+            }
             meta::set_resource_version(&mut next, stored.mod_revision);
             if next == current {
                 return Ok(current);
@@ -698,10 +761,15 @@ impl Registry {
                         meta::set_resource_version(&mut next, revision);
                         return Ok(next);
                     }
-                    None if precondition.is_some() => {
-                        return Err(ApiError::conflict(info, name, "the object has been modified; please apply your changes to the latest version and try again"))
+                    None if precondition.is_some() => return Err(ApiError::conflict(
+                        info,
+                        name,
+                        "the object has been modified; please apply your changes to the latest version and try again",
+                    )),
+                    None => {
+                        fresh = self.refresh().await?;
+                        continue;
                     }
-                    None => continue,
                 }
             }
             let mut compare = vec![unchanged_since(&key, stored.mod_revision)];
@@ -729,6 +797,7 @@ impl Registry {
                     "the object has been modified; please apply your changes to the latest version and try again",
                 ));
             }
+            fresh = self.refresh().await?;
             if !chosen.is_empty() {
                 // A user-chosen IP or port may be what was taken meanwhile.
                 let held = allocator::held(&current);
@@ -737,11 +806,15 @@ impl Registry {
                         let (taken, _) = self.objects.get(k, 0).await?;
                         if taken.is_some() {
                             let value = k.rsplit('/').next().unwrap_or_default();
-                            return Err(ApiError::invalid(info, name, &[FieldError::invalid(
-                                field.clone(),
-                                &json!(value),
-                                "provided port is already allocated",
-                            )]));
+                            return Err(ApiError::invalid(
+                                info,
+                                name,
+                                &[FieldError::invalid(
+                                    field.clone(),
+                                    &json!(value),
+                                    "provided port is already allocated",
+                                )],
+                            ));
                         }
                     }
                 }
@@ -752,7 +825,13 @@ impl Registry {
 
     /// Deletes `key` if it is still at `stored`'s revision, releasing what
     /// a Service held. `None`: it changed in between.
-    async fn remove(&self, info: &ResourceInfo, key: &str, stored: &Stored, current: &Value) -> Result<Option<i64>, ApiError> {
+    async fn remove(
+        &self,
+        info: &ResourceInfo,
+        key: &str,
+        stored: &Stored,
+        current: &Value,
+    ) -> Result<Option<i64>, ApiError> {
         let mut success = vec![storage::delete(key)];
         if info.kind_id == Kind::Service {
             success.extend(allocator::held(current).iter().map(|k| storage::delete(k)));
@@ -778,21 +857,40 @@ impl Registry {
             return Err(ApiError::invalid(
                 info,
                 name,
-                &[FieldError::not_supported("propagationPolicy", &json!(policy), &["Foreground", "Background", "Orphan"])],
+                &[FieldError::not_supported(
+                    "propagationPolicy",
+                    &json!(policy),
+                    &["Foreground", "Background", "Orphan"],
+                )],
             ));
         }
         if opts.grace_period_seconds.is_some_and(|g| g < 0) {
-            return Err(ApiError::invalid(info, name, &[FieldError::invalid("gracePeriodSeconds", &json!(opts.grace_period_seconds), "must be >= 0")]));
+            return Err(ApiError::invalid(
+                info,
+                name,
+                &[FieldError::invalid("gracePeriodSeconds", &json!(opts.grace_period_seconds), "must be >= 0")],
+            ));
         }
+        let mut fresh = false;
         for _ in 0..UPDATE_ATTEMPTS {
-            let stored = self.current(info, ns, name).await?.ok_or_else(|| not_found(info, name))?;
+            let Some(stored) = self.current(info, ns, name).await? else {
+                if fresh {
+                    return Err(not_found(info, name));
+                }
+                fresh = self.refresh().await?;
+                continue;
+            };
             let current = stored.decode()?;
             if let Some(uid) = &opts.uid {
                 if meta::uid(&current) != Some(uid.as_str()) {
-                    return Err(ApiError::conflict(info, name, &format!(
-                        "Precondition failed: UID in precondition: {uid}, UID in object meta: {}",
-                        meta::uid(&current).unwrap_or_default()
-                    )));
+                    return Err(ApiError::conflict(
+                        info,
+                        name,
+                        &format!(
+                            "Precondition failed: UID in precondition: {uid}, UID in object meta: {}",
+                            meta::uid(&current).unwrap_or_default()
+                        ),
+                    ));
                 }
             }
             if let Some(rv) = &opts.resource_version {
@@ -803,7 +901,14 @@ impl Registry {
                     )));
                 }
             }
-            let attrs = Attributes { user: &ctx.user, verb: "delete", resource: info, subresource: "", namespace: ns.unwrap_or(""), name };
+            let attrs = Attributes {
+                user: &ctx.user,
+                verb: "delete",
+                resource: info,
+                subresource: "",
+                namespace: ns.unwrap_or(""),
+                name,
+            };
             let mut probe = current.clone();
             self.security.admit(&attrs, &mut probe, Some(&current))?;
 
@@ -833,7 +938,10 @@ impl Registry {
                 }
                 match self.remove(info, &key, &stored, &current).await? {
                     Some(_) => return Ok(Deleted::Now(current)),
-                    None => continue,
+                    None => {
+                        fresh = self.refresh().await?;
+                        continue;
+                    }
                 }
             }
             // Graceful: record when the delete happens, never later than asked before.
@@ -856,7 +964,10 @@ impl Registry {
             if grace == 0 && finalizers.is_empty() && !namespace_finalizing {
                 match self.remove(info, &key, &stored, &current).await? {
                     Some(_) => return Ok(Deleted::Now(current)),
-                    None => continue,
+                    None => {
+                        fresh = self.refresh().await?;
+                        continue;
+                    }
                 }
             }
             if opts.dry_run {
@@ -872,6 +983,7 @@ impl Registry {
                 meta::set_resource_version(&mut next, revision);
                 return Ok(Deleted::Marked(next));
             }
+            fresh = self.refresh().await?;
         }
         Err(ApiError::conflict(info, name, "too many concurrent writers; try again"))
     }
@@ -897,9 +1009,10 @@ impl Registry {
         let info = resources::of(Kind::Pod);
         let ns = self.scope(info, namespace)?;
         self.authorize(ctx, "create", info, "binding", ns.unwrap_or(""), name)?;
-        let node = binding["target"]["name"].as_str().filter(|n| !n.is_empty()).ok_or_else(|| {
-            ApiError::invalid(info, name, &[FieldError::required("target.name", "")])
-        })?;
+        let node = binding["target"]["name"]
+            .as_str()
+            .filter(|n| !n.is_empty())
+            .ok_or_else(|| ApiError::invalid(info, name, &[FieldError::required("target.name", "")]))?;
         let node = node.to_string();
         let bound = self
             .read_modify_write(ctx, info, ns, name, None, false, "create", "binding", move |current| {
@@ -907,18 +1020,17 @@ impl Registry {
                     return Err(ApiError::conflict(info, name, "pod is being deleted, cannot be assigned to a host"));
                 }
                 match current["spec"]["nodeName"].as_str() {
-                    Some(n) if !n.is_empty() => Err(ApiError::conflict(
-                        info,
-                        name,
-                        &format!("pod {name} is already assigned to node \"{n}\""),
-                    )),
+                    Some(n) if !n.is_empty() => {
+                        Err(ApiError::conflict(info, name, &format!("pod {name} is already assigned to node \"{n}\"")))
+                    }
                     _ => {
                         let mut next = current.clone();
                         next["spec"]["nodeName"] = json!(node);
                         let condition = json!({"type": "PodScheduled", "status": "True", "lastProbeTime": null,
                             "lastTransitionTime": meta::now_rfc3339()});
                         let conditions = next["status"]["conditions"].as_array().cloned().unwrap_or_default();
-                        let mut conditions: Vec<Value> = conditions.into_iter().filter(|c| c["type"] != "PodScheduled").collect();
+                        let mut conditions: Vec<Value> =
+                            conditions.into_iter().filter(|c| c["type"] != "PodScheduled").collect();
                         conditions.push(condition);
                         next["status"]["conditions"] = Value::Array(conditions);
                         Ok(next)
@@ -931,7 +1043,13 @@ impl Registry {
     }
 
     /// The `autoscaling/v1` Scale of a deployment or replica set.
-    pub async fn get_scale(&self, ctx: &Context, info: &'static ResourceInfo, namespace: &str, name: &str) -> Result<Value, ApiError> {
+    pub async fn get_scale(
+        &self,
+        ctx: &Context,
+        info: &'static ResourceInfo,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Value, ApiError> {
         if !info.has_subresource("scale") {
             return Err(ApiError::not_found(info, &format!("{name}/scale")));
         }
@@ -948,11 +1066,15 @@ impl Registry {
         scale: Value,
         dry_run: bool,
     ) -> Result<Value, ApiError> {
-        let replicas = scale["spec"]["replicas"].as_i64().ok_or_else(|| {
-            ApiError::invalid(info, name, &[FieldError::required("spec.replicas", "")])
-        })?;
+        let replicas = scale["spec"]["replicas"]
+            .as_i64()
+            .ok_or_else(|| ApiError::invalid(info, name, &[FieldError::required("spec.replicas", "")]))?;
         if replicas < 0 {
-            return Err(ApiError::invalid(info, name, &[FieldError::invalid("spec.replicas", &json!(replicas), "must be greater than or equal to 0")]));
+            return Err(ApiError::invalid(
+                info,
+                name,
+                &[FieldError::invalid("spec.replicas", &json!(replicas), "must be greater than or equal to 0")],
+            ));
         }
         let precondition = meta::resource_version(&scale).map(parse_resource_version).transpose()?;
         let updated = self
@@ -1009,7 +1131,13 @@ impl Registry {
                 _ => skiff_api::history::summarize(previous.as_ref(), Some(&object)),
             };
             previous = if event == "DELETED" { None } else { Some(object.clone()) };
-            out.push(HistoryEntry { revision: entry.revision, event, commit_time_ms: entry.timestamp_ms, object, summary });
+            out.push(HistoryEntry {
+                revision: entry.revision,
+                event,
+                commit_time_ms: entry.timestamp_ms,
+                object,
+                summary,
+            });
         }
         if out.is_empty() {
             return Err(not_found(info, name));
@@ -1078,7 +1206,15 @@ fn merge_update(info: &ResourceInfo, current: &Value, body: &Value, subresource:
             }
         }
     }
-    let keep = ["uid", "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds", "generation", "namespace", "name"];
+    let keep = [
+        "uid",
+        "creationTimestamp",
+        "deletionTimestamp",
+        "deletionGracePeriodSeconds",
+        "generation",
+        "namespace",
+        "name",
+    ];
     let cm = current.get("metadata").and_then(Value::as_object).cloned().unwrap_or_default();
     let m = meta::meta_mut(&mut next);
     for k in keep {
@@ -1103,9 +1239,7 @@ fn scale_of(obj: &Value) -> Value {
     let selector = obj["spec"]["selector"]
         .get("matchLabels")
         .and_then(Value::as_object)
-        .map(|m| {
-            m.iter().map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or_default())).collect::<Vec<_>>().join(",")
-        })
+        .map(|m| m.iter().map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or_default())).collect::<Vec<_>>().join(","))
         .unwrap_or_default();
     json!({
         "kind": "Scale",
@@ -1120,4 +1254,27 @@ fn scale_of(obj: &Value) -> Value {
         "spec": {"replicas": obj["spec"]["replicas"].as_i64().unwrap_or(0)},
         "status": {"replicas": obj["status"]["replicas"].as_i64().unwrap_or(0), "selector": selector},
     })
+}
+
+/// A Job without a manual selector selects its pods by its uid, as
+/// Kubernetes generates it: labels on the template, a selector on them.
+fn select_own_pods(job: &mut Value) {
+    if job["spec"]["manualSelector"] == json!(true) {
+        return;
+    }
+    let uid = meta::uid(job).unwrap_or_default().to_string();
+    let name = meta::name(job).unwrap_or_default().to_string();
+    job["spec"]["selector"] = json!({"matchLabels": {"batch.kubernetes.io/controller-uid": uid}});
+    let labels = &mut job["spec"]["template"]["metadata"]["labels"];
+    if !labels.is_object() {
+        *labels = json!({});
+    }
+    for (k, v) in [
+        ("batch.kubernetes.io/controller-uid", &uid),
+        ("controller-uid", &uid),
+        ("batch.kubernetes.io/job-name", &name),
+        ("job-name", &name),
+    ] {
+        labels[k] = json!(v);
+    }
 }

@@ -136,9 +136,9 @@ impl Stored {
 /// Every store failure as the client sees it.
 pub fn store_error(e: StoreError) -> ApiError {
     match e {
-        StoreError::Apply(ApplyError::Compacted { compacted }) => {
-            ApiError::expired(format!("The resourceVersion for the provided list is too old (compacted at {compacted})"))
-        }
+        StoreError::Apply(ApplyError::Compacted { compacted }) => ApiError::expired(format!(
+            "The resourceVersion for the provided list is too old (compacted at {compacted})"
+        )),
         StoreError::Apply(ApplyError::FutureRevision { current }) => {
             ApiError::timeout(format!("Too large resource version, current revision is {current}"))
         }
@@ -189,9 +189,9 @@ impl Consistency {
             ("", None) => Ok(Consistency::Linearizable),
             ("", Some(0)) | ("NotOlderThan", Some(0)) => Ok(Consistency::Any),
             ("", Some(n)) | ("NotOlderThan", Some(n)) => Ok(Consistency::AtLeast(n)),
-            ("Exact", Some(0)) => Err(ApiError::bad_request(
-                "resourceVersionMatch \"Exact\" is forbidden for resourceVersion \"0\"",
-            )),
+            ("Exact", Some(0)) => {
+                Err(ApiError::bad_request("resourceVersionMatch \"Exact\" is forbidden for resourceVersion \"0\""))
+            }
             ("Exact", Some(n)) => Ok(Consistency::Exact(n)),
             ("Exact" | "NotOlderThan", None) => Err(ApiError::bad_request(format!(
                 "resourceVersionMatch is forbidden unless resourceVersion is provided (got {version_match:?})"
@@ -205,10 +205,9 @@ impl Consistency {
 
 /// A resourceVersion as a revision; anything else is a 400 naming it.
 pub fn parse_resource_version(s: &str) -> Result<i64, ApiError> {
-    s.parse::<i64>()
-        .ok()
-        .filter(|n| *n >= 0)
-        .ok_or_else(|| ApiError::bad_request(format!("invalid resource version: \"{s}\" is not a non-negative integer")))
+    s.parse::<i64>().ok().filter(|n| *n >= 0).ok_or_else(|| {
+        ApiError::bad_request(format!("invalid resource version: \"{s}\" is not a non-negative integer"))
+    })
 }
 
 /// Thin typed access to the store for the registry.

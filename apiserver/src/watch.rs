@@ -161,7 +161,8 @@ impl Change {
             (false, true) => Some((EventType::Added, self.new.as_ref()?.json.clone())),
             (true, false) => {
                 let old = self.old.as_ref()?;
-                let bytes = self.old_at_revision.get_or_init(|| Arc::new(with_resource_version(&old.stored, self.revision)));
+                let bytes =
+                    self.old_at_revision.get_or_init(|| Arc::new(with_resource_version(&old.stored, self.revision)));
                 Some((EventType::Deleted, bytes.clone()))
             }
             (false, false) => None,
@@ -562,7 +563,8 @@ impl Watcher {
                     range_end: prefix_end(prefix.as_bytes()),
                     ..Default::default()
                 };
-                let (page, header) = self.objects.store.range(req, true).await.map_err(|e| Stop::Error(storage::store_error(e)))?;
+                let (page, header) =
+                    self.objects.store.range(req, true).await.map_err(|e| Stop::Error(storage::store_error(e)))?;
                 for kv in page.kvs {
                     let Some(d) = Decoded::new(info.kind_id, &kv.value, kv.mod_revision) else { continue };
                     if self.filter.matches(&d) {
@@ -616,7 +618,8 @@ impl Watcher {
     /// Follows the live feed until the client goes away or falls behind.
     async fn follow(&mut self, reg: &mut Registration) -> Result<(), Stop> {
         let floor = self.delivered;
-        let mut bookmark = self.bookmarks.map(|every| tokio::time::interval_at(tokio::time::Instant::now() + every, every));
+        let mut bookmark =
+            self.bookmarks.map(|every| tokio::time::interval_at(tokio::time::Instant::now() + every, every));
         loop {
             let tick = async {
                 match bookmark.as_mut() {

@@ -2,10 +2,8 @@
 //! reads, watches across members, history and the gRPC-only options that
 //! etcdctl 3.4 cannot send (count_only, progress_notify).
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
-use skiff_apiserver::{ApiserverConfig, Listeners, Running};
 use skiff_proto::control::control_client::ControlClient;
 use skiff_proto::control::HistoryRequest;
 use skiff_proto::etcdserverpb::kv_client::KvClient;
@@ -13,7 +11,6 @@ use skiff_proto::etcdserverpb::watch_client::WatchClient;
 use skiff_proto::etcdserverpb::{
     watch_request, PutRequest, RangeRequest, WatchCreateRequest, WatchRequest, WatchResponse,
 };
-use skiff_raft_store::StoreConfig;
 use tonic::transport::Channel;
 
 mod common;

@@ -147,7 +147,8 @@ async fn every_kind_supports_create_get_list_update_patch_and_delete() {
     let deleted = client.delete(of(Kind::Namespace), "", "crud", &DeleteParams::default()).await.unwrap();
     assert_eq!(deleted["status"]["phase"], "Terminating");
     assert!(deleted["metadata"]["deletionTimestamp"].is_string());
-    let refused = api(client.create(of(Kind::ConfigMap), "crud", &configmap("crud", "late", json!({}))).await.unwrap_err());
+    let refused =
+        api(client.create(of(Kind::ConfigMap), "crud", &configmap("crud", "late", json!({}))).await.unwrap_err());
     assert_eq!(refused.reason, Reason::Forbidden);
     assert!(refused.message.contains("being terminated"), "{}", refused.message);
 }
@@ -167,7 +168,10 @@ async fn finalizers_hold_a_delete_until_the_last_one_is_removed() {
     let still = client.get(cms, "fin", "held").await.unwrap();
     assert_eq!(meta::finalizers(&still).len(), 2);
 
-    let one = client.patch(cms, "fin", "held", "merge", &json!({"metadata": {"finalizers": ["example.com/b"]}}), "").await.unwrap();
+    let one = client
+        .patch(cms, "fin", "held", "merge", &json!({"metadata": {"finalizers": ["example.com/b"]}}), "")
+        .await
+        .unwrap();
     assert_eq!(meta::finalizers(&one), vec!["example.com/b".to_string()]);
     client.get(cms, "fin", "held").await.unwrap();
     client.patch(cms, "fin", "held", "merge", &json!({"metadata": {"finalizers": null}}), "").await.unwrap();
@@ -185,7 +189,11 @@ async fn finalizers_hold_a_delete_until_the_last_one_is_removed() {
     assert_eq!(api(client.delete(cms, "fin", "guarded", &wrong_uid).await.unwrap_err()).reason, Reason::Conflict);
     let wrong_rv = DeleteParams { resource_version: "1".into(), ..Default::default() };
     assert_eq!(api(client.delete(cms, "fin", "guarded", &wrong_rv).await.unwrap_err()).reason, Reason::Conflict);
-    let right = DeleteParams { uid: meta::uid(&cm).unwrap().into(), resource_version: rv(&cm).to_string(), ..Default::default() };
+    let right = DeleteParams {
+        uid: meta::uid(&cm).unwrap().into(),
+        resource_version: rv(&cm).to_string(),
+        ..Default::default()
+    };
     client.delete(cms, "fin", "guarded", &right).await.unwrap();
 }
 
@@ -209,7 +217,8 @@ async fn bad_input_is_refused_with_a_reason_and_nothing_is_written() {
     assert_eq!(e.reason, Reason::Invalid);
     assert!(e.details.unwrap().causes.iter().any(|c| c.field == "spec.containers[0].image"));
 
-    let wrong_shape = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "web"}, "spec": {"containers": "nginx"}});
+    let wrong_shape =
+        json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "web"}, "spec": {"containers": "nginx"}});
     let e = api(client.create(pods, "bad", &wrong_shape).await.unwrap_err());
     assert_eq!(e.code(), 400);
     assert!(e.message.contains("spec.containers"), "{}", e.message);
@@ -219,16 +228,29 @@ async fn bad_input_is_refused_with_a_reason_and_nothing_is_written() {
     assert_eq!(e.reason, Reason::BadRequest);
     assert!(e.message.contains("v2"), "{}", e.message);
 
-    let mut huge = configmap("bad", "huge", json!({}));
-    huge["data"]["blob"] = json!("x".repeat(2 * 1024 * 1024));
-    let e = api(client.create(cms, "bad", &huge).await.unwrap_err());
+    // A ConfigMap's data is limited to 1 MiB by validation...
+    let mut big = configmap("bad", "big", json!({}));
+    big["data"]["blob"] = json!("x".repeat(1024 * 1024 + 1));
+    let e = api(client.create(cms, "bad", &big).await.unwrap_err());
+    assert_eq!(e.reason, Reason::Invalid, "{e:?}");
+    // ...and any object to 1.5 MiB by the store.
+    let mut huge = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "huge"},
+        "spec": {"containers": [{"name": "c", "image": "busybox", "env": [{"name": "BLOB", "value": "x"}]}]}});
+    huge["spec"]["containers"][0]["env"][0]["value"] = json!("x".repeat(2 * 1024 * 1024));
+    let e = api(client.create(pods, "bad", &huge).await.unwrap_err());
     assert_eq!(e.code(), 413, "{e:?}");
 
     let e = api(client.get_with(cms, "bad", "x", "abc").await.unwrap_err());
     assert_eq!(e.reason, Reason::BadRequest);
-    let e = api(client.list(cms, "bad", &ListParams { label_selector: "a in (b".into(), ..Default::default() }).await.unwrap_err());
+    let e = api(client
+        .list(cms, "bad", &ListParams { label_selector: "a in (b".into(), ..Default::default() })
+        .await
+        .unwrap_err());
     assert_eq!(e.reason, Reason::BadRequest);
-    let e = api(client.list(pods, "bad", &ListParams { field_selector: "spec.color=red".into(), ..Default::default() }).await.unwrap_err());
+    let e = api(client
+        .list(pods, "bad", &ListParams { field_selector: "spec.color=red".into(), ..Default::default() })
+        .await
+        .unwrap_err());
     assert_eq!(e.reason, Reason::BadRequest);
     assert!(e.message.contains("field label not supported: spec.color"), "{}", e.message);
     let e = api(client.create(cms, "missing-ns", &configmap("missing-ns", "x", json!({}))).await.unwrap_err());
@@ -236,12 +258,17 @@ async fn bad_input_is_refused_with_a_reason_and_nothing_is_written() {
     assert!(e.message.contains("namespaces \"missing-ns\" not found"), "{}", e.message);
 
     // Malformed JSON, straight over gRPC.
-    let mut raw = skiff_proto::resource::resources_client::ResourcesClient::connect(format!("http://{}", cluster.clients[0]))
-        .await
-        .unwrap();
+    let mut raw =
+        skiff_proto::resource::resources_client::ResourcesClient::connect(format!("http://{}", cluster.clients[0]))
+            .await
+            .unwrap();
     let status = raw
         .create(skiff_proto::resource::CreateRequest {
-            resource: Some(skiff_proto::resource::ResourceRef { group: String::new(), resource: "configmaps".into(), namespace: "bad".into() }),
+            resource: Some(skiff_proto::resource::ResourceRef {
+                group: String::new(),
+                resource: "configmaps".into(),
+                namespace: "bad".into(),
+            }),
             json: b"{\"kind\": ".to_vec(),
             ..Default::default()
         })
@@ -252,7 +279,11 @@ async fn bad_input_is_refused_with_a_reason_and_nothing_is_written() {
     assert_eq!(e.reason, Reason::BadRequest);
     let status = raw
         .get(skiff_proto::resource::GetRequest {
-            resource: Some(skiff_proto::resource::ResourceRef { group: String::new(), resource: "widgets".into(), namespace: "bad".into() }),
+            resource: Some(skiff_proto::resource::ResourceRef {
+                group: String::new(),
+                resource: "widgets".into(),
+                namespace: "bad".into(),
+            }),
             name: "x".into(),
             ..Default::default()
         })
@@ -285,7 +316,10 @@ async fn lists_filter_by_labels_and_fields_and_page_with_continue_tokens() {
     let mut names: Vec<String> = first.items.iter().map(|o| meta::name(o).unwrap().to_string()).collect();
     let mut token = first.continue_token.clone();
     while !token.is_empty() {
-        let page = client.list(cms, "page", &ListParams { limit: 10, continue_token: token, ..Default::default() }).await.unwrap();
+        let page = client
+            .list(cms, "page", &ListParams { limit: 10, continue_token: token, ..Default::default() })
+            .await
+            .unwrap();
         assert_eq!(page.resource_version, first.resource_version);
         names.extend(page.items.iter().map(|o| meta::name(o).unwrap().to_string()));
         token = page.continue_token;
@@ -293,7 +327,8 @@ async fn lists_filter_by_labels_and_fields_and_page_with_continue_tokens() {
     let expected: Vec<String> = (0..25).map(|i| format!("cm-{i:02}")).collect();
     assert_eq!(names, expected);
 
-    let dbs = client.list(cms, "page", &ListParams { label_selector: "tier=db".into(), ..Default::default() }).await.unwrap();
+    let dbs =
+        client.list(cms, "page", &ListParams { label_selector: "tier=db".into(), ..Default::default() }).await.unwrap();
     assert_eq!(dbs.items.len(), 5);
     let not_db = client
         .list(cms, "page", &ListParams { label_selector: "tier!=db,tier".into(), limit: 7, ..Default::default() })
@@ -315,16 +350,17 @@ async fn watches_follow_selectors_resume_from_revisions_and_expire_after_compact
     let client = client(&cluster).await;
     must_namespace(&client, "w").await;
     let cms = of(Kind::ConfigMap);
-    let params = WatchParams { label_selector: "app=a".into(), resource_version: "0".into(), ..Default::default() };
+    // "": the current state (read linearizably, so "early" is in it) first.
+    let params = WatchParams { label_selector: "app=a".into(), ..Default::default() };
     let before = client.create(cms, "w", &configmap("w", "early", json!({"app": "a"}))).await.unwrap();
     let mut w = Box::pin(client.watch(cms, "w", &params).await.unwrap());
-    // From "0": the current state first.
     let e = next_event(&mut w).await;
     assert_eq!((e.kind.as_str(), meta::name(&e.object)), ("ADDED", Some("early")));
 
     let x = client.create(cms, "w", &configmap("w", "x", json!({"app": "a"}))).await.unwrap();
     client.create(cms, "w", &configmap("w", "other", json!({"app": "b"}))).await.unwrap();
-    let relabeled = client.patch(cms, "w", "x", "merge", &json!({"metadata": {"labels": {"app": "b"}}}), "").await.unwrap();
+    let relabeled =
+        client.patch(cms, "w", "x", "merge", &json!({"metadata": {"labels": {"app": "b"}}}), "").await.unwrap();
     let back = client.patch(cms, "w", "x", "merge", &json!({"metadata": {"labels": {"app": "a"}}}), "").await.unwrap();
     let changed = client.patch(cms, "w", "x", "merge", &json!({"data": {"k": "v2"}}), "").await.unwrap();
     client.delete(cms, "w", "x", &DeleteParams::default()).await.unwrap();
@@ -334,7 +370,7 @@ async fn watches_follow_selectors_resume_from_revisions_and_expire_after_compact
         let e = next_event(&mut w).await;
         got.push((e.kind.clone(), meta::name(&e.object).unwrap().to_string(), rv(&e.object)));
     }
-    let expect = vec![
+    let expect = [
         ("ADDED".to_string(), "x".to_string(), rv(&x)),
         ("DELETED".to_string(), "x".to_string(), rv(&relabeled)),
         ("ADDED".to_string(), "x".to_string(), rv(&back)),
@@ -345,7 +381,8 @@ async fn watches_follow_selectors_resume_from_revisions_and_expire_after_compact
     assert!(got[4].2 > rv(&changed));
 
     // Resume after the first event: the same events again, no more.
-    let resumed = WatchParams { label_selector: "app=a".into(), resource_version: rv(&x).to_string(), ..Default::default() };
+    let resumed =
+        WatchParams { label_selector: "app=a".into(), resource_version: rv(&x).to_string(), ..Default::default() };
     let mut w2 = Box::pin(client.watch(cms, "w", &resumed).await.unwrap());
     for expected in &got[1..] {
         let e = next_event(&mut w2).await;
@@ -353,7 +390,9 @@ async fn watches_follow_selectors_resume_from_revisions_and_expire_after_compact
     }
 
     // Once history is compacted, an old revision is 410 Expired.
-    let mut kv = skiff_proto::etcdserverpb::kv_client::KvClient::connect(format!("http://{}", cluster.clients[0])).await.unwrap();
+    let mut kv = skiff_proto::etcdserverpb::kv_client::KvClient::connect(format!("http://{}", cluster.clients[0]))
+        .await
+        .unwrap();
     kv.compact(skiff_proto::etcdserverpb::CompactionRequest { revision: rv(&changed), physical: true }).await.unwrap();
     let old = WatchParams { resource_version: rv(&before).to_string(), ..Default::default() };
     let e = match client.watch(cms, "w", &old).await {
@@ -410,7 +449,9 @@ async fn a_watcher_that_stops_reading_is_cut_off_while_others_get_everything() {
     let mut stalled = Box::pin(client.watch(cms, "slow", &params).await.unwrap());
     let mut reader = Box::pin(client.watch(cms, "slow", &params).await.unwrap());
 
-    const WRITES: usize = 3000;
+    // More than the watcher's queue and the connection's flow-control
+    // windows hold (about 8 MiB in all).
+    const WRITES: usize = 4000;
     let counter = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let writers: Vec<_> = (0..16)
         .map(|_| {
@@ -423,7 +464,7 @@ async fn a_watcher_that_stops_reading_is_cut_off_while_others_get_everything() {
                         return;
                     }
                     let mut cm = configmap("slow", &format!("cm-{i}"), json!({}));
-                    cm["data"]["padding"] = json!("p".repeat(512));
+                    cm["data"]["padding"] = json!("p".repeat(2048));
                     client.create(cms, "slow", &cm).await.unwrap();
                 }
             })
@@ -535,7 +576,8 @@ async fn subresources_bind_pods_update_status_and_scale() {
     d["metadata"]["namespace"] = json!("sub");
     let created = client.create(deploys, "sub", &d).await.unwrap();
     assert_eq!(created["metadata"]["generation"], 1);
-    let relabeled = client.patch(deploys, "sub", "web", "merge", &json!({"metadata": {"labels": {"a": "b"}}}), "").await.unwrap();
+    let relabeled =
+        client.patch(deploys, "sub", "web", "merge", &json!({"metadata": {"labels": {"a": "b"}}}), "").await.unwrap();
     assert_eq!(relabeled["metadata"]["generation"], 1, "metadata changes do not bump generation");
     let scale = client.get_scale(deploys, "sub", "web").await.unwrap();
     assert_eq!(scale["spec"]["replicas"], 3);

@@ -189,8 +189,8 @@ impl Client {
         let mut last = None;
         for attempt in 0..2 * n {
             let i = (start + attempt) % n;
-            let client = ResourcesClient::new(self.inner.channels[i].1.clone())
-                .max_decoding_message_size(256 * 1024 * 1024);
+            let client =
+                ResourcesClient::new(self.inner.channels[i].1.clone()).max_decoding_message_size(256 * 1024 * 1024);
             match call(client).await {
                 Ok(r) => {
                     self.inner.current.store(i, Ordering::Relaxed);
@@ -228,7 +228,12 @@ impl Client {
             resource_version: resource_version.to_string(),
             subresource: String::new(),
         };
-        let obj = self.call(|mut c| { let r = req.clone(); async move { c.get(r).await } }).await?;
+        let obj = self
+            .call(|mut c| {
+                let r = req.clone();
+                async move { c.get(r).await }
+            })
+            .await?;
         from_json(&obj.json)
     }
 
@@ -239,14 +244,29 @@ impl Client {
             resource_version: String::new(),
             subresource: "scale".into(),
         };
-        let obj = self.call(|mut c| { let r = req.clone(); async move { c.get(r).await } }).await?;
+        let obj = self
+            .call(|mut c| {
+                let r = req.clone();
+                async move { c.get(r).await }
+            })
+            .await?;
         from_json(&obj.json)
     }
 
     /// `namespace` "": all namespaces.
-    pub async fn list(&self, info: &ResourceInfo, namespace: &str, params: &ListParams) -> Result<ObjectList, ClientError> {
+    pub async fn list(
+        &self,
+        info: &ResourceInfo,
+        namespace: &str,
+        params: &ListParams,
+    ) -> Result<ObjectList, ClientError> {
         let req = self.list_request(info, namespace, params, false);
-        let r = self.call(|mut c| { let r = req.clone(); async move { c.list(r).await } }).await?;
+        let r = self
+            .call(|mut c| {
+                let r = req.clone();
+                async move { c.list(r).await }
+            })
+            .await?;
         Ok(ObjectList {
             items: r.items.iter().map(|b| from_json(b)).collect::<Result<_, _>>()?,
             resource_version: r.resource_version,
@@ -256,7 +276,12 @@ impl Client {
     }
 
     /// Every page of a list, concatenated.
-    pub async fn list_all(&self, info: &ResourceInfo, namespace: &str, params: &ListParams) -> Result<ObjectList, ClientError> {
+    pub async fn list_all(
+        &self,
+        info: &ResourceInfo,
+        namespace: &str,
+        params: &ListParams,
+    ) -> Result<ObjectList, ClientError> {
         let mut params = params.clone();
         let mut all = self.list(info, namespace, &params).await?;
         while !all.continue_token.is_empty() {
@@ -269,9 +294,19 @@ impl Client {
     }
 
     /// The list as a `meta.k8s.io/v1` Table.
-    pub async fn list_table(&self, info: &ResourceInfo, namespace: &str, params: &ListParams) -> Result<Value, ClientError> {
+    pub async fn list_table(
+        &self,
+        info: &ResourceInfo,
+        namespace: &str,
+        params: &ListParams,
+    ) -> Result<Value, ClientError> {
         let req = self.list_request(info, namespace, params, true);
-        let r = self.call(|mut c| { let r = req.clone(); async move { c.list(r).await } }).await?;
+        let r = self
+            .call(|mut c| {
+                let r = req.clone();
+                async move { c.list(r).await }
+            })
+            .await?;
         from_json(&r.table)
     }
 
@@ -290,7 +325,12 @@ impl Client {
 
     pub async fn create(&self, info: &ResourceInfo, namespace: &str, obj: &Value) -> Result<Value, ClientError> {
         let req = CreateRequest { resource: resource_ref(info, namespace), json: to_json(obj), ..Default::default() };
-        let obj = self.call(|mut c| { let r = req.clone(); async move { c.create(r).await } }).await?;
+        let obj = self
+            .call(|mut c| {
+                let r = req.clone();
+                async move { c.create(r).await }
+            })
+            .await?;
         from_json(&obj.json)
     }
 
@@ -306,7 +346,12 @@ impl Client {
             name: pod.to_string(),
             ..Default::default()
         };
-        self.call(|mut c| { let r = req.clone(); async move { c.create(r).await } }).await.map(|_| ())
+        self.call(|mut c| {
+            let r = req.clone();
+            async move { c.create(r).await }
+        })
+        .await
+        .map(|_| ())
     }
 
     /// Replaces the object; a resourceVersion in it makes the update
@@ -319,7 +364,12 @@ impl Client {
         self.update_subresource(info, obj, "status").await
     }
 
-    pub async fn update_subresource(&self, info: &ResourceInfo, obj: &Value, subresource: &str) -> Result<Value, ClientError> {
+    pub async fn update_subresource(
+        &self,
+        info: &ResourceInfo,
+        obj: &Value,
+        subresource: &str,
+    ) -> Result<Value, ClientError> {
         let namespace = skiff_api::meta::namespace(obj).unwrap_or_default();
         let req = UpdateRequest {
             resource: resource_ref(info, namespace),
@@ -327,7 +377,12 @@ impl Client {
             subresource: subresource.to_string(),
             dry_run: false,
         };
-        let obj = self.call(|mut c| { let r = req.clone(); async move { c.update(r).await } }).await?;
+        let obj = self
+            .call(|mut c| {
+                let r = req.clone();
+                async move { c.update(r).await }
+            })
+            .await?;
         from_json(&obj.json)
     }
 
@@ -349,7 +404,12 @@ impl Client {
             subresource: subresource.to_string(),
             dry_run: false,
         };
-        let obj = self.call(|mut c| { let r = req.clone(); async move { c.patch(r).await } }).await?;
+        let obj = self
+            .call(|mut c| {
+                let r = req.clone();
+                async move { c.patch(r).await }
+            })
+            .await?;
         from_json(&obj.json)
     }
 
@@ -371,7 +431,12 @@ impl Client {
             grace_period_seconds: params.grace_period_seconds,
             dry_run: false,
         };
-        let obj = self.call(|mut c| { let r = req.clone(); async move { c.delete(r).await } }).await?;
+        let obj = self
+            .call(|mut c| {
+                let r = req.clone();
+                async move { c.delete(r).await }
+            })
+            .await?;
         from_json(&obj.json)
     }
 
@@ -394,7 +459,12 @@ impl Client {
             timeout_seconds: params.timeout_seconds,
             name: params.name.clone(),
         };
-        let stream = self.call(|mut c| { let r = req.clone(); async move { c.watch(r).await } }).await?;
+        let stream = self
+            .call(|mut c| {
+                let r = req.clone();
+                async move { c.watch(r).await }
+            })
+            .await?;
         Ok(stream.map(|item| match item {
             Ok(e) => Ok(WatchEvent { kind: e.r#type, object: from_json(&e.object)? }),
             Err(s) if try_elsewhere(&s) => Err(ClientError::Unreachable(s.message().to_string())),
@@ -402,9 +472,18 @@ impl Client {
         }))
     }
 
-    pub async fn history(&self, info: &ResourceInfo, namespace: &str, name: &str) -> Result<HistoryResponse, ClientError> {
+    pub async fn history(
+        &self,
+        info: &ResourceInfo,
+        namespace: &str,
+        name: &str,
+    ) -> Result<HistoryResponse, ClientError> {
         let req = HistoryRequest { resource: resource_ref(info, namespace), name: name.to_string() };
-        self.call(|mut c| { let r = req.clone(); async move { c.history(r).await } }).await
+        self.call(|mut c| {
+            let r = req.clone();
+            async move { c.history(r).await }
+        })
+        .await
     }
 
     pub async fn get_at_revision(
@@ -415,7 +494,12 @@ impl Client {
         revision: i64,
     ) -> Result<Value, ClientError> {
         let req = GetAtRevisionRequest { resource: resource_ref(info, namespace), name: name.to_string(), revision };
-        let obj = self.call(|mut c| { let r = req.clone(); async move { c.get_at_revision(r).await } }).await?;
+        let obj = self
+            .call(|mut c| {
+                let r = req.clone();
+                async move { c.get_at_revision(r).await }
+            })
+            .await?;
         from_json(&obj.json)
     }
 }

@@ -88,4 +88,3 @@ async fn futures_join<F: std::future::Future<Output = Result<Running, skiff_apis
     out.extend(joined);
     out
 }
-
