@@ -3,7 +3,6 @@
 //! kubectl's: tables with the server's columns, YAML or JSON on request,
 //! and errors as the Kubernetes `Status` message.
 
-use std::collections::BTreeMap;
 use std::io::Read;
 
 use clap::{Args, ValueEnum};
@@ -337,9 +336,30 @@ fn info_of(doc: &Value) -> Result<&'static ResourceInfo, String> {
     })
 }
 
+/// Whether `current` already says everything `wanted` says: every field of
+/// `wanted` is in `current` with the same value, lists element by element.
+/// Fields the server filled in (defaults) do not count as a difference.
+fn covers(current: &Value, wanted: &Value) -> bool {
+    match (current, wanted) {
+        (Value::Object(c), Value::Object(w)) => w.iter().all(|(k, wv)| match c.get(k) {
+            Some(cv) => covers(cv, wv),
+            None => says_nothing(wv),
+        }),
+        (Value::Array(c), Value::Array(w)) => c.len() == w.len() && c.iter().zip(w).all(|(cv, wv)| covers(cv, wv)),
+        _ => current == wanted,
+    }
+}
+
+/// `{}`, `[]` or null: a field the server drops or never stores.
+fn says_nothing(v: &Value) -> bool {
+    v.is_null() || v.as_object().is_some_and(|o| o.is_empty()) || v.as_array().is_some_and(|a| a.is_empty())
+}
+
 /// Client-side apply's three-way merge patch: fields the last applied
-/// manifest had and the new one dropped are deleted (null); fields the new
-/// manifest sets differently from the live object are set.
+/// manifest (`original`) had and the new one (`modified`) dropped are
+/// deleted (null); fields the new manifest sets that the live object
+/// (`current`) does not already say are set. Lists are replaced whole (a
+/// JSON merge patch has no list keys).
 pub fn three_way_patch(original: &Value, modified: &Value, current: &Value) -> Value {
     let mut patch = serde_json::Map::new();
     let (Some(m), Some(c)) = (modified.as_object(), current.as_object()) else {
@@ -355,13 +375,14 @@ pub fn three_way_patch(original: &Value, modified: &Value, current: &Value) -> V
     for (k, mv) in m {
         let ov = original.get(k).unwrap_or(&Value::Null);
         match c.get(k) {
-            Some(cv) if cv == mv => {}
             Some(cv) if cv.is_object() && mv.is_object() => {
                 let sub = three_way_patch(ov, mv, cv);
                 if sub.as_object().is_some_and(|s| !s.is_empty()) {
                     patch.insert(k.clone(), sub);
                 }
             }
+            Some(cv) if covers(cv, mv) => {}
+            None if says_nothing(mv) => {}
             _ => {
                 patch.insert(k.clone(), mv.clone());
             }
@@ -643,6 +664,28 @@ pub async fn diff(client: &Client, args: DiffArgs) -> Result<(), String> {
     Ok(())
 }
 
-/// Unused-import guard for maps used in signatures above.
-#[allow(dead_code)]
-type Labels = BTreeMap<String, String>;
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn apply_ignores_server_defaults_and_deletes_what_the_manifest_dropped() {
+        let original = json!({"data": {"a": "1", "b": "2"}, "spec": {"containers": [{"name": "c", "image": "x:1"}]}});
+        let modified = json!({"data": {"a": "1"}, "spec": {"containers": [{"name": "c", "image": "x:1"}]}});
+        let current = json!({"data": {"a": "1", "b": "2"}, "spec": {"containers": [
+            {"name": "c", "image": "x:1", "imagePullPolicy": "IfNotPresent"}], "dnsPolicy": "ClusterFirst"}});
+        assert_eq!(three_way_patch(&original, &modified, &current), json!({"data": {"b": null}}));
+        let unchanged = three_way_patch(
+            &modified,
+            &modified,
+            &json!({"data": {"a": "1"},
+            "spec": {"containers": [{"name": "c", "image": "x:1", "imagePullPolicy": "IfNotPresent"}]}}),
+        );
+        assert_eq!(unchanged, json!({}));
+        let newer = json!({"data": {"a": "1"}, "spec": {"containers": [{"name": "c", "image": "x:2"}]}});
+        assert_eq!(
+            three_way_patch(&modified, &newer, &current)["spec"]["containers"],
+            json!([{"name": "c", "image": "x:2"}])
+        );
+    }
+}

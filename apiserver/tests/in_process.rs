@@ -135,13 +135,18 @@ async fn health_readiness_and_metrics_are_served_over_http() {
     for i in 0..10 {
         kv.put(put(&format!("m{i}"), "v")).await.unwrap();
     }
+    let resources = skiff_client::Client::new(&[cluster.clients[leader - 1].clone()]).unwrap();
+    let namespaces = skiff_api::resources::of(skiff_api::Kind::Namespace);
+    resources.list(namespaces, "", &Default::default()).await.unwrap();
     let http = &cluster.https[leader - 1];
     assert!(http_get(http, "/healthz").await.starts_with("HTTP/1.0 200"));
     assert!(http_get(http, "/readyz").await.starts_with("HTTP/1.0 200"));
     let metrics = http_get(http, "/metrics").await;
     for name in [
         "skiff_raft_is_leader 1",
-        "skiff_mvcc_revision 10",
+        "skiff_mvcc_revision ",
+        "skiff_apiserver_requests_total{code=\"200\",resource=\"namespaces\",verb=\"list\"}",
+        "skiff_apiserver_request_duration_seconds_bucket",
         "skiff_proposals_committed_total",
         "skiff_batch_size_bucket",
         "skiff_log_fsync_duration_seconds_bucket",
@@ -158,6 +163,8 @@ async fn health_readiness_and_metrics_are_served_over_http() {
     assert!(value("skiff_batch_size_count") >= 1.0, "batches were observed");
     assert!(value("skiff_batch_size_sum") >= 10.0, "every write was counted in a batch");
     assert_eq!(value("skiff_proposals_pending"), 0.0);
+    let revision = cluster.members[leader - 1].store.state_machine().revision();
+    assert!(value("skiff_mvcc_revision") >= 10.0 && value("skiff_mvcc_revision") <= revision as f64);
     assert!(value("skiff_log_fsync_duration_seconds_count") >= 1.0);
     for m in cluster.members {
         m.stop().await.unwrap();

@@ -1,0 +1,297 @@
+//! Kubernetes objects on a real 3-master cluster: `skiffctl` apply, get,
+//! delete, history and diff; a resource watch that keeps going through
+//! leader kills, resuming from its last resourceVersion on another master.
+
+mod support;
+
+use std::collections::BTreeSet;
+use std::process::{Command, Output};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use serde_json::{json, Value};
+use skiff_api::resources::of;
+use skiff_api::{meta, Kind, Reason};
+use skiff_client::resources::{DeleteParams, WatchParams};
+use skiff_client::Client;
+use support::*;
+
+const KINDS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/manifests/kinds.yaml");
+
+fn skiffctl(server: &str, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_skiffctl")).args(["--server", server]).args(args).output().unwrap()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+async fn must_default_namespaces(servers: &str) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let out = skiffctl(servers, &["get", "namespaces"]);
+        let text = stdout(&out);
+        if ["default", "kube-system", "kube-public", "kube-node-lease"].iter().all(|n| text.contains(n)) {
+            return;
+        }
+        assert!(Instant::now() < deadline, "default namespaces never appeared: {text}{}", stderr(&out));
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+fn write_manifest(dir: &std::path::Path, name: &str, text: &str) -> String {
+    let path = dir.join(name);
+    std::fs::write(&path, text).unwrap();
+    path.to_string_lossy().into_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn skiffctl_applies_gets_and_deletes_every_kind() {
+    let cluster = Cluster::spawn(3).await;
+    let servers = cluster.endpoints();
+    must_default_namespaces(&servers).await;
+
+    let out = must_succeed(skiffctl(&servers, &["apply", "-f", KINDS]));
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), 17, "{out}");
+    assert!(lines.iter().all(|l| l.ends_with(" created")), "{out}");
+    assert!(out.contains("deployment.apps/web created") && out.contains("lease.coordination.k8s.io/scheduler created"));
+    let out = must_succeed(skiffctl(&servers, &["apply", "-f", KINDS]));
+    assert!(out.lines().all(|l| l.ends_with(" unchanged")), "a second apply changes nothing: {out}");
+
+    // Client-side apply: a changed manifest configures, a dropped key is removed.
+    let dir = tempfile::tempdir().unwrap();
+    let changed = write_manifest(
+        dir.path(),
+        "cm.yaml",
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: settings, namespace: crud}\ndata: {level: high}\n",
+    );
+    assert_eq!(must_succeed(skiffctl(&servers, &["apply", "-f", &changed])), "configmap/settings configured\n");
+    let cm: Value = serde_json::from_str(&must_succeed(skiffctl(
+        &servers,
+        &["get", "configmap", "settings", "-n", "crud", "-o", "json"],
+    )))
+    .unwrap();
+    assert_eq!(cm["data"], json!({"level": "high"}));
+
+    let out = must_succeed(skiffctl(&servers, &["get", "pods", "-n", "crud"]));
+    let header: Vec<&str> = out.lines().next().unwrap().split_whitespace().collect();
+    assert_eq!(header, ["NAME", "READY", "STATUS", "RESTARTS", "AGE"], "{out}");
+    assert!(out.lines().nth(1).unwrap().starts_with("web-1 "), "{out}");
+    assert!(out.contains("0/1") && out.contains("Pending"), "{out}");
+    let out = must_succeed(skiffctl(&servers, &["get", "deploy", "-n", "crud", "-o", "wide"]));
+    assert!(out.contains("CONTAINERS") && out.contains("nginx:1.27") && out.contains("0/3"), "{out}");
+    let out = must_succeed(skiffctl(&servers, &["get", "svc", "-A"]));
+    assert!(out.starts_with("NAMESPACE"), "{out}");
+    assert!(out.contains("crud") && out.contains("10."), "cluster IP shown: {out}");
+    let out = must_succeed(skiffctl(&servers, &["get", "pods", "-n", "crud", "-l", "app=web", "-o", "name"]));
+    assert_eq!(out, "pod/web-1\n");
+    let out = must_succeed(skiffctl(&servers, &["get", "pod/web-1", "-n", "crud", "-o", "yaml"]));
+    assert!(out.contains("name: web-1") && out.contains("resourceVersion:"), "{out}");
+    let out = skiffctl(&servers, &["get", "pods", "-n", "crud", "--field-selector", "spec.nodeName=nowhere"]);
+    assert!(out.status.success());
+    assert_eq!(stderr(&out).trim(), "No resources found in crud namespace.");
+
+    // Errors read as Kubernetes users know them.
+    let out = skiffctl(&servers, &["get", "pod", "nope", "-n", "crud"]);
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains("Error from server (NotFound): pods \"nope\" not found"), "{}", stderr(&out));
+    let out = skiffctl(&servers, &["get", "widgets"]);
+    assert!(stderr(&out).contains("the server doesn't have a resource type \"widgets\""), "{}", stderr(&out));
+    let bad = write_manifest(
+        dir.path(),
+        "bad.yaml",
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: Bad_Name, namespace: crud}\nspec: {containers: [{name: c}]}\n",
+    );
+    let out = skiffctl(&servers, &["apply", "-f", &bad]);
+    assert!(!out.status.success());
+    let err = stderr(&out);
+    assert!(err.contains("Error from server (Invalid)") && err.contains("metadata.name"), "{err}");
+    assert!(err.contains("spec.containers[0].image: Required value"), "{err}");
+
+    // Delete everything but the namespace (its controller finalizes it).
+    let without_ns: String = std::fs::read_to_string(KINDS)
+        .unwrap()
+        .split("\n---\n")
+        .filter(|doc| !doc.contains("kind: Namespace"))
+        .collect::<Vec<_>>()
+        .join("\n---\n");
+    let rest = write_manifest(dir.path(), "rest.yaml", &without_ns);
+    let out = must_succeed(skiffctl(&servers, &["delete", "-f", &rest]));
+    assert_eq!(out.lines().count(), 16, "{out}");
+    assert!(out.contains("pod \"web-1\" deleted"), "{out}");
+    let out = skiffctl(&servers, &["get", "pods", "-n", "crud"]);
+    assert_eq!(stderr(&out).trim(), "No resources found in crud namespace.");
+    let out = skiffctl(&servers, &["delete", "pod", "web-1", "-n", "crud"]);
+    assert!(stderr(&out).contains("NotFound"), "{}", stderr(&out));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn history_get_at_revision_and_diff_span_a_leader_change() {
+    let mut cluster = Cluster::spawn(3).await;
+    let servers = cluster.endpoints();
+    must_default_namespaces(&servers).await;
+    let dir = tempfile::tempdir().unwrap();
+    let deployment = |image: &str, replicas: u32| {
+        format!(
+            "apiVersion: apps/v1\nkind: Deployment\nmetadata: {{name: web, namespace: default}}\nspec:\n  replicas: {replicas}\n  \
+             selector: {{matchLabels: {{app: web}}}}\n  template:\n    metadata: {{labels: {{app: web}}}}\n    spec:\n      \
+             containers: [{{name: web, image: \"{image}\"}}]\n"
+        )
+    };
+    for (i, (image, replicas)) in [("nginx:1.25", 1), ("nginx:1.26", 1)].iter().enumerate() {
+        let f = write_manifest(dir.path(), &format!("d{i}.yaml"), &deployment(image, *replicas));
+        must_succeed(skiffctl(&servers, &["apply", "-f", &f]));
+    }
+    let leader = cluster.must_leader().await;
+    cluster.kill(leader);
+    cluster.must_leader().await;
+    let servers = cluster.endpoints();
+    let f = write_manifest(dir.path(), "d2.yaml", &deployment("nginx:1.26", 4));
+    must_succeed(skiffctl(&servers, &["apply", "-f", &f]));
+
+    let out = must_succeed(skiffctl(&servers, &["history", "deploy/web"]));
+    let rows: Vec<&str> = out.lines().skip(1).collect();
+    assert_eq!(rows.len(), 3, "{out}");
+    assert!(out.lines().next().unwrap().starts_with("REVISION"), "{out}");
+    assert!(rows[0].contains("ADDED") && rows[0].contains("created"), "{out}");
+    assert!(rows[1].contains("MODIFIED") && rows[1].contains("nginx:1.25 -> nginx:1.26"), "{out}");
+    assert!(rows[2].contains("spec.replicas: 1 -> 4"), "{out}");
+    let revisions: Vec<String> = rows.iter().map(|r| r.split_whitespace().next().unwrap().to_string()).collect();
+
+    let first: Value = serde_json::from_str(&must_succeed(skiffctl(
+        &servers,
+        &["get", "deploy", "web", "--revision", &revisions[0], "-o", "json"],
+    )))
+    .unwrap();
+    assert_eq!(first["spec"]["template"]["spec"]["containers"][0]["image"], "nginx:1.25");
+    assert_eq!(first["metadata"]["resourceVersion"], revisions[0].as_str());
+    let out =
+        must_succeed(skiffctl(&servers, &["diff", "deploy", "web", "--from", &revisions[0], "--to", &revisions[2]]));
+    assert!(out.contains("\n-      - image: nginx:1.25\n+      - image: nginx:1.26\n"), "{out}");
+    assert!(out.contains("-  replicas: 1") && out.contains("+  replicas: 4"), "{out}");
+}
+
+/// Reads a watch from `client`, reconnecting from the last resourceVersion
+/// whenever the stream breaks, until `stop`; returns every event seen.
+async fn follow(client: Client, namespace: &str, stop: Arc<AtomicBool>, seen: Arc<Mutex<Vec<(String, i64)>>>) {
+    let cms = of(Kind::ConfigMap);
+    let mut params = WatchParams { resource_version: "0".into(), allow_bookmarks: true, ..Default::default() };
+    while !stop.load(Ordering::Relaxed) {
+        let mut stream = match client.watch(cms, namespace, &params).await {
+            Ok(s) => Box::pin(s),
+            Err(e) => {
+                assert!(!e.is(Reason::Expired), "history was never compacted");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        loop {
+            let next = tokio::time::timeout(Duration::from_millis(500), stream.next()).await;
+            let event = match next {
+                Err(_) if stop.load(Ordering::Relaxed) => return,
+                Err(_) => continue,
+                Ok(Some(Ok(e))) => e,
+                Ok(_) => break,
+            };
+            let rv: i64 = event.resource_version().unwrap_or("0").parse().unwrap();
+            params.resource_version = rv.to_string();
+            if event.kind == "ERROR" {
+                break;
+            }
+            if event.kind != "BOOKMARK" {
+                seen.lock().unwrap().push((event.kind.clone(), rv));
+            }
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watch_on_a_follower_misses_nothing_and_repeats_nothing_across_leader_kills() {
+    let mut cluster = Cluster::spawn(3).await;
+    let all = cluster.endpoints();
+    must_default_namespaces(&all).await;
+    let writer = Client::new(&all.split(',').collect::<Vec<_>>()).unwrap();
+    writer
+        .create(of(Kind::Namespace), "", &json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "w"}}))
+        .await
+        .unwrap();
+
+    let leader = cluster.must_leader().await;
+    let follower = *cluster.members.keys().find(|id| **id != leader).unwrap();
+    let other = *cluster.members.keys().find(|id| **id != leader && **id != follower).unwrap();
+    // The watch starts on a follower and may fail over to the third member.
+    let watch_client =
+        Client::new(&[cluster.members[&follower].client.clone(), cluster.members[&other].client.clone()]).unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let watcher = tokio::spawn(follow(watch_client, "w", stop.clone(), seen.clone()));
+
+    // Writers record the revision of every acknowledged write.
+    let acked = Arc::new(Mutex::new(BTreeSet::new()));
+    let writing = Arc::new(AtomicBool::new(true));
+    let writers: Vec<_> = (0..4)
+        .map(|w| {
+            let (client, acked, writing) = (writer.clone(), acked.clone(), writing.clone());
+            tokio::spawn(async move {
+                let cms = of(Kind::ConfigMap);
+                let mut i = 0;
+                while writing.load(Ordering::Relaxed) {
+                    let name = format!("w{w}-{}", i % 5);
+                    let cm = json!({"apiVersion": "v1", "kind": "ConfigMap",
+                        "metadata": {"name": name, "namespace": "w"}, "data": {"i": i.to_string()}});
+                    let result = match client.get(cms, "w", &name).await {
+                        Ok(mut live) => {
+                            live["data"] = cm["data"].clone();
+                            client.update(cms, &live).await
+                        }
+                        Err(_) => client.create(cms, "w", &cm).await,
+                    };
+                    if let Ok(obj) = result {
+                        acked.lock().unwrap().insert(meta::resource_version(&obj).unwrap().parse::<i64>().unwrap());
+                    }
+                    i += 1;
+                    if i % 40 == 0 {
+                        let _ = client.delete(cms, "w", &name, &DeleteParams::default()).await;
+                    }
+                }
+            })
+        })
+        .collect();
+
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    // Kill the leader; the followers elect a new one, the watch goes on.
+    cluster.kill(leader);
+    cluster.must_leader().await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    cluster.start(leader);
+    cluster.must_leader().await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    // Kill the watch's own master: it resumes on the other one from its last revision.
+    cluster.kill(follower);
+    cluster.must_leader().await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    writing.store(false, Ordering::Relaxed);
+    for w in writers {
+        w.await.unwrap();
+    }
+    let last = *acked.lock().unwrap().iter().next_back().expect("writes were acknowledged");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while seen.lock().unwrap().last().map(|(_, rv)| *rv).unwrap_or(0) < last {
+        assert!(Instant::now() < deadline, "the watch never caught up to revision {last}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    stop.store(true, Ordering::Relaxed);
+    watcher.await.unwrap();
+
+    let seen = seen.lock().unwrap().clone();
+    let revisions: Vec<i64> = seen.iter().map(|(_, rv)| *rv).collect();
+    assert!(revisions.windows(2).all(|w| w[0] < w[1]), "events in order, none twice");
+    let seen_set: BTreeSet<i64> = revisions.iter().copied().collect();
+    let acked = acked.lock().unwrap().clone();
+    let missing: Vec<&i64> = acked.difference(&seen_set).collect();
+    assert!(missing.is_empty(), "acknowledged writes missing from the watch: {missing:?}");
+    assert!(acked.len() > 50, "enough writes to mean something: {}", acked.len());
+}
