@@ -663,3 +663,92 @@ impl Watcher {
 pub fn is_expired(e: &ApiError) -> bool {
     matches!(e.reason, Reason::Expired | Reason::Gone)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pod(name: &str, node: &str, app: &str) -> Vec<u8> {
+        serde_json::to_vec(&json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": "default", "labels": {"app": app}},
+            "spec": {"nodeName": node}}))
+        .unwrap()
+    }
+
+    fn change(old: Option<Vec<u8>>, new: Option<Vec<u8>>, revision: i64) -> Change {
+        Change {
+            revision,
+            old: old.and_then(|b| Decoded::new(Kind::Pod, &b, revision - 1)),
+            new: new.and_then(|b| Decoded::new(Kind::Pod, &b, revision)),
+            old_at_revision: OnceLock::new(),
+        }
+    }
+
+    fn filter(labels: &str, fields: &str) -> Filter {
+        Filter {
+            kind: Kind::Pod,
+            namespace: Some("default".into()),
+            labels: LabelSelector::parse(labels).unwrap(),
+            fields: FieldSelector::parse(fields).unwrap(),
+        }
+    }
+
+    fn kind_of(c: &Change, f: &Filter) -> Option<EventType> {
+        c.event_for(f).map(|(k, _)| k)
+    }
+
+    #[test]
+    fn objects_entering_and_leaving_a_selection_are_added_and_deleted() {
+        let web = filter("app=web", "");
+        let relabel = change(Some(pod("a", "n1", "db")), Some(pod("a", "n1", "web")), 5);
+        assert_eq!(kind_of(&relabel, &web), Some(EventType::Added));
+        let leave = change(Some(pod("a", "n1", "web")), Some(pod("a", "n1", "db")), 6);
+        let (kind, bytes) = leave.event_for(&web).unwrap();
+        assert_eq!(kind, EventType::Deleted);
+        // The last state the watcher could see, at the revision it left.
+        let obj: Value = serde_json::from_slice(&bytes).unwrap();
+        assert_eq!(
+            (obj["metadata"]["labels"]["app"].as_str(), obj["metadata"]["resourceVersion"].as_str()),
+            (Some("web"), Some("6"))
+        );
+        let stay = change(Some(pod("a", "n1", "web")), Some(pod("a", "n2", "web")), 7);
+        assert_eq!(kind_of(&stay, &web), Some(EventType::Modified));
+        let elsewhere = change(None, Some(pod("b", "n1", "db")), 8);
+        assert_eq!(kind_of(&elsewhere, &web), None);
+        let gone = change(Some(pod("a", "n1", "web")), None, 9);
+        assert_eq!(kind_of(&gone, &web), Some(EventType::Deleted));
+    }
+
+    #[test]
+    fn a_pod_moving_between_nodes_reaches_the_watchers_of_both() {
+        let on_n1 = filter("", "spec.nodeName=n1");
+        let on_n2 = filter("", "spec.nodeName=n2");
+        assert_eq!(on_n1.index(), Index::Field("spec.nodeName", "n1".into()));
+        let moved = change(Some(pod("a", "n1", "web")), Some(pod("a", "n2", "web")), 3);
+        let keys = moved.index_keys(Kind::Pod);
+        assert!(keys.contains(&on_n1.index()) && keys.contains(&on_n2.index()));
+        assert_eq!(kind_of(&moved, &on_n1), Some(EventType::Deleted));
+        assert_eq!(kind_of(&moved, &on_n2), Some(EventType::Added));
+    }
+
+    #[test]
+    fn a_full_queue_cuts_off_only_its_own_watcher() {
+        let feed = Feed { info: skiff_api::resources::of(Kind::Pod), state: Mutex::new(FeedState::default()) };
+        let mut slow = feed.register(Arc::new(filter("", "")));
+        let mut fast = feed.register(Arc::new(filter("", "")));
+        for i in 0..(WATCHER_QUEUE as i64 + 10) {
+            feed.publish(&[Arc::new(change(None, Some(pod(&format!("p{i}"), "n1", "web")), i + 1))], i + 1);
+            // The fast one keeps up.
+            fast.rx.try_recv().unwrap();
+        }
+        assert!(slow.overflowed.load(Ordering::Acquire));
+        assert!(!fast.overflowed.load(Ordering::Acquire));
+        assert_eq!(slow.rx.len(), WATCHER_QUEUE);
+        let state = feed.state.lock().unwrap();
+        assert!(!state.slots.contains_key(&slow.id) && state.slots.contains_key(&fast.id));
+        drop(state);
+        // What was queued is still delivered, then the queue ends.
+        while slow.rx.try_recv().is_ok() {}
+        assert!(matches!(slow.rx.try_recv(), Err(mpsc::error::TryRecvError::Disconnected)));
+    }
+}
