@@ -8,7 +8,7 @@ BIN := $(CARGO_TARGET_DIR)/release
 CARGO ?= cargo
 SHELL := /bin/bash
 
-.PHONY: deps build up test chaos lint fmt clean-up bench bench-deps
+.PHONY: deps build up test chaos lint fmt clean-up bench bench-deps bench-objects
 
 # libclang-dev: bindgen for RocksDB's bindings; etcd-client: etcdctl for the
 # compatibility tests. Installed only when missing.
@@ -73,3 +73,13 @@ bench: deps bench-deps
 	$(CARGO) build --release --manifest-path bench/Cargo.toml
 	$(BIN)/skiff-bench suite --skiff $(BIN)/skiff --etcd "$$(command -v etcd)" \
 		--readme bench/README.md --command-line "make bench $(BENCH_ARGS)" $(BENCH_ARGS)
+
+# Skiff's own resource API on a fresh 3-member Skiff: pod creates, LISTs from a
+# follower, memory and disk per pod, pod watch fan-out (bench/README.md). Writes
+# its own section of bench/README.md. BENCH_OBJECTS_ARGS passes flags to
+# `skiff-bench objects`. bench-deps: the harness is one binary with `bench`.
+bench-objects: deps bench-deps
+	$(CARGO) build --release --workspace --bins
+	$(CARGO) build --release --manifest-path bench/Cargo.toml
+	$(BIN)/skiff-bench objects --skiff $(BIN)/skiff \
+		--readme bench/README.md --command-line "make bench-objects $(BENCH_OBJECTS_ARGS)" $(BENCH_OBJECTS_ARGS)

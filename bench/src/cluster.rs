@@ -182,6 +182,16 @@ impl Cluster {
         self.members.iter().filter(|m| m.child.is_some()).map(|m| m.client.clone()).collect()
     }
 
+    /// Every member's process id, in member order (`None`: not running).
+    pub fn pids(&self) -> Vec<Option<u32>> {
+        self.members.iter().map(|m| m.child.as_ref().map(Child::id)).collect()
+    }
+
+    /// Every member's data directory, in member order.
+    pub fn data_dirs(&self) -> Vec<PathBuf> {
+        self.members.iter().map(|m| m.data_dir.clone()).collect()
+    }
+
     fn command(&self, member: &Member) -> Command {
         let peers = |scheme: &str| {
             self.members

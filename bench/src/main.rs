@@ -7,6 +7,7 @@
 //! - `load`: closed-loop put and range load.
 //! - `watch`: watch delivery latency under a paced writer.
 //! - `failover`: leader SIGKILL to first successful write.
+//! - `objects`: Skiff's resource API: pod creates, LISTs, memory, pod watch fan-out.
 //! - `suite`: every scenario against both systems (`make bench`).
 //! - `report`: the comparison table and bench/README.md.
 
@@ -17,6 +18,7 @@ mod cluster;
 mod failover;
 mod latency;
 mod load;
+mod objects;
 mod report;
 mod suite;
 mod watch;
@@ -77,6 +79,8 @@ enum Command {
     },
     /// Every scenario against a fresh 3-member Skiff and etcd, with a comparison table.
     Suite(Box<SuiteArgs>),
+    /// Skiff's resource API on a fresh 3-member cluster: pod creates, LISTs, memory, watch fan-out.
+    Objects(Box<ObjectsArgs>),
 }
 
 #[derive(Args)]
@@ -255,6 +259,55 @@ struct SuiteArgs {
     command_line: Option<String>,
 }
 
+#[derive(Args)]
+struct ObjectsArgs {
+    /// The `skiff` executable.
+    #[arg(long)]
+    skiff: PathBuf,
+    /// Parent directory for data and logs (default: the system temp dir).
+    #[arg(long)]
+    dir: Option<PathBuf>,
+    /// Keep the cluster's data directories and logs after a successful run.
+    #[arg(long)]
+    keep: bool,
+    /// An extra flag for every Skiff member (repeatable).
+    #[arg(long = "skiff-arg", allow_hyphen_values = true)]
+    skiff_args: Vec<String>,
+    /// Pods created, then LISTed, and measured for memory and disk.
+    #[arg(long, default_value_t = 50_000)]
+    pods: usize,
+    /// Concurrent creators, one connection each, all to the leader.
+    #[arg(long, default_value_t = 64)]
+    create_clients: usize,
+    /// LISTs of each kind (linearizable, resourceVersion "0").
+    #[arg(long, default_value_t = 10)]
+    lists: usize,
+    /// Pod watchers (field selector spec.nodeName), spread over the nodes.
+    #[arg(long, default_value_t = 10_000)]
+    watchers: usize,
+    /// Node names, one watched pod each.
+    #[arg(long, default_value_t = 1_000)]
+    nodes: usize,
+    /// Connections the watches share, spread over the members.
+    #[arg(long, default_value_t = 30)]
+    watch_clients: usize,
+    /// Pod patches per second during the watch scenario.
+    #[arg(long, default_value_t = 500)]
+    update_rate: u64,
+    /// Length of the watch scenario's write phase.
+    #[arg(long, default_value = "20s", value_parser = humantime::parse_duration)]
+    duration: Duration,
+    /// Patches in flight at most.
+    #[arg(long, default_value_t = 64)]
+    max_inflight: usize,
+    /// Write the objects results section of this README (bench/README.md).
+    #[arg(long)]
+    readme: Option<PathBuf>,
+    /// How the run is described in the README (default: this command line).
+    #[arg(long)]
+    command_line: Option<String>,
+}
+
 async fn run(cli: Cli) -> Result<()> {
     match cli.command {
         Command::Put { load, key_space } => {
@@ -341,6 +394,54 @@ async fn run(cli: Cli) -> Result<()> {
                 eprintln!("results written to {}", readme.display());
             }
         }
+        Command::Objects(args) => run_objects(&args).await?,
+    }
+    Ok(())
+}
+
+async fn run_objects(args: &ObjectsArgs) -> Result<()> {
+    let mut machine = report::machine_facts();
+    machine.push(("Skiff".into(), format!("{} (commit {})", version(&args.skiff), commit())));
+    let command = args
+        .command_line
+        .as_deref()
+        .map(|c| c.trim().to_string())
+        .unwrap_or_else(|| std::env::args().collect::<Vec<_>>().join(" "));
+    let date = humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string();
+    let parent = args.dir.clone().unwrap_or_else(std::env::temp_dir);
+    std::fs::create_dir_all(&parent).with_context(|| format!("creating {}", parent.display()))?;
+    let dir = tempfile::Builder::new()
+        .prefix("skiff-bench-objects-")
+        .tempdir_in(&parent)
+        .with_context(|| format!("creating a directory under {}", parent.display()))?;
+    let config = objects::ObjectsConfig {
+        skiff: args.skiff.clone(),
+        dir: dir.path().to_path_buf(),
+        skiff_args: args.skiff_args.clone(),
+        pods: args.pods,
+        create_clients: args.create_clients,
+        lists: args.lists,
+        nodes: args.nodes,
+        watchers: args.watchers,
+        watch_clients: args.watch_clients,
+        update_rate: args.update_rate,
+        duration: args.duration,
+        max_inflight: args.max_inflight,
+    };
+    let result = match objects::run(&config).await {
+        Ok(result) => result,
+        Err(e) => return Err(e.context(format!("logs kept in {}", dir.keep().display()))),
+    };
+    if args.keep {
+        eprintln!("logs and data kept in {}", dir.keep().display());
+    }
+    machine.push(("load average after the run".into(), report::load_average()));
+    println!("\n{}", result.table());
+    println!("{}", result.targets());
+    if let Some(readme) = &args.readme {
+        let section = result.markdown(&date, &command, &machine);
+        report::write_section(readme, objects::BEGIN, objects::END, "Latest results: Skiff's resource API", &section)?;
+        eprintln!("results written to {}", readme.display());
     }
     Ok(())
 }

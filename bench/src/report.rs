@@ -180,13 +180,18 @@ fn format_value(value: Option<f64>) -> String {
 /// Replaces the results section of the README at `path` (between the
 /// markers), or appends one when the markers are missing.
 pub fn write_readme(path: &Path, section: &str) -> Result<()> {
+    write_section(path, BEGIN, END, "Latest results", section)
+}
+
+/// Replaces what lies between the markers `begin` and `end` in the README
+/// at `path`, or appends the markers under a `## heading` when they are
+/// missing. Each command that writes results has its own pair of markers.
+pub fn write_section(path: &Path, begin: &str, end: &str, heading: &str, section: &str) -> Result<()> {
     let text = std::fs::read_to_string(path).unwrap_or_default();
-    let block = format!("{BEGIN}\n{section}{END}");
-    let updated = match (text.find(BEGIN), text.find(END)) {
-        (Some(begin), Some(end)) if begin < end => {
-            format!("{}{block}{}", &text[..begin], &text[end + END.len()..])
-        }
-        _ => format!("{}\n## Latest results\n\n{block}\n", text.trim_end()),
+    let block = format!("{begin}\n{section}{end}");
+    let updated = match (text.find(begin), text.find(end)) {
+        (Some(b), Some(e)) if b < e => format!("{}{block}{}", &text[..b], &text[e + end.len()..]),
+        _ => format!("{}\n## {heading}\n\n{block}\n", text.trim_end()),
     };
     std::fs::write(path, updated).with_context(|| format!("writing {}", path.display()))
 }
