@@ -22,6 +22,13 @@ deps:
 		SUDO=""; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
 		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing; \
 	fi
+	@# The official Python Kubernetes client, for the client-compatibility test.
+	@python3 -c 'import kubernetes' 2>/dev/null || { echo "installing: kubernetes (PyPI)"; \
+		python3 -m pip --version >/dev/null 2>&1 || { SUDO=""; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
+			$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq python3-pip; }; \
+		python3 -m pip install --quiet --disable-pip-version-check kubernetes 2>/dev/null || \
+		python3 -m pip install --quiet --disable-pip-version-check --break-system-packages kubernetes; }
+	@command -v kubectl >/dev/null 2>&1 || echo "warning: kubectl is not installed; the kubectl tests will fail"
 
 build: deps
 	$(CARGO) build --release --workspace --bins

@@ -10,6 +10,7 @@
 //! - [`watch`]: one decoded event stream per resource, fanned out to
 //!   filtered watchers.
 //! - [`storage`]: objects as JSON on the raft store.
+//! - [`rest`]: the Kubernetes REST API for kubectl, discovery and OpenAPI.
 //! - [`http`]: the HTTP listener: health, readiness and Prometheus metrics.
 //! - [`metrics`]: request and watcher metrics.
 //! - [`run`]: opens the store, serves the peer, client and HTTP listeners,
@@ -26,6 +27,7 @@ pub mod grpc;
 pub mod http;
 pub mod metrics;
 pub mod registry;
+pub mod rest;
 pub mod storage;
 pub mod watch;
 
@@ -158,8 +160,11 @@ pub async fn start_with(
         .add_service(ControlService::server(store.clone()))
         .add_service(grpc::ResourceService::server(registry.clone()))
         .serve_with_incoming_shutdown(incoming(listeners.client), stopped(stop_rx.clone()));
-    let http =
-        axum::serve(listeners.http, http::router(store.clone())).with_graceful_shutdown(stopped(stop_rx.clone()));
+    let address = listeners.http.local_addr().map(|a| a.to_string()).unwrap_or_default();
+    let rest =
+        axum::Router::new().fallback(rest::handle).with_state(rest::RestState { registry: registry.clone(), address });
+    let http = axum::serve(listeners.http, http::router(store.clone()).merge(rest))
+        .with_graceful_shutdown(stopped(stop_rx.clone()));
 
     let servers = vec![
         tokio::spawn(async move { peer.await.map_err(|e| e.to_string()) }),

@@ -1,0 +1,761 @@
+//! The Kubernetes REST API for kubectl and the Kubernetes client libraries,
+//! on the HTTP listener beside health and metrics. One code path with the
+//! gRPC API: every request goes to the same [`Registry`] (admission chain,
+//! validation, store transactions) and watches to the same fan-out; only
+//! the encoding differs. What kubectl 1.32 sends, request by request, is in
+//! `shared/KUBECTL.md`; the paths follow Kubernetes':
+//!
+//! ```text
+//! /api/v1/<resource>[/<name>[/<subresource>]]                       core, cluster-scoped or all namespaces
+//! /api/v1/namespaces/<ns>/<resource>[/<name>[/<subresource>]]       core, namespaced
+//! /apis/<group>/v1/...                                              the same for named groups
+//! ```
+
+pub mod discovery;
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use axum::body::{Body, Bytes};
+use axum::extract::State;
+use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode, Uri};
+use axum::response::Response;
+use futures::StreamExt;
+use serde_json::{json, Value};
+use skiff_api::resources::{self, ResourceInfo};
+use skiff_api::selector::{FieldSelector, LabelSelector};
+use skiff_api::table::{self, IncludeObject};
+use skiff_api::{meta, validation, ApiError, Reason};
+
+use crate::admission::{Attributes, Credentials};
+use crate::metrics::RequestTimer;
+use crate::registry::{Context, DeleteOptions, Deleted, ListOptions, PatchType, Registry};
+use crate::watch::{EventType, Filter, WatchOptions};
+
+/// Request bodies larger than this are refused before decoding (413).
+const MAX_BODY: usize = 3 * 1024 * 1024;
+
+#[derive(Clone)]
+pub struct RestState {
+    pub registry: Registry,
+    /// This member's HTTP address, for legacy discovery.
+    pub address: String,
+}
+
+/// A response carrying JSON.
+fn json_response(status: StatusCode, body: Vec<u8>) -> Response {
+    let mut r = Response::new(Body::from(body));
+    *r.status_mut() = status;
+    r.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    r
+}
+
+fn value_response(status: StatusCode, v: &Value) -> Response {
+    json_response(status, serde_json::to_vec(v).expect("JSON values serialize"))
+}
+
+/// A Kubernetes `Status` with the error's HTTP code.
+pub fn error_response(e: &ApiError) -> Response {
+    let status = StatusCode::from_u16(e.code()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    value_response(status, &e.to_status())
+}
+
+fn not_found_path() -> ApiError {
+    ApiError::new(Reason::NotFound, "the server could not find the requested resource")
+}
+
+fn credentials(headers: &HeaderMap) -> Credentials {
+    let bearer_token = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .map(str::to_string);
+    Credentials { bearer_token }
+}
+
+fn query(uri: &Uri) -> HashMap<String, String> {
+    let mut out = HashMap::new();
+    if let Some(q) = uri.query() {
+        for pair in q.split('&').filter(|p| !p.is_empty()) {
+            let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+            out.insert(decode_component(k), decode_component(v));
+        }
+    }
+    out
+}
+
+/// Percent-decoding of one query component (`+` is a space).
+fn decode_component(s: &str) -> String {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'+' => out.push(b' '),
+            b'%' if i + 2 < bytes.len() => {
+                let hex = std::str::from_utf8(&bytes[i + 1..i + 3]).ok().and_then(|h| u8::from_str_radix(h, 16).ok());
+                match hex {
+                    Some(b) => {
+                        out.push(b);
+                        i += 2;
+                    }
+                    None => out.push(b'%'),
+                }
+            }
+            b => out.push(b),
+        }
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// What a request's path names.
+#[derive(Debug, PartialEq, Eq)]
+enum Target<'a> {
+    Version,
+    /// `/api` (core) or `/apis`.
+    Groups {
+        core: bool,
+    },
+    /// `/apis/<group>`.
+    Group(&'a str),
+    /// `/api/v1`, `/apis/<group>/<version>`.
+    Resources {
+        group: &'a str,
+        version: &'a str,
+    },
+    OpenApiRoot,
+    OpenApi(String),
+    /// A collection, an object or a subresource.
+    Object {
+        group: &'a str,
+        version: &'a str,
+        namespace: Option<&'a str>,
+        resource: &'a str,
+        name: Option<&'a str>,
+        sub: Option<&'a str>,
+    },
+}
+
+fn parse_path(path: &str) -> Option<Target<'_>> {
+    let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
+    let (group, version, rest) = match segments.as_slice() {
+        ["version"] => return Some(Target::Version),
+        ["api"] => return Some(Target::Groups { core: true }),
+        ["apis"] => return Some(Target::Groups { core: false }),
+        ["apis", g] => return Some(Target::Group(g)),
+        ["openapi", "v3"] => return Some(Target::OpenApiRoot),
+        ["openapi", "v3", gv @ ..] => return Some(Target::OpenApi(gv.join("/"))),
+        ["api", v] => return Some(Target::Resources { group: "", version: v }),
+        ["apis", g, v] => return Some(Target::Resources { group: g, version: v }),
+        ["api", v, rest @ ..] => ("", *v, rest),
+        ["apis", g, v, rest @ ..] => (*g, *v, rest),
+        _ => return None,
+    };
+    let (namespace, rest) = match rest {
+        // `namespaces/<ns>/<resource>...`, unless the third segment is a
+        // subresource of the namespace itself.
+        ["namespaces", ns, r, tail @ ..] if !matches!(*r, "status" | "finalize") => {
+            (Some(*ns), [&[*r][..], tail].concat())
+        }
+        other => (None, other.to_vec()),
+    };
+    match rest.as_slice() {
+        [resource] => Some(Target::Object { group, version, namespace, resource, name: None, sub: None }),
+        [resource, name] => Some(Target::Object { group, version, namespace, resource, name: Some(name), sub: None }),
+        [resource, name, sub] => {
+            Some(Target::Object { group, version, namespace, resource, name: Some(name), sub: Some(sub) })
+        }
+        _ => None,
+    }
+}
+
+/// Serves everything under the HTTP listener that is not health or metrics.
+pub async fn handle(
+    State(state): State<RestState>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    match route(&state, &method, &uri, &headers, body).await {
+        Ok(r) => r,
+        Err(e) => error_response(&e),
+    }
+}
+
+fn wants_aggregated(headers: &HeaderMap) -> bool {
+    headers
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|a| a.contains("as=APIGroupDiscoveryList") && a.contains("v=v2"))
+}
+
+async fn route(
+    state: &RestState,
+    method: &Method,
+    uri: &Uri,
+    headers: &HeaderMap,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    let target = parse_path(uri.path()).ok_or_else(not_found_path)?;
+    let get_only = |v: Value| -> Result<Response, ApiError> {
+        if method != Method::GET {
+            return Err(ApiError::method_not_allowed(format!("{method} is not supported here")));
+        }
+        Ok(value_response(StatusCode::OK, &v))
+    };
+    match target {
+        Target::Version => get_only(discovery::version()),
+        Target::Groups { core } => {
+            if wants_aggregated(headers) {
+                let mut r = get_only(discovery::aggregated(core))?;
+                r.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static(discovery::AGGREGATED));
+                Ok(r)
+            } else if core {
+                get_only(discovery::api_versions(&state.address))
+            } else {
+                get_only(discovery::api_group_list())
+            }
+        }
+        Target::Group(g) => get_only(discovery::group(g).ok_or_else(not_found_path)?),
+        Target::Resources { group, version } => {
+            get_only(discovery::resource_list(group, version).ok_or_else(not_found_path)?)
+        }
+        Target::OpenApiRoot => get_only(discovery::openapi_root()),
+        Target::OpenApi(gv) => {
+            let mut r = get_only(discovery::openapi_doc(&gv).ok_or_else(not_found_path)?)?;
+            r.headers_mut().insert(header::CACHE_CONTROL, HeaderValue::from_static("public, immutable"));
+            Ok(r)
+        }
+        Target::Object { group, version, namespace, resource, name, sub } => {
+            if version != "v1" {
+                return Err(not_found_path());
+            }
+            if let Some(r) = review(state, method, headers, group, resource, &body).await? {
+                return Ok(r);
+            }
+            let info = resources::by_plural(Some(group), resource).ok_or_else(not_found_path)?;
+            if namespace.is_some() && !info.namespaced {
+                return Err(not_found_path());
+            }
+            let request = Request {
+                state,
+                info,
+                namespace: namespace.unwrap_or(""),
+                name,
+                sub,
+                headers,
+                query: query(uri),
+                warnings: Default::default(),
+            };
+            request.serve(method, body).await
+        }
+    }
+}
+
+/// `POST selfsubjectaccessreviews` (kubectl auth can-i) and
+/// `selfsubjectreviews` (kubectl auth whoami), answered by the same layers
+/// every request passes.
+async fn review(
+    state: &RestState,
+    method: &Method,
+    headers: &HeaderMap,
+    group: &str,
+    resource: &str,
+    body: &Bytes,
+) -> Result<Option<Response>, ApiError> {
+    let kind = match (group, resource) {
+        ("authorization.k8s.io", "selfsubjectaccessreviews") => "SelfSubjectAccessReview",
+        ("authentication.k8s.io", "selfsubjectreviews") => "SelfSubjectReview",
+        _ => return Ok(None),
+    };
+    if method != Method::POST {
+        return Err(ApiError::method_not_allowed(format!("only POST is supported on {resource}")));
+    }
+    let user = state.registry.security().authenticate(&credentials(headers))?;
+    let review = decode_body(headers, body)?;
+    let mut answer = review.clone();
+    answer["apiVersion"] = json!(format!("{group}/v1"));
+    answer["kind"] = json!(kind);
+    if kind == "SelfSubjectReview" {
+        answer["status"] = json!({"userInfo": {"username": user.name, "groups": user.groups}});
+        return Ok(Some(value_response(StatusCode::CREATED, &answer)));
+    }
+    let attrs = &review["spec"]["resourceAttributes"];
+    let text = |k: &str| attrs[k].as_str().unwrap_or_default().to_string();
+    let (verb, resource_name, namespace, name, subresource) =
+        (text("verb"), text("resource"), text("namespace"), text("name"), text("subresource"));
+    let group_name = attrs["group"].as_str();
+    let allowed = match resources::by_plural(group_name, &resource_name).or_else(|| resources::lookup(&resource_name)) {
+        Some(info) => {
+            let a = Attributes {
+                user: &user,
+                verb: &verb,
+                resource: info,
+                subresource: &subresource,
+                namespace: &namespace,
+                name: &name,
+            };
+            state.registry.security().authorize(&a).map_err(|e| e.message)
+        }
+        None if attrs.is_object() => Err(format!("the server doesn't have a resource type \"{resource_name}\"")),
+        // Non-resource URLs: everything is readable.
+        None => Ok(()),
+    };
+    answer["status"] = match allowed {
+        Ok(()) => json!({"allowed": true}),
+        Err(reason) => json!({"allowed": false, "reason": reason}),
+    };
+    Ok(Some(value_response(StatusCode::CREATED, &answer)))
+}
+
+/// The body as JSON, whatever it was sent as.
+fn decode_body(headers: &HeaderMap, body: &Bytes) -> Result<Value, ApiError> {
+    if body.len() > MAX_BODY {
+        return Err(ApiError::too_large(format!("Request entity too large: limit is {MAX_BODY}")));
+    }
+    let content_type = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("application/json");
+    let base = content_type.split(';').next().unwrap_or_default().trim();
+    match base {
+        "application/vnd.kubernetes.protobuf" => crate::rest::protobuf(body),
+        "application/yaml" | "application/apply-patch+yaml" => serde_yaml::from_slice::<Value>(body)
+            .map_err(|e| ApiError::bad_request(format!("the body is not valid YAML: {e}"))),
+        _ => {
+            serde_json::from_slice(body).map_err(|e| ApiError::bad_request(format!("the body is not valid JSON: {e}")))
+        }
+    }
+}
+
+/// Protobuf request bodies (kubectl 1.32's typed commands).
+fn protobuf(body: &[u8]) -> Result<Value, ApiError> {
+    let _ = body;
+    Err(ApiError::new(Reason::UnsupportedMediaType, "protobuf request bodies are not supported yet; send JSON"))
+}
+
+/// Every field of `original` that decoding into the Kubernetes type
+/// dropped, as `spec.foo` paths: what strict field validation refuses.
+pub fn unknown_fields(original: &Value, normalized: &Value, path: &str, out: &mut Vec<String>) {
+    match (original, normalized) {
+        (Value::Object(o), Value::Object(n)) => {
+            for (k, v) in o {
+                let p = if path.is_empty() { k.clone() } else { format!("{path}.{k}") };
+                match n.get(k) {
+                    Some(nv) => unknown_fields(v, nv, &p, out),
+                    None if v.is_null() => {}
+                    None => out.push(p),
+                }
+            }
+        }
+        (Value::Array(o), Value::Array(n)) => {
+            for (i, (ov, nv)) in o.iter().zip(n).enumerate() {
+                unknown_fields(ov, nv, &format!("{path}[{i}]"), out);
+            }
+        }
+        _ => {}
+    }
+}
+
+/// One request on a collection, object or subresource.
+struct Request<'a> {
+    state: &'a RestState,
+    info: &'static ResourceInfo,
+    namespace: &'a str,
+    name: Option<&'a str>,
+    sub: Option<&'a str>,
+    headers: &'a HeaderMap,
+    query: HashMap<String, String>,
+    /// `Warning` headers for the response (`fieldValidation=Warn`).
+    warnings: std::sync::Mutex<Vec<String>>,
+}
+
+impl Request<'_> {
+    fn param(&self, k: &str) -> &str {
+        self.query.get(k).map(String::as_str).unwrap_or("")
+    }
+
+    fn flag(&self, k: &str) -> bool {
+        matches!(self.param(k), "true" | "1")
+    }
+
+    fn dry_run(&self) -> Result<bool, ApiError> {
+        match self.param("dryRun") {
+            "" => Ok(false),
+            "All" => Ok(true),
+            other => {
+                Err(ApiError::bad_request(format!("unsupported dryRun value {other:?}: supported values: \"All\"")))
+            }
+        }
+    }
+
+    fn wants_table(&self) -> bool {
+        self.headers
+            .get(header::ACCEPT)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|a| a.split(',').next().is_some_and(|first| first.contains("as=Table")))
+    }
+
+    fn context(&self) -> Result<Context, ApiError> {
+        Ok(Context { user: self.state.registry.security().authenticate(&credentials(self.headers))? })
+    }
+
+    fn table(&self, objects: &[Value], resource_version: Option<String>, continue_token: Option<String>) -> Value {
+        let include = IncludeObject::from_param(self.query.get("includeObject").map(String::as_str));
+        let mut t = table::table(self.info, objects, include, chrono::Utc::now());
+        let mut metadata = json!({});
+        if let Some(rv) = resource_version {
+            metadata["resourceVersion"] = json!(rv);
+        }
+        if let Some(c) = continue_token.filter(|c| !c.is_empty()) {
+            metadata["continue"] = json!(c);
+        }
+        t["metadata"] = metadata;
+        t
+    }
+
+    fn object_response(&self, status: StatusCode, obj: &Value) -> Response {
+        if self.wants_table() && obj.get("kind").and_then(Value::as_str) == Some(self.info.kind) {
+            let rv = meta::resource_version(obj).map(str::to_string);
+            value_response(status, &self.table(std::slice::from_ref(obj), rv, None))
+        } else {
+            value_response(status, obj)
+        }
+    }
+
+    async fn serve(self, method: &Method, body: Bytes) -> Result<Response, ApiError> {
+        let verb = match (method, self.name, self.flag("watch")) {
+            (&Method::GET, None, true) | (&Method::GET, Some(_), true) => "watch",
+            (&Method::GET, None, false) => "list",
+            (&Method::GET, Some(_), false) => "get",
+            (&Method::POST, _, _) => "create",
+            (&Method::PUT, _, _) => "update",
+            (&Method::PATCH, _, _) => "patch",
+            (&Method::DELETE, _, _) => "delete",
+            _ => {
+                return Err(ApiError::method_not_allowed(format!("{method} is not supported on {}", self.info.plural)))
+            }
+        };
+        let timer = RequestTimer::start(verb, self.info.plural);
+        let result = self.dispatch(verb, body).await;
+        timer.finish(match &result {
+            Ok(r) => r.status().as_u16(),
+            Err(e) => e.code(),
+        });
+        result
+    }
+
+    async fn dispatch(&self, verb: &'static str, body: Bytes) -> Result<Response, ApiError> {
+        let ctx = self.context()?;
+        let registry = &self.state.registry;
+        let info = self.info;
+        let ns = self.namespace;
+        match (verb, self.name, self.sub) {
+            ("list", None, None) => self.list(&ctx).await,
+            ("watch", _, None) => self.watch(&ctx).await,
+            ("get", Some(name), None) => {
+                let obj = registry.get(&ctx, info, ns, name, self.param("resourceVersion")).await?;
+                Ok(self.object_response(StatusCode::OK, &obj))
+            }
+            ("get", Some(name), Some("status")) => {
+                let obj = registry.get(&ctx, info, ns, name, self.param("resourceVersion")).await?;
+                Ok(value_response(StatusCode::OK, &obj))
+            }
+            ("get", Some(name), Some("scale")) => {
+                Ok(value_response(StatusCode::OK, &registry.get_scale(&ctx, info, ns, name).await?))
+            }
+            ("create", None, None) => {
+                let obj = self.checked_body(&body)?;
+                let created = registry.create(&ctx, info, ns, obj, self.dry_run()?).await?;
+                Ok(self.warned(self.object_response(StatusCode::CREATED, &created)))
+            }
+            ("create", Some(name), Some("binding")) if info.kind_id == skiff_api::Kind::Pod => {
+                let binding = decode_body(self.headers, &body)?;
+                Ok(value_response(StatusCode::CREATED, &registry.bind(&ctx, ns, name, &binding).await?))
+            }
+            ("update", Some(name), sub) => {
+                let sub = sub.unwrap_or("");
+                let obj = if sub == "scale" { decode_body(self.headers, &body)? } else { self.checked_body(&body)? };
+                let updated = registry.update(&ctx, info, ns, name, obj, sub, self.dry_run()?).await?;
+                Ok(self.warned(self.object_response(StatusCode::OK, &updated)))
+            }
+            ("patch", Some(name), sub) => {
+                let content_type = self.headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("");
+                let patch_type = PatchType::parse(content_type.split(';').next().unwrap_or_default().trim())?;
+                if body.len() > MAX_BODY {
+                    return Err(ApiError::too_large(format!("Request entity too large: limit is {MAX_BODY}")));
+                }
+                let patched =
+                    registry.patch(&ctx, info, ns, name, patch_type, &body, sub.unwrap_or(""), self.dry_run()?).await?;
+                Ok(self.object_response(StatusCode::OK, &patched))
+            }
+            ("delete", Some(name), None) => {
+                let opts = self.delete_options(&body)?;
+                match registry.delete(&ctx, info, ns, name, &opts).await? {
+                    Deleted::Now(obj) | Deleted::Marked(obj) => Ok(self.object_response(StatusCode::OK, &obj)),
+                }
+            }
+            _ => Err(ApiError::method_not_allowed(format!(
+                "{verb} is not supported on {}{}",
+                info.plural,
+                self.sub.map(|s| format!("/{s}")).unwrap_or_default()
+            ))),
+        }
+    }
+
+    /// The request body, with `fieldValidation=Strict` refusing unknown
+    /// fields (400) and `Warn` reporting them in `Warning` headers.
+    fn checked_body(&self, body: &Bytes) -> Result<Value, ApiError> {
+        let obj = decode_body(self.headers, body)?;
+        let mode = self.param("fieldValidation");
+        if !matches!(mode, "Strict" | "Warn") || !obj.is_object() {
+            return Ok(obj);
+        }
+        let Ok(normalized) = validation::normalize(self.info, &obj) else {
+            // The registry reports the shape error itself.
+            return Ok(obj);
+        };
+        let mut unknown = Vec::new();
+        unknown_fields(&obj, &normalized, "", &mut unknown);
+        // Secrets' stringData is folded into data, not unknown.
+        unknown.retain(|f| !f.starts_with("stringData"));
+        if unknown.is_empty() {
+            return Ok(obj);
+        }
+        let list: Vec<String> = unknown.iter().map(|f| format!("unknown field \"{f}\"")).collect();
+        if mode == "Strict" {
+            return Err(ApiError::bad_request(format!("strict decoding error: {}", list.join(", "))));
+        }
+        self.warnings.lock().expect("warnings lock").extend(list);
+        Ok(obj)
+    }
+
+    fn warned(&self, mut r: Response) -> Response {
+        for w in self.warnings.lock().expect("warnings lock").drain(..) {
+            if let Ok(v) = HeaderValue::from_str(&format!("299 - \"{}\"", w.replace('"', "\\\""))) {
+                r.headers_mut().append(header::WARNING, v);
+            }
+        }
+        r
+    }
+
+    fn delete_options(&self, body: &Bytes) -> Result<DeleteOptions, ApiError> {
+        let b: Value = if body.is_empty() { json!({}) } else { decode_body(self.headers, body)? };
+        let text = |v: &Value| v.as_str().filter(|s| !s.is_empty()).map(str::to_string);
+        let grace = match self.param("gracePeriodSeconds") {
+            "" => b["gracePeriodSeconds"].as_i64(),
+            g => {
+                Some(g.parse::<i64>().map_err(|_| ApiError::bad_request(format!("invalid gracePeriodSeconds {g:?}")))?)
+            }
+        };
+        let dry_run = self.dry_run()? || b["dryRun"].as_array().is_some_and(|a| a.iter().any(|v| v == "All"));
+        let policy = text(&b["propagationPolicy"])
+            .or_else(|| Some(self.param("propagationPolicy").to_string()).filter(|s| !s.is_empty()));
+        let policy = policy.or_else(|| match b["orphanDependents"].as_bool() {
+            Some(true) => Some("Orphan".into()),
+            _ => None,
+        });
+        Ok(DeleteOptions {
+            uid: text(&b["preconditions"]["uid"]),
+            resource_version: text(&b["preconditions"]["resourceVersion"]),
+            propagation_policy: policy,
+            grace_period_seconds: grace,
+            dry_run,
+        })
+    }
+
+    async fn list(&self, ctx: &Context) -> Result<Response, ApiError> {
+        let limit = match self.param("limit") {
+            "" => 0,
+            l => l.parse::<i64>().map_err(|_| ApiError::bad_request(format!("invalid limit {l:?}")))?,
+        };
+        let opts = ListOptions {
+            label_selector: self.param("labelSelector").to_string(),
+            field_selector: self.param("fieldSelector").to_string(),
+            limit,
+            continue_token: self.param("continue").to_string(),
+            resource_version: self.param("resourceVersion").to_string(),
+            resource_version_match: self.param("resourceVersionMatch").to_string(),
+        };
+        let page = self.state.registry.list(ctx, self.info, self.namespace, &opts).await?;
+        if self.wants_table() {
+            let objects: Vec<Value> = page.items.iter().filter_map(|b| serde_json::from_slice(b).ok()).collect();
+            let t = self.table(&objects, Some(page.resource_version.to_string()), page.continue_token);
+            return Ok(value_response(StatusCode::OK, &t));
+        }
+        // Splice the stored bytes: no decode of the items.
+        let mut metadata = json!({"resourceVersion": page.resource_version.to_string()});
+        if let Some(c) = &page.continue_token {
+            metadata["continue"] = json!(c);
+        }
+        if let Some(r) = page.remaining_item_count {
+            metadata["remainingItemCount"] = json!(r);
+        }
+        let head = json!({"kind": self.info.list_kind(), "apiVersion": self.info.api_version(), "metadata": metadata});
+        let head = serde_json::to_vec(&head).expect("JSON values serialize");
+        let size: usize = page.items.iter().map(|i| i.len() + 1).sum();
+        let mut out = Vec::with_capacity(head.len() + size + 16);
+        out.extend_from_slice(&head[..head.len() - 1]);
+        out.extend_from_slice(b",\"items\":[");
+        for (i, item) in page.items.iter().enumerate() {
+            if i > 0 {
+                out.push(b',');
+            }
+            out.extend_from_slice(item);
+        }
+        out.extend_from_slice(b"]}");
+        Ok(json_response(StatusCode::OK, out))
+    }
+
+    async fn watch(&self, ctx: &Context) -> Result<Response, ApiError> {
+        let registry = &self.state.registry;
+        registry.security().authorize(&Attributes {
+            user: &ctx.user,
+            verb: "watch",
+            resource: self.info,
+            subresource: "",
+            namespace: self.namespace,
+            name: self.name.unwrap_or(""),
+        })?;
+        let labels = LabelSelector::parse(self.param("labelSelector"))
+            .map_err(|e| ApiError::bad_request(format!("unable to parse requirement: {e}")))?;
+        let mut field_selector = self.param("fieldSelector").to_string();
+        if let Some(name) = self.name {
+            if !field_selector.is_empty() {
+                field_selector.push(',');
+            }
+            field_selector.push_str(&format!("metadata.name={name}"));
+        }
+        let fields = FieldSelector::parse(&field_selector)
+            .map_err(|e| ApiError::bad_request(format!("invalid field selector: {e}")))?;
+        fields.check_supported(self.info.kind_id).map_err(|e| ApiError::bad_request(e.to_string()))?;
+        let timeout = match self.param("timeoutSeconds") {
+            "" => None,
+            t => Some(Duration::from_secs(
+                t.parse::<u64>().map_err(|_| ApiError::bad_request(format!("invalid timeoutSeconds {t:?}")))?,
+            )),
+        };
+        let filter = Filter {
+            kind: self.info.kind_id,
+            namespace: (self.info.namespaced && !self.namespace.is_empty()).then(|| self.namespace.to_string()),
+            labels,
+            fields,
+        };
+        let opts = WatchOptions {
+            resource_version: self.param("resourceVersion").to_string(),
+            allow_bookmarks: self.flag("allowWatchBookmarks"),
+            send_initial_events: self.flag("sendInitialEvents"),
+            timeout,
+        };
+        let events = match registry.fanout().watch(self.info, filter, opts).await {
+            Ok(rx) => rx,
+            // Kubernetes answers a too-old revision with an ERROR event, not a failed request.
+            Err(e) if crate::watch::is_expired(&e) => {
+                let line = serde_json::to_vec(&json!({"type": "ERROR", "object": e.to_status()})).expect("status");
+                let mut body = line;
+                body.push(b'\n');
+                return Ok(json_response(StatusCode::OK, body));
+            }
+            Err(e) => return Err(e),
+        };
+        let table = self.wants_table();
+        let info = self.info;
+        let include = IncludeObject::from_param(self.query.get("includeObject").map(String::as_str));
+        let stream = tokio_stream::wrappers::ReceiverStream::new(events).map(move |event| {
+            let object: Value = serde_json::from_slice(&event.object).unwrap_or(Value::Null);
+            let object = if table && matches!(event.kind, EventType::Added | EventType::Modified | EventType::Deleted) {
+                let rv = meta::resource_version(&object).map(str::to_string);
+                let mut t = table::table(info, std::slice::from_ref(&object), include, chrono::Utc::now());
+                t["metadata"] = json!({"resourceVersion": rv});
+                t
+            } else {
+                object
+            };
+            let mut line = serde_json::to_vec(&json!({"type": event.kind.as_str(), "object": object})).expect("event");
+            line.push(b'\n');
+            Ok::<_, std::convert::Infallible>(Bytes::from(line))
+        });
+        let mut r = Response::new(Body::from_stream(stream));
+        r.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        r.headers_mut().insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache, private"));
+        Ok(r)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paths_name_collections_objects_and_subresources() {
+        assert_eq!(
+            parse_path("/api/v1/namespaces/default/pods"),
+            Some(Target::Object {
+                group: "",
+                version: "v1",
+                namespace: Some("default"),
+                resource: "pods",
+                name: None,
+                sub: None
+            })
+        );
+        assert_eq!(
+            parse_path("/api/v1/namespaces/kube-system"),
+            Some(Target::Object {
+                group: "",
+                version: "v1",
+                namespace: None,
+                resource: "namespaces",
+                name: Some("kube-system"),
+                sub: None
+            })
+        );
+        assert_eq!(
+            parse_path("/api/v1/namespaces/x/status"),
+            Some(Target::Object {
+                group: "",
+                version: "v1",
+                namespace: None,
+                resource: "namespaces",
+                name: Some("x"),
+                sub: Some("status")
+            })
+        );
+        assert_eq!(
+            parse_path("/apis/apps/v1/namespaces/d/deployments/web/scale"),
+            Some(Target::Object {
+                group: "apps",
+                version: "v1",
+                namespace: Some("d"),
+                resource: "deployments",
+                name: Some("web"),
+                sub: Some("scale")
+            })
+        );
+        assert_eq!(parse_path("/apis/apps/v1"), Some(Target::Resources { group: "apps", version: "v1" }));
+        assert_eq!(
+            parse_path("/api/v1/pods"),
+            Some(Target::Object { group: "", version: "v1", namespace: None, resource: "pods", name: None, sub: None })
+        );
+        assert_eq!(parse_path("/nothing/here"), None);
+    }
+
+    #[test]
+    fn strict_validation_finds_fields_the_type_does_not_have() {
+        let info = resources::of(skiff_api::Kind::ConfigMap);
+        let obj = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a", "colour": "red"}, "data": {"k": "v"}, "extra": 1});
+        let normalized = validation::normalize(info, &obj).unwrap();
+        let mut unknown = Vec::new();
+        unknown_fields(&obj, &normalized, "", &mut unknown);
+        unknown.sort();
+        assert_eq!(unknown, vec!["extra".to_string(), "metadata.colour".to_string()]);
+    }
+
+    #[test]
+    fn query_components_are_percent_decoded() {
+        let uri: Uri = "/api/v1/pods?fieldSelector=metadata.name%3Dweb&labelSelector=a+in+(b)&x=%zz".parse().unwrap();
+        let q = query(&uri);
+        assert_eq!(q["fieldSelector"], "metadata.name=web");
+        assert_eq!(q["labelSelector"], "a in (b)");
+        assert_eq!(q["x"], "%zz");
+    }
+}
