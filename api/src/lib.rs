@@ -16,6 +16,7 @@ pub mod defaults;
 pub mod field;
 pub mod history;
 pub mod meta;
+pub mod patch;
 pub mod resources;
 pub mod selector;
 pub mod status;
