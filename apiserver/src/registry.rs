@@ -106,7 +106,7 @@ impl PatchType {
             "strategic" | "application/strategic-merge-patch+json" => Ok(PatchType::Strategic),
             other => Err(ApiError::new(
                 skiff_api::Reason::UnsupportedMediaType,
-                format!("the patch type {other:?} is not supported; use \"merge\" or \"json\""),
+                format!("the patch type {other:?} is not supported; use \"merge\", \"json\" or \"strategic\""),
             )),
         }
     }
@@ -634,10 +634,8 @@ impl Registry {
                     })?;
                     Ok(doc)
                 }
-                PatchType::Strategic => Err(ApiError::new(
-                    skiff_api::Reason::UnsupportedMediaType,
-                    "strategic merge patch is not supported yet; use a merge or JSON patch",
-                )),
+                PatchType::Strategic => skiff_api::patch::strategic_merge(info.kind_id, doc, &patch)
+                    .map_err(|e| ApiError::bad_request(format!("the strategic merge patch could not be applied: {e}"))),
             }
         };
         if subresource == "scale" {
