@@ -9,6 +9,7 @@
 //! - [`selector`]: label and field selectors: parsing and matching.
 //! - [`table`]: the columns `get` shows per kind (`meta.k8s.io/v1` Table).
 //! - [`status`]: errors as Kubernetes `Status` objects.
+//! - [`protobuf`]: `application/vnd.kubernetes.protobuf` request bodies decoded to JSON.
 
 #![forbid(unsafe_code)]
 
@@ -16,6 +17,7 @@ pub mod defaults;
 pub mod field;
 pub mod history;
 pub mod meta;
+pub mod protobuf;
 pub mod resources;
 pub mod selector;
 pub mod status;
