@@ -9,6 +9,8 @@
 //! - [`selector`]: label and field selectors: parsing and matching.
 //! - [`table`]: the columns `get` shows per kind (`meta.k8s.io/v1` Table).
 //! - [`status`]: errors as Kubernetes `Status` objects.
+//! - [`patch`]: merge and strategic merge patches.
+//! - [`protobuf`]: `application/vnd.kubernetes.protobuf` request bodies decoded to JSON.
 
 #![forbid(unsafe_code)]
 
@@ -17,6 +19,7 @@ pub mod field;
 pub mod history;
 pub mod meta;
 pub mod patch;
+pub mod protobuf;
 pub mod resources;
 pub mod selector;
 pub mod status;
