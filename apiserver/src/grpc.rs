@@ -22,7 +22,7 @@ use tonic::{Request, Response, Status};
 
 use crate::admission::Credentials;
 use crate::metrics::RequestTimer;
-use crate::registry::{Context, DeleteOptions, ListOptions, PatchType, Registry};
+use crate::registry::{Context, DeleteOptions, ListOptions, PatchOptions, PatchType, Registry};
 use crate::watch::{Filter, WatchOptions};
 
 pub struct ResourceService {
@@ -217,7 +217,16 @@ impl Resources for ResourceService {
             let (info, ns) = resource(&r.resource).map_err(|e| (None, e))?;
             let patch_type = PatchType::parse(&r.patch_type).map_err(|e| (Some(info), e))?;
             registry
-                .patch(&ctx, info, &ns, &r.name, patch_type, &r.patch, &r.subresource, r.dry_run)
+                .patch(
+                    &ctx,
+                    info,
+                    &ns,
+                    &r.name,
+                    patch_type,
+                    &r.patch,
+                    &r.subresource,
+                    PatchOptions { dry_run: r.dry_run, strict_fields: false },
+                )
                 .await
                 .map(|v| (info, v))
                 .map_err(|e| (Some(info), e))

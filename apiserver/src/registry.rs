@@ -112,6 +112,39 @@ impl PatchType {
     }
 }
 
+/// How a patch is applied.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct PatchOptions {
+    pub dry_run: bool,
+    /// `fieldValidation=Strict`: a patched object with fields its type does
+    /// not have is refused (400) instead of having them dropped.
+    pub strict_fields: bool,
+}
+
+/// Every field of `original` that decoding into the Kubernetes type
+/// dropped, as `spec.foo` paths: what strict field validation refuses.
+pub fn unknown_fields(original: &Value, normalized: &Value, path: &str, out: &mut Vec<String>) {
+    match (original, normalized) {
+        (Value::Object(o), Value::Object(n)) => {
+            for (k, v) in o {
+                let p = if path.is_empty() { k.clone() } else { format!("{path}.{k}") };
+                match n.get(k) {
+                    Some(nv) => unknown_fields(v, nv, &p, out),
+                    // Nulls, and Secrets' stringData (folded into data), are not unknown.
+                    None if v.is_null() || (path.is_empty() && k == "stringData") => {}
+                    None => out.push(p),
+                }
+            }
+        }
+        (Value::Array(o), Value::Array(n)) => {
+            for (i, (ov, nv)) in o.iter().zip(n).enumerate() {
+                unknown_fields(ov, nv, &format!("{path}[{i}]"), out);
+            }
+        }
+        _ => {}
+    }
+}
+
 /// One entry of an object's history.
 #[derive(Clone, Debug)]
 pub struct HistoryEntry {
@@ -606,8 +639,9 @@ impl Registry {
         patch_type: PatchType,
         patch: &[u8],
         subresource: &str,
-        dry_run: bool,
+        opts: PatchOptions,
     ) -> Result<Value, ApiError> {
+        let dry_run = opts.dry_run;
         let ns = self.scope(info, namespace)?;
         self.authorize(ctx, "patch", info, subresource, ns.unwrap_or(""), name)?;
         if !subresource.is_empty() && !info.has_subresource(subresource) {
@@ -656,8 +690,17 @@ impl Registry {
                     ));
                 }
             }
-            let patched = validation::normalize(info, &patched)
+            let normalized = validation::normalize(info, &patched)
                 .map_err(|e| ApiError::bad_request(format!("invalid {} after patching: {e}", info.kind)))?;
+            if opts.strict_fields {
+                let mut unknown = Vec::new();
+                unknown_fields(&patched, &normalized, "", &mut unknown);
+                if !unknown.is_empty() {
+                    let list: Vec<String> = unknown.iter().map(|f| format!("unknown field \"{f}\"")).collect();
+                    return Err(ApiError::bad_request(format!("strict decoding error: {}", list.join(", "))));
+                }
+            }
+            let patched = normalized;
             if meta::name(&patched) != meta::name(current) {
                 return Err(ApiError::bad_request("a patch may not change the name of the object"));
             }

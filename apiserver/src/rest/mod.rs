@@ -29,7 +29,9 @@ use skiff_api::{meta, validation, ApiError, Reason};
 
 use crate::admission::{Attributes, Credentials};
 use crate::metrics::RequestTimer;
-use crate::registry::{Context, DeleteOptions, Deleted, ListOptions, PatchType, Registry};
+use crate::registry::{
+    unknown_fields, Context, DeleteOptions, Deleted, ListOptions, PatchOptions, PatchType, Registry,
+};
 use crate::watch::{EventType, Filter, WatchOptions};
 
 /// Request bodies larger than this are refused before decoding (413).
@@ -327,33 +329,15 @@ fn decode_body(headers: &HeaderMap, body: &Bytes) -> Result<Value, ApiError> {
     }
 }
 
-/// Protobuf request bodies (kubectl 1.32's typed commands).
+/// Protobuf request bodies (kubectl 1.32's typed commands), as JSON.
 fn protobuf(body: &[u8]) -> Result<Value, ApiError> {
-    let _ = body;
-    Err(ApiError::new(Reason::UnsupportedMediaType, "protobuf request bodies are not supported yet; send JSON"))
-}
-
-/// Every field of `original` that decoding into the Kubernetes type
-/// dropped, as `spec.foo` paths: what strict field validation refuses.
-pub fn unknown_fields(original: &Value, normalized: &Value, path: &str, out: &mut Vec<String>) {
-    match (original, normalized) {
-        (Value::Object(o), Value::Object(n)) => {
-            for (k, v) in o {
-                let p = if path.is_empty() { k.clone() } else { format!("{path}.{k}") };
-                match n.get(k) {
-                    Some(nv) => unknown_fields(v, nv, &p, out),
-                    None if v.is_null() => {}
-                    None => out.push(p),
-                }
-            }
+    use skiff_api::protobuf::{decode, ProtobufError};
+    decode(body).map_err(|e| match e {
+        ProtobufError::UnsupportedKind { .. } | ProtobufError::UnsupportedEncoding { .. } => {
+            ApiError::new(Reason::UnsupportedMediaType, e.to_string())
         }
-        (Value::Array(o), Value::Array(n)) => {
-            for (i, (ov, nv)) in o.iter().zip(n).enumerate() {
-                unknown_fields(ov, nv, &format!("{path}[{i}]"), out);
-            }
-        }
-        _ => {}
-    }
+        other => ApiError::bad_request(format!("the protobuf body could not be decoded: {other}")),
+    })
 }
 
 /// One request on a collection, object or subresource.
@@ -484,8 +468,9 @@ impl Request<'_> {
                 if body.len() > MAX_BODY {
                     return Err(ApiError::too_large(format!("Request entity too large: limit is {MAX_BODY}")));
                 }
-                let patched =
-                    registry.patch(&ctx, info, ns, name, patch_type, &body, sub.unwrap_or(""), self.dry_run()?).await?;
+                let opts =
+                    PatchOptions { dry_run: self.dry_run()?, strict_fields: self.param("fieldValidation") == "Strict" };
+                let patched = registry.patch(&ctx, info, ns, name, patch_type, &body, sub.unwrap_or(""), opts).await?;
                 Ok(self.object_response(StatusCode::OK, &patched))
             }
             ("delete", Some(name), None) => {
@@ -516,8 +501,6 @@ impl Request<'_> {
         };
         let mut unknown = Vec::new();
         unknown_fields(&obj, &normalized, "", &mut unknown);
-        // Secrets' stringData is folded into data, not unknown.
-        unknown.retain(|f| !f.starts_with("stringData"));
         if unknown.is_empty() {
             return Ok(obj);
         }
@@ -748,6 +731,37 @@ mod tests {
         unknown_fields(&obj, &normalized, "", &mut unknown);
         unknown.sort();
         assert_eq!(unknown, vec!["extra".to_string(), "metadata.colour".to_string()]);
+    }
+
+    proptest::proptest! {
+        /// Whatever the body and its declared type, decoding answers with a
+        /// value or an error, and strict validation never panics on it.
+        #[test]
+        fn no_body_makes_decoding_panic(body in proptest::collection::vec(proptest::num::u8::ANY, 0..512), kind in 0usize..4) {
+            let content_type = ["application/json", "application/yaml", "application/vnd.kubernetes.protobuf", "text/plain"][kind];
+            let mut headers = HeaderMap::new();
+            headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+            if let Ok(v) = decode_body(&headers, &Bytes::from(body)) {
+                for info in resources::catalog() {
+                    if let Ok(n) = validation::normalize(info, &v) {
+                        unknown_fields(&v, &n, "", &mut Vec::new());
+                    }
+                }
+            }
+        }
+
+        #[test]
+        fn no_json_object_makes_strict_validation_panic(text in "\\{\"(apiVersion|kind|metadata|spec|data)\":[\\[\\]{}0-9a-z\",:]{0,64}\\}") {
+            let mut headers = HeaderMap::new();
+            headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+            if let Ok(v) = decode_body(&headers, &Bytes::from(text)) {
+                for info in resources::catalog() {
+                    if let Ok(n) = validation::normalize(info, &v) {
+                        unknown_fields(&v, &n, "", &mut Vec::new());
+                    }
+                }
+            }
+        }
     }
 
     #[test]

@@ -1,0 +1,246 @@
+//! The real kubectl 1.32 against a real 3-master cluster, once through a
+//! follower and once through the leader: every command a user reaches for
+//! first, each with a fresh `--cache-dir`, asserting on kubectl's own output
+//! and exit code.
+
+mod support;
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use support::*;
+
+fn kubectl(server: &str, args: &[&str]) -> Output {
+    let cache = tempfile::tempdir().unwrap();
+    Command::new("kubectl")
+        .args(["--server", &format!("http://{server}"), "--cache-dir"])
+        .arg(cache.path())
+        .args(args)
+        .output()
+        .expect("kubectl is installed (make test installs what is missing)")
+}
+
+fn kubectl_stdin(server: &str, args: &[&str], stdin: &str) -> Output {
+    use std::io::Write;
+    let cache = tempfile::tempdir().unwrap();
+    let mut child = Command::new("kubectl")
+        .args(["--server", &format!("http://{server}"), "--cache-dir"])
+        .arg(cache.path())
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(stdin.as_bytes()).unwrap();
+    child.wait_with_output().unwrap()
+}
+
+#[track_caller]
+fn ok(o: Output) -> String {
+    assert!(
+        o.status.success(),
+        "kubectl failed ({}):\nstdout: {}\nstderr: {}",
+        o.status,
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+#[track_caller]
+fn fails(o: Output) -> String {
+    assert!(!o.status.success(), "kubectl should have failed: {}", String::from_utf8_lossy(&o.stdout));
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+fn deployment(ns: &str, image: &str, env: &[(&str, &str)]) -> String {
+    let env: Vec<String> = env.iter().map(|(k, v)| format!("{{name: {k}, value: \"{v}\"}}")).collect();
+    format!(
+        "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: web\n  namespace: {ns}\n  labels: {{app: web}}\nspec:\n  \
+         replicas: 2\n  selector: {{matchLabels: {{app: web}}}}\n  template:\n    metadata: {{labels: {{app: web}}}}\n    spec:\n      \
+         containers:\n      - name: web\n        image: {image}\n        ports: [{{containerPort: 80}}]\n        env: [{}]\n",
+        env.join(", ")
+    )
+}
+
+async fn must_ready(server: &str) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !String::from_utf8_lossy(&kubectl(server, &["get", "ns", "default", "-o", "name"]).stdout).contains("default")
+    {
+        assert!(Instant::now() < deadline, "namespace default never appeared");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Every command, against `server`, in namespace `ns`.
+async fn exercise(server: &str, ns: &str) {
+    must_ready(server).await;
+    let out = ok(kubectl(server, &["version"]));
+    assert!(out.contains("Server Version: v1.32"), "{out}");
+    let out = ok(kubectl(server, &["api-versions"]));
+    assert!(out.lines().any(|l| l == "apps/v1") && out.lines().any(|l| l == "v1"), "{out}");
+    let out = ok(kubectl(server, &["api-resources"]));
+    assert!(out.contains("deployments") && out.contains("deploy") && out.contains("apps/v1"), "{out}");
+
+    // create namespace / configmap / secret / deployment send protobuf bodies.
+    assert_eq!(ok(kubectl(server, &["create", "namespace", ns])), format!("namespace/{ns} created\n"));
+    let n = ["-n", ns];
+    let with = |args: &[&str]| -> Vec<String> { args.iter().chain(n.iter()).map(|s| s.to_string()).collect() };
+    let run = |args: Vec<String>| kubectl(server, &args.iter().map(String::as_str).collect::<Vec<_>>());
+    assert_eq!(ok(run(with(&["create", "configmap", "cfg", "--from-literal=mode=fast"]))), "configmap/cfg created\n");
+    assert_eq!(
+        ok(run(with(&["create", "secret", "generic", "pw", "--from-literal=pw=s3cret"]))),
+        "secret/pw created\n"
+    );
+    let secret = ok(run(with(&["get", "secret", "pw", "-o", "jsonpath={.data.pw}"])));
+    assert_eq!(secret, "czNjcmV0", "base64 of s3cret");
+    assert_eq!(
+        ok(run(with(&["create", "deployment", "made", "--image=nginx:1.27", "--replicas=2"]))),
+        "deployment.apps/made created\n"
+    );
+    assert_eq!(ok(run(with(&["create", "serviceaccount", "robot"]))), "serviceaccount/robot created\n");
+    assert_eq!(ok(kubectl(server, &["auth", "can-i", "create", "pods", "-n", ns])), "yes\n");
+
+    // create -f, then apply: first, unchanged, changed (strategic merge patch).
+    let pod = format!(
+        "apiVersion: v1\nkind: Pod\nmetadata: {{name: web-1, namespace: {ns}, labels: {{app: web}}}}\nspec:\n  containers:\n  \
+         - {{name: web, image: nginx:1.27}}\n"
+    );
+    assert_eq!(ok(kubectl_stdin(server, &["create", "-f", "-"], &pod)), "pod/web-1 created\n");
+    let err = fails(kubectl_stdin(server, &["create", "-f", "-"], &pod));
+    assert!(
+        err.contains("Error from server (AlreadyExists)") && err.contains("pods \"web-1\" already exists"),
+        "{err}"
+    );
+    let v1 = deployment(ns, "nginx:1.26", &[("MODE", "a"), ("KEEP", "b")]);
+    assert_eq!(ok(kubectl_stdin(server, &["apply", "-f", "-"], &v1)), "deployment.apps/web created\n");
+    assert_eq!(ok(kubectl_stdin(server, &["apply", "-f", "-"], &v1)), "deployment.apps/web unchanged\n");
+    let v2 = deployment(ns, "nginx:1.27", &[("MODE", "a")]);
+    assert_eq!(ok(kubectl_stdin(server, &["apply", "-f", "-"], &v2)), "deployment.apps/web configured\n");
+    let env =
+        ok(run(with(&["get", "deploy", "web", "-o", "jsonpath={.spec.template.spec.containers[0].env[*].name}"])));
+    assert_eq!(env, "MODE", "the env var dropped from the manifest is gone");
+    let image = ok(run(with(&["get", "deploy", "web", "-o", "jsonpath={.spec.template.spec.containers[0].image}"])));
+    assert_eq!(image, "nginx:1.27");
+    let unknown = v2.replace("  replicas: 2\n", "  replicas: 2\n  colour: blue\n");
+    let err = fails(kubectl_stdin(server, &["apply", "-f", "-"], &unknown));
+    assert!(err.contains("unknown field") && err.contains("colour"), "{err}");
+
+    // get in every output format.
+    let out = ok(run(with(&["get", "pods"])));
+    let header: Vec<&str> = out.lines().next().unwrap().split_whitespace().collect();
+    assert_eq!(header, ["NAME", "READY", "STATUS", "RESTARTS", "AGE"], "{out}");
+    assert!(out.contains("web-1") && out.contains("Pending"), "{out}");
+    let out = ok(run(with(&["get", "pods", "-o", "wide"])));
+    assert!(out.contains("NODE") && out.contains("NOMINATED NODE"), "{out}");
+    let out = ok(run(with(&["get", "pod", "web-1", "-o", "yaml"])));
+    assert!(out.contains("kind: Pod") && out.contains("name: web-1") && out.contains("uid:"), "{out}");
+    let out = ok(run(with(&["get", "pod", "web-1", "-o", "json"])));
+    let pod_json: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(pod_json["spec"]["containers"][0]["image"], "nginx:1.27");
+    assert_eq!(ok(run(with(&["get", "pods", "-o", "name"]))), "pod/web-1\n");
+    assert_eq!(ok(run(with(&["get", "pod", "web-1", "-o", "jsonpath={.metadata.labels.app}"]))), "web");
+    assert_eq!(ok(run(with(&["get", "deploy", "-l", "app=web", "-o", "name"]))), "deployment.apps/web\n");
+    assert_eq!(ok(run(with(&["get", "pods", "--field-selector", "metadata.name=web-1", "-o", "name"]))), "pod/web-1\n");
+    let out = ok(kubectl(server, &["get", "pods", "-A"]));
+    assert!(out.starts_with("NAMESPACE") && out.lines().any(|l| l.starts_with(ns) && l.contains("web-1")), "{out}");
+    let out = ok(run(with(&["get", "pods", "--show-labels"])));
+    assert!(out.contains("LABELS") && out.contains("app=web"), "{out}");
+    let empty = run(with(&["get", "jobs"]));
+    assert!(empty.status.success());
+    assert_eq!(String::from_utf8_lossy(&empty.stderr).trim(), format!("No resources found in {ns} namespace."));
+    let err = fails(run(with(&["get", "pod", "nope"])));
+    assert_eq!(err.trim(), "Error from server (NotFound): pods \"nope\" not found");
+    let err = fails(kubectl(server, &["get", "widgets"]));
+    assert!(err.contains("the server doesn't have a resource type \"widgets\""), "{err}");
+
+    // describe
+    let out = ok(run(with(&["describe", "pod", "web-1"])));
+    assert!(out.contains("Name:") && out.contains("web-1") && out.contains("nginx:1.27"), "{out}");
+    let out = ok(run(with(&["describe", "deployment", "web"])));
+    assert!(out.contains("Replicas:") && out.contains("StrategyType:"), "{out}");
+
+    // label, annotate, scale, patch (merge, json, strategic)
+    assert_eq!(ok(run(with(&["label", "pod", "web-1", "tier=fe"]))), "pod/web-1 labeled\n");
+    assert_eq!(ok(run(with(&["annotate", "pod", "web-1", "note=hi"]))), "pod/web-1 annotated\n");
+    assert_eq!(
+        ok(run(with(&["get", "pod", "web-1", "-o", "jsonpath={.metadata.labels.tier}/{.metadata.annotations.note}"]))),
+        "fe/hi"
+    );
+    assert_eq!(ok(run(with(&["label", "pod", "web-1", "tier-"]))), "pod/web-1 unlabeled\n");
+    assert_eq!(ok(run(with(&["scale", "deployment", "web", "--replicas=5"]))), "deployment.apps/web scaled\n");
+    assert_eq!(ok(run(with(&["get", "deploy", "web", "-o", "jsonpath={.spec.replicas}"]))), "5");
+    ok(run(with(&["patch", "deploy", "web", "--type", "merge", "-p", r#"{"spec":{"replicas":3}}"#])));
+    ok(run(with(&[
+        "patch",
+        "deploy",
+        "web",
+        "--type",
+        "json",
+        "-p",
+        r#"[{"op":"replace","path":"/spec/replicas","value":4}]"#,
+    ])));
+    ok(run(with(&[
+        "patch",
+        "deploy",
+        "web",
+        "-p",
+        r#"{"spec":{"template":{"spec":{"containers":[{"name":"web","image":"nginx:1.28"}]}}}}"#,
+    ])));
+    let out = ok(run(with(&["get", "deploy", "web", "-o", "jsonpath={.spec.replicas} {.spec.template.spec.containers[0].image} {.spec.template.spec.containers[0].ports[0].containerPort}"])));
+    assert_eq!(out, "4 nginx:1.28 80", "the strategic patch merged the container by name");
+
+    // replace with the resourceVersion from a GET; a stale one conflicts.
+    let live = ok(run(with(&["get", "configmap", "cfg", "-o", "json"])));
+    let mut cm: serde_json::Value = serde_json::from_str(&live).unwrap();
+    cm["data"]["mode"] = serde_json::json!("slow");
+    assert_eq!(ok(kubectl_stdin(server, &["replace", "-f", "-"], &cm.to_string())), "configmap/cfg replaced\n");
+    cm["data"]["mode"] = serde_json::json!("stale");
+    let err = fails(kubectl_stdin(server, &["replace", "-f", "-"], &cm.to_string()));
+    assert!(err.contains("Error from server (Conflict)"), "{err}");
+
+    // run, get -w, delete (waits for the object to be gone).
+    assert_eq!(ok(run(with(&["run", "shell", "--image=busybox", "--restart=Never"]))), "pod/shell created\n");
+    let cache = tempfile::tempdir().unwrap();
+    let mut watch = Command::new("kubectl")
+        .args(["--server", &format!("http://{server}"), "--cache-dir"])
+        .arg(cache.path())
+        .args(["get", "configmaps", "-w", "-n", ns])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(watch.stdout.take().unwrap()).lines();
+    let header = lines.next().unwrap().unwrap();
+    assert!(header.starts_with("NAME"), "{header}");
+    assert!(lines.next().unwrap().unwrap().starts_with("cfg"), "the list comes first");
+    ok(run(with(&["create", "configmap", "watched", "--from-literal=a=b"])));
+    let line = lines.next().unwrap().unwrap();
+    assert!(line.starts_with("watched"), "the watch shows the new object: {line}");
+    watch.kill().unwrap();
+    let _ = watch.wait();
+    assert_eq!(ok(run(with(&["delete", "pod", "shell"]))), "pod \"shell\" deleted\n");
+    assert_eq!(
+        ok(run(with(&["delete", "deployment", "web", "--cascade=background"]))),
+        "deployment.apps \"web\" deleted\n"
+    );
+    let err = fails(run(with(&["get", "deployment", "web"])));
+    assert!(err.contains("NotFound"), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_works_against_a_follower() {
+    let cluster = Cluster::spawn(3).await;
+    let leader = cluster.must_leader().await;
+    let follower = cluster.members.values().find(|m| m.id != leader).unwrap();
+    exercise(&follower.http, "via-follower").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_works_against_the_leader() {
+    let cluster = Cluster::spawn(3).await;
+    let leader = cluster.must_leader().await;
+    exercise(&cluster.members[&leader].http, "via-leader").await;
+}

@@ -1,0 +1,30 @@
+//! The official Python Kubernetes client (`kubernetes` from PyPI, installed
+//! by `make test`) against a real 3-master cluster, through a follower:
+//! list, watch from a resourceVersion, create, patch, delete.
+
+mod support;
+
+use std::process::Command;
+
+use support::*;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_python_kubernetes_client_lists_watches_creates_patches_and_deletes() {
+    let cluster = Cluster::spawn(3).await;
+    let leader = cluster.must_leader().await;
+    let follower = cluster.members.values().find(|m| m.id != leader).unwrap();
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/python/client_check.py");
+    let out = Command::new("python3")
+        .arg(script)
+        .arg(format!("http://{}", follower.http))
+        .arg("python")
+        .output()
+        .expect("python3 runs");
+    assert!(
+        out.status.success(),
+        "the Python client check failed:\nstdout: {}\nstderr: {}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "ok");
+}
