@@ -101,6 +101,9 @@ async fn exercise(server: &str, ns: &str) {
         "deployment.apps/made created\n"
     );
     assert_eq!(ok(run(with(&["create", "serviceaccount", "robot"]))), "serviceaccount/robot created\n");
+    let out = ok(run(with(&["create", "configmap", "dry", "--from-literal=a=b", "--dry-run=server"])));
+    assert_eq!(out, "configmap/dry created (server dry run)\n");
+    assert!(fails(run(with(&["get", "configmap", "dry"]))).contains("NotFound"), "a dry run writes nothing");
     assert_eq!(ok(kubectl(server, &["auth", "can-i", "create", "pods", "-n", ns])), "yes\n");
 
     // create -f, then apply: first, unchanged, changed (strategic merge patch).
