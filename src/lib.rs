@@ -1,7 +1,8 @@
 //! The `skiff` package: thin binaries over the workspace's libraries.
 //!
 //! # Layout
-//! - [`up`]: `skiff up`, a local cluster of apiserver processes on loopback.
+//! - [`up`]: `skiff up`, a local cluster of master processes on loopback,
+//!   with a kubeconfig and a live status line.
 //! - [`ctl`]: `skiffctl`, the user CLI (gRPC only; links no RocksDB code).
 //! - [`objects`]: `skiffctl`'s Kubernetes object commands.
 
