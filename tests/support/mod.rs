@@ -13,6 +13,8 @@ use skiff_proto::etcdserverpb::maintenance_client::MaintenanceClient;
 use skiff_proto::etcdserverpb::StatusRequest;
 use tonic::transport::{Channel, Endpoint};
 
+pub mod netns;
+
 pub const SKIFF: &str = env!("CARGO_BIN_EXE_skiff");
 
 /// A free loopback port for a member to listen on. Taken below Linux's
@@ -40,6 +42,8 @@ pub struct Member {
     pub data_dir: PathBuf,
     pub log: PathBuf,
     pub child: Option<Child>,
+    /// The network namespace the member runs in, if not the test's own.
+    pub netns: Option<String>,
 }
 
 impl Member {
@@ -52,11 +56,34 @@ impl Member {
             data_dir: root.join(format!("member-{id}")),
             log: root.join(format!("member-{id}.log")),
             child: None,
+            netns: None,
+        }
+    }
+
+    /// A member in network namespace `ns` at `addr`, on the standard ports.
+    fn in_netns(root: &std::path::Path, id: u64, ns: &str, addr: &str) -> Member {
+        Member {
+            id,
+            client: format!("{addr}:2379"),
+            peer: format!("{addr}:2380"),
+            http: format!("{addr}:6443"),
+            data_dir: root.join(format!("member-{id}")),
+            log: root.join(format!("member-{id}.log")),
+            child: None,
+            netns: Some(ns.to_string()),
         }
     }
 
     fn command(&self) -> Command {
-        let mut cmd = Command::new(SKIFF);
+        let mut cmd = match &self.netns {
+            // `ip netns exec` execs the member in place: its pid is the member's.
+            Some(ns) => {
+                let mut c = Command::new("ip");
+                c.args(["netns", "exec", ns, SKIFF]);
+                c
+            }
+            None => Command::new(SKIFF),
+        };
         cmd.arg("apiserver")
             .args(["--id", &self.id.to_string()])
             .arg("--data-dir")
@@ -93,6 +120,46 @@ impl Cluster {
         }
         cluster.must_leader().await;
         cluster
+    }
+
+    /// Starts `n` founding members, each in its own network namespace of
+    /// `net` (which must have namespaces for ids 1..=n), with `extra_args`.
+    pub async fn spawn_in(net: &netns::Network, n: u64, extra_args: &[&str]) -> Cluster {
+        let root = tempfile::tempdir().unwrap();
+        let members: BTreeMap<u64, Member> = (1..=n)
+            .map(|id| (id, Member::in_netns(root.path(), id, net.namespace(id), net.address(id))))
+            .collect();
+        let initial = members.values().map(|m| format!("{}={}", m.id, m.peer)).collect::<Vec<_>>().join(",");
+        let extra_args = extra_args.iter().map(|s| s.to_string()).collect();
+        let mut cluster = Cluster { root, members, initial, extra_args };
+        for id in 1..=n {
+            cluster.start(id);
+        }
+        cluster.must_leader().await;
+        cluster
+    }
+
+    /// Sends `signal` (`STOP`, `CONT`, `TERM`) to member `id`.
+    pub fn signal(&self, id: u64, signal: &str) {
+        if let Some(c) = &self.members[&id].child {
+            let _ = Command::new("kill").args([&format!("-{signal}"), &c.id().to_string()]).status();
+        }
+    }
+
+    /// Waits for member `id` to exit after a SIGTERM (killing it after 10 s).
+    pub fn stop(&mut self, id: u64) {
+        self.signal(id, "TERM");
+        if let Some(mut c) = self.members.get_mut(&id).unwrap().child.take() {
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while c.try_wait().ok().flatten().is_none() {
+                if Instant::now() > deadline {
+                    let _ = c.kill();
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            let _ = c.wait();
+        }
     }
 
     /// Starts (or restarts) member `id` as a founding member.
