@@ -1,6 +1,8 @@
 //! The `skiff` package: thin binaries over the workspace's libraries.
 //!
 //! # Layout
+//! - [`server`]: `skiff server`, a whole master host in one process,
+//!   configured by flags or a YAML file.
 //! - [`up`]: `skiff up`, a local cluster of master processes on loopback,
 //!   with a kubeconfig and a live status line.
 //! - [`ctl`]: `skiffctl`, the user CLI (gRPC only; links no RocksDB code).
@@ -8,6 +10,7 @@
 
 pub mod ctl;
 pub mod objects;
+pub mod server;
 pub mod up;
 
 /// Parses a duration given as `500ms`, `2s`, `10m` or a bare number of

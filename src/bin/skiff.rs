@@ -1,11 +1,12 @@
-//! `skiff`: the server binary. Subcommands run one process role each.
+//! `skiff`: the server binary. Subcommands run one process role each;
+//! `skiff server` runs a whole master host, `skiff up` a local cluster.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, CommandFactory, Parser, Subcommand};
 use skiff::parse_duration;
 use skiff_apiserver::ApiserverConfig;
 use skiff_raft_store::StoreConfig;
@@ -21,8 +22,23 @@ struct Cli {
 enum Command {
     /// Run one master replica: Raft member, MVCC store and APIs.
     Apiserver(Box<ApiserverArgs>),
+    /// Run a whole master host in one process (today the apiserver; the
+    /// controller manager and scheduler beside it once they exist).
+    Server(Box<ServerArgs>),
     /// Run a local cluster of masters on loopback in the foreground (Ctrl-C stops it).
     Up(skiff::up::UpArgs),
+}
+
+/// `skiff server`: the apiserver's flags, which a YAML file may also set.
+#[derive(Args)]
+#[command(args_override_self = true)]
+struct ServerArgs {
+    /// YAML file of settings keyed by long flag name (`data-dir: /var/lib/skiff`);
+    /// flags on the command line override it [default: /etc/skiff/config.yaml if it exists]
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
+    #[command(flatten)]
+    apiserver: ApiserverArgs,
 }
 
 #[derive(Args)]
@@ -45,7 +61,7 @@ struct ApiserverArgs {
     /// etcd-compatible gRPC listener.
     #[arg(long, default_value = "127.0.0.1:2379")]
     client_listen: String,
-    /// HTTP listener: /healthz, /readyz, /metrics.
+    /// HTTP listener: the Kubernetes REST API (kubectl), /healthz, /readyz, /metrics.
     #[arg(long, default_value = "127.0.0.1:6443")]
     http_listen: String,
     /// Founding members of a new cluster: `1=HOST:PEERPORT,2=HOST:PEERPORT,...`.
@@ -164,13 +180,25 @@ fn main() -> ExitCode {
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
-    let cli = Cli::parse();
+    let command = Cli::command();
+    let server = command.find_subcommand("server").expect("`server` is a subcommand");
+    let cli = match skiff::server::argv_with_config(std::env::args_os().collect(), server) {
+        Ok(argv) => Cli::parse_from(argv),
+        Err(e) => {
+            eprintln!("skiff: {e}");
+            return ExitCode::from(2);
+        }
+    };
     let runtime = tokio::runtime::Runtime::new().expect("cannot start the tokio runtime");
     let result = runtime.block_on(async move {
         match cli.command {
             Command::Apiserver(args) => {
                 let config = (*args).into_config()?;
                 skiff_apiserver::run(config, shutdown_signal()).await.map_err(|e| e.to_string())
+            }
+            Command::Server(args) => {
+                let config = args.apiserver.into_config()?;
+                skiff::server::run(config, shutdown_signal()).await.map_err(|e| e.to_string())
             }
             Command::Up(args) => skiff::up::run(args).await,
         }

@@ -1,0 +1,203 @@
+//! `skiff server`: a whole master host in one process, the way k3s users
+//! expect: `skiff apiserver`'s flags, optionally read from a YAML file.
+//!
+//! The config file (`--config FILE`, else [`DEFAULT_CONFIG`] when it
+//! exists) maps long flag names to values (`data-dir: /var/lib/skiff`). Its
+//! settings are spliced into the command line right after `server`, so
+//! clap parses one command line and a flag given there overrides the file
+//! (the subcommand lets a later occurrence of a flag replace an earlier
+//! one). A list value is joined with commas (`initial-cluster: [1=..,
+//! 2=..]`).
+//!
+//! [`run`] then runs the master's components in this process until shutdown.
+
+use std::ffi::{OsStr, OsString};
+use std::future::Future;
+use std::path::{Path, PathBuf};
+
+use serde_yaml::Value;
+use skiff_apiserver::{ApiserverConfig, RunError};
+
+/// Where k3s users expect a server's configuration.
+pub const DEFAULT_CONFIG: &str = "/etc/skiff/config.yaml";
+
+/// A config file that cannot be used; each names the file.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("config file {path}: {source}")]
+    Read { path: PathBuf, source: std::io::Error },
+    #[error("config file {path}: not YAML: {reason}")]
+    Parse { path: PathBuf, reason: String },
+    #[error("config file {path}: expected a mapping of flag names to values")]
+    NotAMapping { path: PathBuf },
+    #[error("config file {path}: unknown key {key:?} (keys are `skiff server` flags without the dashes: {known})")]
+    UnknownKey { path: PathBuf, key: String, known: String },
+    #[error("config file {path}: key {key:?}: {reason}")]
+    BadValue { path: PathBuf, key: String, reason: String },
+}
+
+/// The config file named by `--config FILE` or `--config=FILE` among `args`.
+fn config_flag(args: &[OsString]) -> Option<PathBuf> {
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        if a == "--" {
+            return None;
+        }
+        if a == "--config" {
+            return it.next().map(PathBuf::from);
+        }
+        if let Some(path) = a.to_str().and_then(|s| s.strip_prefix("--config=")) {
+            return Some(PathBuf::from(path));
+        }
+    }
+    None
+}
+
+/// `argv` (the whole command line, program name first) with the config
+/// file's settings inserted after `server`. Any other command line is
+/// returned unchanged. `server` is the subcommand's clap definition: the
+/// file may only set its flags.
+pub fn argv_with_config(argv: Vec<OsString>, server: &clap::Command) -> Result<Vec<OsString>, ConfigError> {
+    if argv.get(1).map(OsString::as_os_str) != Some(OsStr::new("server")) {
+        return Ok(argv);
+    }
+    let path = match config_flag(&argv[2..]) {
+        Some(p) => p,
+        None if Path::new(DEFAULT_CONFIG).exists() => PathBuf::from(DEFAULT_CONFIG),
+        None => return Ok(argv),
+    };
+    let text = std::fs::read_to_string(&path).map_err(|source| ConfigError::Read { path: path.clone(), source })?;
+    let settings = config_args(&path, &text, server)?;
+    let mut out = argv;
+    out.splice(2..2, settings);
+    Ok(out)
+}
+
+/// The flags a config file's `text` stands for, as `--name=value`.
+pub fn config_args(path: &Path, text: &str, server: &clap::Command) -> Result<Vec<OsString>, ConfigError> {
+    let doc: Value = serde_yaml::from_str(text)
+        .map_err(|e| ConfigError::Parse { path: path.to_path_buf(), reason: e.to_string() })?;
+    let map = match doc {
+        Value::Null => return Ok(Vec::new()),
+        Value::Mapping(m) => m,
+        _ => return Err(ConfigError::NotAMapping { path: path.to_path_buf() }),
+    };
+    let settable = |a: &&clap::Arg| a.get_long().is_some_and(|l| !matches!(l, "config" | "help" | "version"));
+    let mut out = Vec::new();
+    for (key, value) in map {
+        let bad = |key: &str, reason: &str| ConfigError::BadValue {
+            path: path.to_path_buf(),
+            key: key.to_string(),
+            reason: reason.to_string(),
+        };
+        let key = match key {
+            Value::String(k) => k,
+            other => return Err(bad(&format!("{other:?}"), "keys are flag names")),
+        };
+        let Some(arg) = server.get_arguments().filter(settable).find(|a| a.get_long() == Some(key.as_str())) else {
+            let known: Vec<&str> = server.get_arguments().filter(settable).filter_map(|a| a.get_long()).collect();
+            return Err(ConfigError::UnknownKey { path: path.to_path_buf(), key, known: known.join(", ") });
+        };
+        let value = match value {
+            Value::Sequence(items) => {
+                let items: Result<Vec<String>, _> = items.iter().map(scalar).collect();
+                items.map_err(|r| bad(&key, &r))?.join(",")
+            }
+            other => scalar(&other).map_err(|r| bad(&key, &r))?,
+        };
+        if !arg.get_action().takes_values() {
+            // A switch: `true` sets it, `false` leaves it off.
+            match value.as_str() {
+                "true" => out.push(OsString::from(format!("--{key}"))),
+                "false" => {}
+                _ => return Err(bad(&key, "is a switch: true or false")),
+            }
+            continue;
+        }
+        // `--name=value`, so that a value starting with a dash stays a value.
+        out.push(OsString::from(format!("--{key}={value}")));
+    }
+    Ok(out)
+}
+
+fn scalar(v: &Value) -> Result<String, String> {
+    match v {
+        Value::String(s) => Ok(s.clone()),
+        Value::Number(n) => Ok(n.to_string()),
+        Value::Bool(b) => Ok(b.to_string()),
+        Value::Null => Err("has no value".into()),
+        _ => Err("must be a string, a number, a boolean or a list of those".into()),
+    }
+}
+
+/// Runs a master host's components in this process until `shutdown`.
+///
+/// Today that is the apiserver alone. The controller manager and the
+/// scheduler start here beside it once they exist, as tasks of this
+/// process that talk gRPC to this apiserver's client address
+/// (`config.client_listen`) and stop on the same shutdown.
+pub async fn run(config: ApiserverConfig, shutdown: impl Future<Output = ()> + Send + 'static) -> Result<(), RunError> {
+    skiff_apiserver::run(config, shutdown).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::{Arg, ArgAction, Command};
+
+    fn server() -> Command {
+        Command::new("server")
+            .arg(Arg::new("id").long("id"))
+            .arg(Arg::new("data_dir").long("data-dir"))
+            .arg(Arg::new("initial_cluster").long("initial-cluster"))
+            .arg(Arg::new("verbose").long("verbose").action(ArgAction::SetTrue))
+            .arg(Arg::new("config").long("config"))
+    }
+
+    fn args(text: &str) -> Result<Vec<String>, ConfigError> {
+        config_args(Path::new("c.yaml"), text, &server())
+            .map(|v| v.into_iter().map(|s| s.into_string().unwrap()).collect())
+    }
+
+    #[test]
+    fn keys_become_long_flags() {
+        let out = args("id: 2\ndata-dir: /var/lib/skiff\ninitial-cluster:\n  - 1=10.0.0.1:2380\n  - 2=10.0.0.2:2380\n")
+            .unwrap();
+        assert_eq!(out, ["--id=2", "--data-dir=/var/lib/skiff", "--initial-cluster=1=10.0.0.1:2380,2=10.0.0.2:2380"]);
+        assert_eq!(args("verbose: true").unwrap(), ["--verbose"]);
+        assert!(args("verbose: false").unwrap().is_empty());
+        assert!(args("").unwrap().is_empty());
+    }
+
+    #[test]
+    fn unknown_keys_and_odd_values_are_refused_with_the_file_name() {
+        let e = args("data_dir: /x").unwrap_err().to_string();
+        assert!(e.starts_with("config file c.yaml: unknown key \"data_dir\""), "{e}");
+        assert!(e.contains("data-dir"), "{e}");
+        assert!(args("config: other.yaml").is_err());
+        assert!(args("id:").unwrap_err().to_string().contains("has no value"));
+        assert!(args("id: {a: 1}").is_err());
+        assert!(args("verbose: yes please").is_err());
+        assert!(args("- id").unwrap_err().to_string().contains("mapping"));
+        assert!(args("id: [").unwrap_err().to_string().contains("not YAML"));
+    }
+
+    #[test]
+    fn the_file_goes_before_the_command_line_so_flags_override_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("config.yaml");
+        std::fs::write(&file, "id: 1\ndata-dir: /from/file\n").unwrap();
+        let argv: Vec<OsString> = ["skiff", "server", "--config", file.to_str().unwrap(), "--data-dir", "/from/flag"]
+            .into_iter()
+            .map(OsString::from)
+            .collect();
+        let out = argv_with_config(argv, &server()).unwrap();
+        assert_eq!(&out[..4], ["skiff", "server", "--id=1", "--data-dir=/from/file"].map(OsString::from));
+        assert_eq!(out[6..], ["--data-dir", "/from/flag"].map(OsString::from));
+        let other: Vec<OsString> = ["skiff", "apiserver", "--config", "x"].into_iter().map(OsString::from).collect();
+        assert_eq!(argv_with_config(other.clone(), &server()).unwrap(), other);
+        let missing: Vec<OsString> =
+            ["skiff", "server", "--config=/nonexistent.yaml"].into_iter().map(OsString::from).collect();
+        assert!(matches!(argv_with_config(missing, &server()), Err(ConfigError::Read { .. })));
+    }
+}
