@@ -280,6 +280,96 @@ fn up_runs_five_masters() {
     assert!(status.success(), "skiff up exited with {status}:\n{}", up.logs());
 }
 
+/// A running `skiff server`, killed if a test panics.
+struct Server {
+    child: Option<Child>,
+    log: PathBuf,
+}
+
+impl Server {
+    fn start(config: &Path, extra: &[&str]) -> Server {
+        let log = config.with_extension("log");
+        let file = std::fs::File::create(&log).unwrap();
+        let child = Command::new(SKIFF)
+            .args(["server", "--config"])
+            .arg(config)
+            .args(extra)
+            .stdin(Stdio::null())
+            .stdout(file.try_clone().unwrap())
+            .stderr(file)
+            .spawn()
+            .unwrap();
+        Server { child: Some(child), log }
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// SIGTERM, then its exit status.
+    #[track_caller]
+    fn must_stop(&mut self) -> ExitStatus {
+        let mut child = self.child.take().unwrap();
+        let _ = Command::new("kill").args(["-TERM", &child.id().to_string()]).status();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Some(s) = child.try_wait().unwrap() {
+                return s;
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                panic!("skiff server did not stop within 30s of SIGTERM:\n{}", self.log());
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// Runs kubectl against `http` until its output contains `want`.
+#[track_caller]
+fn must_kubectl_at(http: &str, args: &[&str], want: &str, logs: &dyn Fn() -> String) -> String {
+    let cache = tempfile::tempdir().unwrap();
+    let deadline = Instant::now() + READY;
+    loop {
+        let o = Command::new("kubectl")
+            .args(["--server", &format!("http://{http}"), "--cache-dir"])
+            .arg(cache.path())
+            .args(args)
+            .output()
+            .expect("kubectl is installed (make test installs what is missing)");
+        let out = String::from_utf8_lossy(&o.stdout).into_owned();
+        if o.status.success() && out.contains(want) {
+            return out;
+        }
+        assert!(Instant::now() < deadline, "kubectl {args:?} never showed {want:?}: {out}\n{}", logs());
+        std::thread::sleep(Duration::from_millis(300));
+    }
+}
+
+/// `etcdctl member list` through `client` once it shows `started` members.
+#[track_caller]
+fn must_started_members(client: &str, n: usize) -> String {
+    // A member publishes its name through the log shortly after it starts.
+    let deadline = Instant::now() + READY;
+    loop {
+        let members = stdout(&etcdctl(client, &["member", "list"], None));
+        if members.matches(", started, ").count() == n {
+            return members;
+        }
+        assert!(Instant::now() < deadline, "never {n} started members: {members}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
 #[test]
 fn server_starts_a_cluster_from_a_config_file_and_flags_override_it() {
     let root = tempfile::tempdir().unwrap();
@@ -295,60 +385,63 @@ fn server_starts_a_cluster_from_a_config_file_and_flags_override_it() {
         ),
     )
     .unwrap();
-    let log = root.path().join("server.log");
-    let file = std::fs::File::create(&log).unwrap();
-    let mut server = Command::new(SKIFF)
-        .args(["server", "--config"])
-        .arg(&config)
-        .args(["--name", "from-flag"])
-        .stdin(Stdio::null())
-        .stdout(file.try_clone().unwrap())
-        .stderr(file)
-        .spawn()
-        .unwrap();
-    let stop = |server: &mut Child| {
-        let _ = Command::new("kill").args(["-TERM", &server.id().to_string()]).status();
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            if let Some(s) = server.try_wait().unwrap() {
-                return Some(s);
-            }
-            if Instant::now() > deadline {
-                let _ = server.kill();
-                return None;
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    };
-    let cache = tempfile::tempdir().unwrap();
-    let deadline = Instant::now() + READY;
-    loop {
-        let o = Command::new("kubectl")
-            .args(["--server", &format!("http://127.0.0.1:{http}"), "--cache-dir"])
-            .arg(cache.path())
-            .args(["get", "ns", "-o", "name"])
-            .output()
-            .expect("kubectl is installed");
-        if String::from_utf8_lossy(&o.stdout).contains("namespace/default") {
-            break;
-        }
-        if Instant::now() > deadline {
-            stop(&mut server);
-            panic!("kubectl never listed default:\n{}", std::fs::read_to_string(&log).unwrap_or_default());
-        }
-        std::thread::sleep(Duration::from_millis(300));
-    }
-    // A member publishes its name through the log shortly after it starts.
-    let mut members = String::new();
-    while !members.contains(", started, ") && Instant::now() < deadline {
-        members = stdout(&etcdctl(&format!("127.0.0.1:{client}"), &["member", "list"], None));
-        std::thread::sleep(Duration::from_millis(200));
-    }
-    let status = stop(&mut server);
+    let mut server = Server::start(&config, &["--name", "from-flag"]);
+    must_kubectl_at(&format!("127.0.0.1:{http}"), &["get", "ns", "-o", "name"], "namespace/default", &|| server.log());
+    let members = must_started_members(&format!("127.0.0.1:{client}"), 1);
     assert!(members.contains("started, from-flag,"), "the command line overrides the file: {members}");
-    assert!(!members.contains("from-file"), "{members}");
-    let status = status.expect("skiff server stops within 30s of SIGTERM");
-    assert!(status.success(), "skiff server exited with {status}");
+    let status = server.must_stop();
+    assert!(status.success(), "skiff server exited with {status}:\n{}", server.log());
+}
+
+/// deploy/examples/master-N.yaml with each `10.0.0.N:PORT` moved to a free
+/// loopback port and the data dir into `root`.
+fn example_on_loopback(name: &str, root: &Path, ports: &mut std::collections::BTreeMap<String, u16>) -> PathBuf {
+    let text =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/examples").join(name)).unwrap();
+    let mut out = text.replace("/var/lib/skiff/data", &root.join(name).with_extension("data").display().to_string());
+    for host in 1..=4 {
+        for port in [2379, 2380, 6443] {
+            let addr = format!("10.0.0.{host}:{port}");
+            let local = *ports.entry(addr.clone()).or_insert_with(free_port);
+            out = out.replace(&addr, &format!("127.0.0.1:{local}"));
+        }
+    }
+    let settings: String = out.lines().map(|l| l.split('#').next().unwrap_or_default()).collect();
+    assert!(!settings.contains("10.0.0."), "an address the test does not move: {out}");
+    let path = root.join(name);
+    std::fs::write(&path, out).unwrap();
+    path
+}
+
+/// The documented three-host bootstrap and `join`, with the shipped example
+/// configs moved onto loopback.
+#[test]
+fn deploy_examples_form_a_cluster_and_a_fourth_master_joins() {
+    let root = tempfile::tempdir().unwrap();
+    let mut ports = std::collections::BTreeMap::new();
+    let addr = |ports: &std::collections::BTreeMap<String, u16>, host: u32, port: u32| {
+        format!("127.0.0.1:{}", ports[&format!("10.0.0.{host}:{port}")])
+    };
+    let mut servers: Vec<Server> = Vec::new();
+    for i in 1..=3 {
+        let config = example_on_loopback(&format!("master-{i}.yaml"), root.path(), &mut ports);
+        servers.push(Server::start(&config, &[]));
+    }
+    let logs = |servers: &[Server]| servers.iter().map(Server::log).collect::<Vec<_>>().join("\n---\n");
+    must_kubectl_at(&addr(&ports, 2, 6443), &["get", "ns", "-o", "name"], "namespace/default", &|| logs(&servers));
+    must_started_members(&addr(&ports, 1, 2379), 3);
+
+    let config = example_on_loopback("master-4-join.yaml", root.path(), &mut ports);
+    servers.push(Server::start(&config, &[]));
+    let members = must_started_members(&addr(&ports, 1, 2379), 4);
+    let fourth = members.lines().find(|l| l.starts_with("4, started, master-4,")).unwrap_or_default();
+    assert!(fourth.ends_with(", false"), "master-4 is a voter, not a learner: {members}");
+    must_kubectl_at(&addr(&ports, 4, 6443), &["get", "ns", "-o", "name"], "namespace/default", &|| logs(&servers));
+
+    for s in &mut servers {
+        let status = s.must_stop();
+        assert!(status.success(), "skiff server exited with {status}:\n{}", s.log());
+    }
 }
 
 #[test]
