@@ -45,9 +45,14 @@ test: deps
 	grep -E '^test result:' $$log | awk '{p+=$$4; f+=$$6} END {printf "\n%d passed, %d failed\n", p, f}'; \
 	rm -f $$log; exit $$status
 
-# Longer chaos runs (more leader kills), not part of `make test`.
+# The long chaos run (default 10 minutes, 100+ faults; SKIFF_CHAOS_DURATION
+# seconds, SKIFF_CHAOS_SEED to replay, SKIFF_CHAOS_MASTERS=5), and the
+# leader-kill test with 10 kills. `make test` runs a one-minute chaos run.
+CHAOS_SECONDS ?= 600
 chaos: deps
 	$(CARGO) build --release --workspace --bins
+	SKIFF_CHAOS_DURATION=$(CHAOS_SECONDS) SKIFF_CHAOS_REPORT=$${SKIFF_CHAOS_REPORT:-chaos-report.json} \
+		$(CARGO) test --release --test chaos -- --nocapture --test-threads 1
 	SKIFF_CHAOS_KILLS=10 $(CARGO) test --release --test cluster leader_kills -- --test-threads 1
 
 lint:
