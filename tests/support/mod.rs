@@ -126,9 +126,8 @@ impl Cluster {
     /// `net` (which must have namespaces for ids 1..=n), with `extra_args`.
     pub async fn spawn_in(net: &netns::Network, n: u64, extra_args: &[&str]) -> Cluster {
         let root = tempfile::tempdir().unwrap();
-        let members: BTreeMap<u64, Member> = (1..=n)
-            .map(|id| (id, Member::in_netns(root.path(), id, net.namespace(id), net.address(id))))
-            .collect();
+        let members: BTreeMap<u64, Member> =
+            (1..=n).map(|id| (id, Member::in_netns(root.path(), id, net.namespace(id), net.address(id)))).collect();
         let initial = members.values().map(|m| format!("{}={}", m.id, m.peer)).collect::<Vec<_>>().join(",");
         let extra_args = extra_args.iter().map(|s| s.to_string()).collect();
         let mut cluster = Cluster { root, members, initial, extra_args };
