@@ -11,8 +11,8 @@
 //! refused). `DIR/kubeconfig` points kubectl at it.
 //!
 //! While it runs, a status line ([`status`]) is refreshed every two
-//! seconds. Ctrl-C (or SIGTERM) sends SIGTERM to every process and waits for
-//! them; a process that exits on its own stops the others the same way.
+//! seconds. Ctrl-C (or SIGTERM, or SIGHUP) sends SIGTERM to every process
+//! and waits for them; a process that exits on its own stops the others the same way.
 //!
 //! # Layout
 //! - this module: the cluster's shape, starting and stopping processes.
@@ -298,6 +298,8 @@ pub async fn run(args: UpArgs) -> Result<(), String> {
     // Installed before any process starts, so that an early Ctrl-C stops them too.
     let mut interrupt = signal(SignalKind::interrupt()).map_err(|e| e.to_string())?;
     let mut terminate = signal(SignalKind::terminate()).map_err(|e| e.to_string())?;
+    // A closed terminal: the members, in groups of their own, would not hear it.
+    let mut hangup = signal(SignalKind::hangup()).map_err(|e| e.to_string())?;
 
     let mut running = Running::default();
     for p in processes(&args, &masters) {
@@ -333,6 +335,7 @@ pub async fn run(args: UpArgs) -> Result<(), String> {
         biased;
         _ = interrupt.recv() => None,
         _ = terminate.recv() => None,
+        _ = hangup.recv() => None,
         exited = running.first_exit() => Some(exited),
         _ = printer.run(&sampler, STATUS_EVERY) => None,
     };
