@@ -359,6 +359,31 @@ async fn time_to_write(cluster: &Cluster, excluded: &[u64], since: Instant) -> D
     }
 }
 
+/// Joins member `id` (a new namespace, `--join` through `via`), waits for
+/// it to be promoted to voter, then removes it again, all under load.
+async fn add_then_remove(cluster: &mut Cluster, net: &mut Network, id: u64, via: u64) {
+    let addr = net.add(id).expect("a namespace for the joining member");
+    let ns = net.namespace(id).to_string();
+    cluster.add_member_in(id, &ns, &addr);
+    let join = cluster.members[&via].client.clone();
+    cluster.start_with(id, &["--join", &join, "--join-timeout", "30s"]);
+    let deadline = Instant::now() + Duration::from_secs(40);
+    let hex = format!("{id:x}");
+    loop {
+        let out = stdout(&cluster.etcdctl(&join, &["member", "list", "-w", "simple"]));
+        if out.lines().any(|l| l.starts_with(&format!("{hex}, started")) && l.trim_end().ends_with("false")) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "member {id} was not promoted: {out}\n{}", cluster.log_of(id));
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let leader = must_find_leader(cluster, &[]).await;
+    let via = cluster.members[&leader].client.clone();
+    must_succeed(cluster.etcdctl(&via, &["member", "remove", &hex]));
+    cluster.kill(id);
+    cluster.members.remove(&id);
+}
+
 #[derive(Clone, Copy, Debug)]
 enum Nemesis {
     KillLeader,
@@ -367,6 +392,7 @@ enum Nemesis {
     IsolateLeader,
     SplitMinority,
     RollingRestart,
+    AddRemoveMember,
 }
 
 /// The fault schedule: every kind early (so even a short run has at least
@@ -381,18 +407,28 @@ fn schedule(rng: &mut StdRng, n: usize, long: bool) -> Vec<Nemesis> {
         KillLeader,
         SplitMinority,
         KillLeader,
+        AddRemoveMember,
         KillRandom,
         KillLeader,
     ];
     let pool: &[Nemesis] = if long {
-        &[KillLeader, KillRandom, PauseLeader, IsolateLeader, SplitMinority, KillLeader, RollingRestart]
+        &[
+            KillLeader,
+            KillRandom,
+            PauseLeader,
+            IsolateLeader,
+            SplitMinority,
+            KillLeader,
+            RollingRestart,
+            AddRemoveMember,
+        ]
     } else {
         &[KillLeader, KillRandom, PauseLeader, IsolateLeader, SplitMinority]
     };
     while out.len() < n {
         out.push(pool[rng.gen_range(0..pool.len())]);
     }
-    out.truncate(n.max(9));
+    out.truncate(n.max(10));
     out
 }
 
@@ -406,7 +442,8 @@ async fn chaos_loses_nothing_and_stays_linearizable() {
     let mut rng = StdRng::seed_from_u64(seed);
 
     let ids: Vec<u64> = (1..=masters).collect();
-    let net = Network::create(&ids).expect("network namespaces (run as root with iproute2)");
+    let mut net = Network::create(&ids).expect("network namespaces (run as root with iproute2)");
+    let mut next_id = masters;
     let mut cluster = Cluster::spawn_in(&net, masters, &[]).await;
     let endpoints: Vec<String> = cluster.members.values().map(|m| m.client.clone()).collect();
     // The default namespace exists before object writes start.
@@ -432,7 +469,7 @@ async fn chaos_loses_nothing_and_stays_linearizable() {
     let mut failovers = Vec::new();
     let fault_counter = AtomicU64::new(0);
     for nemesis in schedule(&mut rng, faults_planned, long) {
-        if started.elapsed() > Duration::from_secs(seconds) && fault_counter.load(Ordering::Relaxed) >= 9 {
+        if started.elapsed() > Duration::from_secs(seconds) && fault_counter.load(Ordering::Relaxed) >= 10 {
             break;
         }
         tokio::time::sleep(Duration::from_millis(rng.gen_range(1000..2500))).await;
@@ -473,6 +510,12 @@ async fn chaos_loses_nothing_and_stays_linearizable() {
                 }
                 ("rolling-restart", ids.clone(), vec![])
             }
+            Nemesis::AddRemoveMember => {
+                next_id += 1;
+                let id = next_id;
+                add_then_remove(&mut cluster, &mut net, id, leader).await;
+                ("add-remove-member", vec![id], vec![])
+            }
         };
         fault_counter.fetch_add(1, Ordering::Relaxed);
         let new_leader = must_find_leader(&cluster, &excluded).await;
@@ -485,13 +528,13 @@ async fn chaos_loses_nothing_and_stays_linearizable() {
             Nemesis::KillLeader | Nemesis::KillRandom => cluster.start(target[0]),
             Nemesis::PauseLeader => cluster.signal(target[0], "CONT"),
             Nemesis::IsolateLeader | Nemesis::SplitMinority => net.heal().unwrap(),
-            Nemesis::RollingRestart => {}
+            Nemesis::RollingRestart | Nemesis::AddRemoveMember => {}
         }
         let healed_ns = now_ns();
         println!(
             "fault {kind} on {target:?}: leader {new_leader} after {without_leader:?}, first write after {failover:?}"
         );
-        let leader_lost = !matches!(nemesis, Nemesis::RollingRestart | Nemesis::KillRandom);
+        let leader_lost = !matches!(nemesis, Nemesis::RollingRestart | Nemesis::KillRandom | Nemesis::AddRemoveMember);
         faults.push(Fault {
             kind: kind.to_string(),
             target: target.iter().map(|t| format!("master-{t}")).collect::<Vec<_>>().join(","),
@@ -533,6 +576,6 @@ async fn chaos_loses_nothing_and_stays_linearizable() {
     std::fs::write(&path, report.to_json().unwrap()).unwrap();
     println!("report: {path}");
     assert!(report.passed(), "chaos found violations (seed {seed}):\n{summary}");
-    assert!(report.faults.len() >= 9, "at least nine faults were injected");
+    assert!(report.faults.len() >= 10, "at least ten faults were injected");
     assert!(history.len() > 200, "enough operations to mean something: {}", history.len());
 }

@@ -203,6 +203,13 @@ impl Cluster {
     }
 
     /// A new (not yet started) member.
+    /// A member that will join later, in network namespace `ns` at `addr`.
+    pub fn add_member_in(&mut self, id: u64, ns: &str, addr: &str) -> &Member {
+        let m = Member::in_netns(self.root.path(), id, ns, addr);
+        self.members.insert(id, m);
+        &self.members[&id]
+    }
+
     pub fn add_member(&mut self, id: u64) -> &Member {
         let m = Member::new(self.root.path(), id);
         self.members.insert(id, m);
