@@ -464,12 +464,16 @@ async fn chaos_loses_nothing_and_stays_linearizable() {
 
     let started = Instant::now();
     let origin_ns = now_ns();
-    let faults_planned = ((seconds as f64) / 5.0).ceil() as usize;
+    // Long runs inject at least 100 faults, short ones at least 10.
+    let min_faults = if long { 100 } else { 10 };
+    let faults_planned = (((seconds as f64) / 5.0).ceil() as usize).max(min_faults);
     let mut faults = Vec::new();
     let mut failovers = Vec::new();
     let fault_counter = AtomicU64::new(0);
     for nemesis in schedule(&mut rng, faults_planned, long) {
-        if started.elapsed() > Duration::from_secs(seconds) && fault_counter.load(Ordering::Relaxed) >= 10 {
+        if started.elapsed() > Duration::from_secs(seconds)
+            && fault_counter.load(Ordering::Relaxed) >= min_faults as u64
+        {
             break;
         }
         tokio::time::sleep(Duration::from_millis(rng.gen_range(1000..2500))).await;
@@ -576,6 +580,6 @@ async fn chaos_loses_nothing_and_stays_linearizable() {
     std::fs::write(&path, report.to_json().unwrap()).unwrap();
     println!("report: {path}");
     assert!(report.passed(), "chaos found violations (seed {seed}):\n{summary}");
-    assert!(report.faults.len() >= 10, "at least ten faults were injected");
+    assert!(report.faults.len() >= min_faults, "at least {min_faults} faults were injected");
     assert!(history.len() > 200, "enough operations to mean something: {}", history.len());
 }
