@@ -125,6 +125,18 @@ pub struct DeleteParams {
     pub grace_period_seconds: Option<i64>,
 }
 
+/// Calls the unary RPC `$method` with `$req` through [`Client::call`].
+macro_rules! rpc {
+    ($self:ident, $method:ident, $req:ident) => {
+        $self
+            .call(|mut c| {
+                let r = $req.clone();
+                async move { c.$method(r).await }
+            })
+            .await
+    };
+}
+
 /// A client of any of the given apiservers (their client gRPC addresses).
 #[derive(Clone)]
 pub struct Client {
@@ -228,12 +240,7 @@ impl Client {
             resource_version: resource_version.to_string(),
             subresource: String::new(),
         };
-        let obj = self
-            .call(|mut c| {
-                let r = req.clone();
-                async move { c.get(r).await }
-            })
-            .await?;
+        let obj = rpc!(self, get, req)?;
         from_json(&obj.json)
     }
 
@@ -244,12 +251,7 @@ impl Client {
             resource_version: String::new(),
             subresource: "scale".into(),
         };
-        let obj = self
-            .call(|mut c| {
-                let r = req.clone();
-                async move { c.get(r).await }
-            })
-            .await?;
+        let obj = rpc!(self, get, req)?;
         from_json(&obj.json)
     }
 
@@ -261,12 +263,7 @@ impl Client {
         params: &ListParams,
     ) -> Result<ObjectList, ClientError> {
         let req = self.list_request(info, namespace, params, false);
-        let r = self
-            .call(|mut c| {
-                let r = req.clone();
-                async move { c.list(r).await }
-            })
-            .await?;
+        let r = rpc!(self, list, req)?;
         Ok(ObjectList {
             items: r.items.iter().map(|b| from_json(b)).collect::<Result<_, _>>()?,
             resource_version: r.resource_version,
@@ -301,12 +298,7 @@ impl Client {
         params: &ListParams,
     ) -> Result<Value, ClientError> {
         let req = self.list_request(info, namespace, params, true);
-        let r = self
-            .call(|mut c| {
-                let r = req.clone();
-                async move { c.list(r).await }
-            })
-            .await?;
+        let r = rpc!(self, list, req)?;
         from_json(&r.table)
     }
 
@@ -325,12 +317,7 @@ impl Client {
 
     pub async fn create(&self, info: &ResourceInfo, namespace: &str, obj: &Value) -> Result<Value, ClientError> {
         let req = CreateRequest { resource: resource_ref(info, namespace), json: to_json(obj), ..Default::default() };
-        let obj = self
-            .call(|mut c| {
-                let r = req.clone();
-                async move { c.create(r).await }
-            })
-            .await?;
+        let obj = rpc!(self, create, req)?;
         from_json(&obj.json)
     }
 
@@ -346,12 +333,7 @@ impl Client {
             name: pod.to_string(),
             ..Default::default()
         };
-        self.call(|mut c| {
-            let r = req.clone();
-            async move { c.create(r).await }
-        })
-        .await
-        .map(|_| ())
+        rpc!(self, create, req).map(|_| ())
     }
 
     /// Replaces the object; a resourceVersion in it makes the update
@@ -377,16 +359,11 @@ impl Client {
             subresource: subresource.to_string(),
             dry_run: false,
         };
-        let obj = self
-            .call(|mut c| {
-                let r = req.clone();
-                async move { c.update(r).await }
-            })
-            .await?;
+        let obj = rpc!(self, update, req)?;
         from_json(&obj.json)
     }
 
-    /// `patch_type`: "merge" or "json".
+    /// `patch_type`: "merge", "json" or "strategic".
     pub async fn patch(
         &self,
         info: &ResourceInfo,
@@ -404,12 +381,7 @@ impl Client {
             subresource: subresource.to_string(),
             dry_run: false,
         };
-        let obj = self
-            .call(|mut c| {
-                let r = req.clone();
-                async move { c.patch(r).await }
-            })
-            .await?;
+        let obj = rpc!(self, patch, req)?;
         from_json(&obj.json)
     }
 
@@ -431,12 +403,7 @@ impl Client {
             grace_period_seconds: params.grace_period_seconds,
             dry_run: false,
         };
-        let obj = self
-            .call(|mut c| {
-                let r = req.clone();
-                async move { c.delete(r).await }
-            })
-            .await?;
+        let obj = rpc!(self, delete, req)?;
         from_json(&obj.json)
     }
 
@@ -459,12 +426,7 @@ impl Client {
             timeout_seconds: params.timeout_seconds,
             name: params.name.clone(),
         };
-        let stream = self
-            .call(|mut c| {
-                let r = req.clone();
-                async move { c.watch(r).await }
-            })
-            .await?;
+        let stream = rpc!(self, watch, req)?;
         Ok(stream.map(|item| match item {
             Ok(e) => Ok(WatchEvent { kind: e.r#type, object: from_json(&e.object)? }),
             Err(s) if try_elsewhere(&s) => Err(ClientError::Unreachable(s.message().to_string())),
@@ -479,11 +441,7 @@ impl Client {
         name: &str,
     ) -> Result<HistoryResponse, ClientError> {
         let req = HistoryRequest { resource: resource_ref(info, namespace), name: name.to_string() };
-        self.call(|mut c| {
-            let r = req.clone();
-            async move { c.history(r).await }
-        })
-        .await
+        rpc!(self, history, req)
     }
 
     pub async fn get_at_revision(
@@ -494,12 +452,7 @@ impl Client {
         revision: i64,
     ) -> Result<Value, ClientError> {
         let req = GetAtRevisionRequest { resource: resource_ref(info, namespace), name: name.to_string(), revision };
-        let obj = self
-            .call(|mut c| {
-                let r = req.clone();
-                async move { c.get_at_revision(r).await }
-            })
-            .await?;
+        let obj = rpc!(self, get_at_revision, req)?;
         from_json(&obj.json)
     }
 }
