@@ -11,12 +11,14 @@ SHELL := /bin/bash
 .PHONY: deps build up test chaos lint fmt clean-up bench bench-deps bench-objects
 
 # libclang-dev: bindgen for RocksDB's bindings; etcd-client: etcdctl for the
-# compatibility tests. Installed only when missing.
+# compatibility tests; iproute2: network namespaces for the chaos suite.
+# Installed only when missing.
 deps:
 	@missing=""; \
 	dpkg -s libclang-dev >/dev/null 2>&1 || missing="$$missing libclang-dev"; \
 	command -v etcdctl >/dev/null 2>&1 || missing="$$missing etcd-client"; \
 	command -v g++ >/dev/null 2>&1 || missing="$$missing g++"; \
+	command -v ip >/dev/null 2>&1 || missing="$$missing iproute2"; \
 	if [ -n "$$missing" ]; then \
 		echo "installing:$$missing"; \
 		SUDO=""; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
