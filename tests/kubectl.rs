@@ -130,6 +130,11 @@ async fn exercise(server: &str, ns: &str) {
     let unknown = v2.replace("  replicas: 2\n", "  replicas: 2\n  colour: blue\n");
     let err = fails(kubectl_stdin(server, &["apply", "-f", "-"], &unknown));
     assert!(err.contains("unknown field") && err.contains("colour"), "{err}");
+    // --validate=warn: applied, the server's warning printed, the field dropped.
+    let warned = kubectl_stdin(server, &["apply", "--validate=warn", "-f", "-"], &unknown);
+    let stderr = String::from_utf8_lossy(&warned.stderr).into_owned();
+    assert_eq!(ok(warned), "deployment.apps/web configured\n");
+    assert!(stderr.contains("Warning: unknown field \"spec.colour\""), "{stderr}");
 
     // get in every output format.
     let out = ok(run(with(&["get", "pods"])));

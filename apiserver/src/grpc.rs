@@ -225,7 +225,7 @@ impl Resources for ResourceService {
                     patch_type,
                     &r.patch,
                     &r.subresource,
-                    PatchOptions { dry_run: r.dry_run, strict_fields: false },
+                    PatchOptions { dry_run: r.dry_run, ..Default::default() },
                 )
                 .await
                 .map(|v| (info, v))

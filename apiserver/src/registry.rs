@@ -113,12 +113,14 @@ impl PatchType {
 }
 
 /// How a patch is applied.
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub struct PatchOptions {
     pub dry_run: bool,
     /// `fieldValidation=Strict`: a patched object with fields its type does
     /// not have is refused (400) instead of having them dropped.
     pub strict_fields: bool,
+    /// `fieldValidation=Warn`: the fields dropped are reported here.
+    pub warnings: Option<std::sync::Arc<std::sync::Mutex<Vec<String>>>>,
 }
 
 /// Every field of `original` that decoding into the Kubernetes type
@@ -692,12 +694,16 @@ impl Registry {
             }
             let normalized = validation::normalize(info, &patched)
                 .map_err(|e| ApiError::bad_request(format!("invalid {} after patching: {e}", info.kind)))?;
-            if opts.strict_fields {
+            if opts.strict_fields || opts.warnings.is_some() {
                 let mut unknown = Vec::new();
                 unknown_fields(&patched, &normalized, "", &mut unknown);
-                if !unknown.is_empty() {
-                    let list: Vec<String> = unknown.iter().map(|f| format!("unknown field \"{f}\"")).collect();
+                let list: Vec<String> = unknown.iter().map(|f| format!("unknown field \"{f}\"")).collect();
+                if opts.strict_fields && !list.is_empty() {
                     return Err(ApiError::bad_request(format!("strict decoding error: {}", list.join(", "))));
+                }
+                if let Some(sink) = &opts.warnings {
+                    // This attempt's findings replace an earlier attempt's.
+                    *sink.lock().expect("warnings lock") = list;
                 }
             }
             let patched = normalized;

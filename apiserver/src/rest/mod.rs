@@ -468,10 +468,16 @@ impl Request<'_> {
                 if body.len() > MAX_BODY {
                     return Err(ApiError::too_large(format!("Request entity too large: limit is {MAX_BODY}")));
                 }
+                let mode = self.param("fieldValidation");
+                let sink = (mode == "Warn").then(Default::default);
                 let opts =
-                    PatchOptions { dry_run: self.dry_run()?, strict_fields: self.param("fieldValidation") == "Strict" };
+                    PatchOptions { dry_run: self.dry_run()?, strict_fields: mode == "Strict", warnings: sink.clone() };
                 let patched = registry.patch(&ctx, info, ns, name, patch_type, &body, sub.unwrap_or(""), opts).await?;
-                Ok(self.object_response(StatusCode::OK, &patched))
+                if let Some(sink) = sink {
+                    let found = std::mem::take(&mut *sink.lock().expect("warnings lock"));
+                    self.warnings.lock().expect("warnings lock").extend(found);
+                }
+                Ok(self.warned(self.object_response(StatusCode::OK, &patched)))
             }
             ("delete", Some(name), None) => {
                 let opts = self.delete_options(&body)?;
