@@ -9,7 +9,6 @@ use std::time::Duration;
 use futures::Stream;
 use serde_json::Value;
 use skiff_api::resources::{self, ResourceInfo};
-use skiff_api::selector::{FieldSelector, LabelSelector};
 use skiff_api::{table, ApiError, Reason};
 use skiff_proto::resource::resources_server::{Resources, ResourcesServer};
 use skiff_proto::resource::{
@@ -23,7 +22,7 @@ use tonic::{Request, Response, Status};
 use crate::admission::Credentials;
 use crate::metrics::RequestTimer;
 use crate::registry::{Context, DeleteOptions, ListOptions, PatchOptions, PatchType, Registry};
-use crate::watch::{Filter, WatchOptions};
+use crate::watch::WatchOptions;
 
 pub struct ResourceService {
     registry: Registry,
@@ -262,39 +261,13 @@ impl Resources for ResourceService {
         let r = request.into_inner();
         let rx = async {
             let (info, ns) = resource(&r.resource)?;
-            self.registry.security().authorize(&crate::admission::Attributes {
-                user: &ctx.user,
-                verb: "watch",
-                resource: info,
-                subresource: "",
-                namespace: &ns,
-                name: &r.name,
-            })?;
-            let labels = LabelSelector::parse(&r.label_selector)
-                .map_err(|e| ApiError::bad_request(format!("unable to parse requirement: {e}")))?;
-            let mut field_selector = r.field_selector.clone();
-            if !r.name.is_empty() {
-                if !field_selector.is_empty() {
-                    field_selector.push(',');
-                }
-                field_selector.push_str(&format!("metadata.name={}", r.name));
-            }
-            let fields = FieldSelector::parse(&field_selector)
-                .map_err(|e| ApiError::bad_request(format!("invalid field selector: {e}")))?;
-            fields.check_supported(info.kind_id).map_err(|e| ApiError::bad_request(e.to_string()))?;
-            let filter = Filter {
-                kind: info.kind_id,
-                namespace: (info.namespaced && !ns.is_empty()).then_some(ns),
-                labels,
-                fields,
-            };
             let opts = WatchOptions {
                 resource_version: r.resource_version.clone(),
                 allow_bookmarks: r.allow_bookmarks,
                 send_initial_events: r.send_initial_events,
                 timeout: (r.timeout_seconds > 0).then(|| Duration::from_secs(r.timeout_seconds as u64)),
             };
-            self.registry.fanout().watch(info, filter, opts).await
+            self.registry.watch(&ctx, info, &ns, &r.name, &r.label_selector, &r.field_selector, opts).await
         }
         .await
         .map_err(|e| to_status(&e))?;

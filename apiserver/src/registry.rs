@@ -24,10 +24,12 @@ use crate::storage::{
     self, absent, parse_resource_version, prefix_end, unchanged_since, Consistency, ObjectStore, Stored,
     MAX_OBJECT_BYTES,
 };
-use crate::watch::Fanout;
+use crate::watch::{Fanout, Filter, WatchEvent, WatchOptions};
 
 /// Attempts of a read-modify-write before giving up on a busy object.
 const UPDATE_ATTEMPTS: usize = 16;
+/// Names tried for one `generateName` before answering AlreadyExists.
+const GENERATE_ATTEMPTS: usize = 8;
 /// Keys read from the store per step of a filtered list.
 const LIST_STEP: i64 = 500;
 /// Namespaces every cluster has.
@@ -192,7 +194,6 @@ fn random_suffix() -> String {
     (0..5).map(|_| ALPHABET[rng.gen_range(0..ALPHABET.len())] as char).collect()
 }
 
-/// Which revision-keyed history a request wants when it asks for one object.
 fn not_found(info: &ResourceInfo, name: &str) -> ApiError {
     ApiError::not_found(info, name)
 }
@@ -293,11 +294,7 @@ impl Registry {
         opts: &ListOptions,
     ) -> Result<ListResult, ApiError> {
         self.authorize(ctx, "list", info, "", namespace, "")?;
-        let labels = LabelSelector::parse(&opts.label_selector)
-            .map_err(|e| ApiError::bad_request(format!("unable to parse requirement: {e}")))?;
-        let fields = FieldSelector::parse(&opts.field_selector)
-            .map_err(|e| ApiError::bad_request(format!("invalid field selector: {e}")))?;
-        fields.check_supported(info.kind_id).map_err(|e| ApiError::bad_request(e.to_string()))?;
+        let (labels, fields) = selectors(info, &opts.label_selector, &opts.field_selector)?;
         if opts.limit < 0 {
             return Err(ApiError::bad_request("limit must not be negative"));
         }
@@ -500,8 +497,10 @@ impl Registry {
             select_own_pods(&mut obj);
         }
 
-        let attempts = if generate.is_some() && name.is_empty() { 8 } else { 1 };
-        for attempt in 0..attempts.max(UPDATE_ATTEMPTS) {
+        // A generated name that is taken is generated again, a few times.
+        let generated = generate.is_some() && name.is_empty();
+        let mut name_attempts = 0;
+        for _ in 0..UPDATE_ATTEMPTS {
             let mut candidate = obj.clone();
             let name = if name.is_empty() {
                 let n = format!("{}{}", generate.as_deref().unwrap_or_default(), random_suffix());
@@ -558,7 +557,8 @@ impl Registry {
             }
             let exists = |i: usize| matches!(responses.get(i), Some(OpResult::Range(r)) if !r.kvs.is_empty());
             if exists(0) {
-                if generate.is_some() && meta::name(&obj).is_none() && attempt + 1 < attempts {
+                name_attempts += 1;
+                if generated && name_attempts < GENERATE_ATTEMPTS {
                     continue;
                 }
                 return Err(ApiError::already_exists(info, &name));
@@ -1049,6 +1049,37 @@ impl Registry {
         asked.unwrap_or_else(|| obj["spec"]["terminationGracePeriodSeconds"].as_i64().unwrap_or(30)).max(0)
     }
 
+    /// Starts a watch of `info` in `namespace` ("" = all), of the object
+    /// `name` only if given, filtered by the selectors.
+    #[allow(clippy::too_many_arguments)]
+    pub async fn watch(
+        &self,
+        ctx: &Context,
+        info: &'static ResourceInfo,
+        namespace: &str,
+        name: &str,
+        label_selector: &str,
+        field_selector: &str,
+        opts: WatchOptions,
+    ) -> Result<tokio::sync::mpsc::Receiver<WatchEvent>, ApiError> {
+        self.authorize(ctx, "watch", info, "", namespace, name)?;
+        let mut field_selector = field_selector.to_string();
+        if !name.is_empty() {
+            if !field_selector.is_empty() {
+                field_selector.push(',');
+            }
+            field_selector.push_str(&format!("metadata.name={name}"));
+        }
+        let (labels, fields) = selectors(info, label_selector, &field_selector)?;
+        let filter = Filter {
+            kind: info.kind_id,
+            namespace: (info.namespaced && !namespace.is_empty()).then(|| namespace.to_string()),
+            labels,
+            fields,
+        };
+        self.fanout.watch(info, filter, opts).await
+    }
+
     // ---------------------------------------------------------- subresources
 
     /// `pods/binding`: assigns an unscheduled pod to a node.
@@ -1061,31 +1092,29 @@ impl Registry {
             .filter(|n| !n.is_empty())
             .ok_or_else(|| ApiError::invalid(info, name, &[FieldError::required("target.name", "")]))?;
         let node = node.to_string();
-        let bound = self
-            .read_modify_write(ctx, info, ns, name, None, false, "create", "binding", move |current| {
-                if meta::deletion_timestamp(current).is_some() {
-                    return Err(ApiError::conflict(info, name, "pod is being deleted, cannot be assigned to a host"));
+        self.read_modify_write(ctx, info, ns, name, None, false, "create", "binding", move |current| {
+            if meta::deletion_timestamp(current).is_some() {
+                return Err(ApiError::conflict(info, name, "pod is being deleted, cannot be assigned to a host"));
+            }
+            match current["spec"]["nodeName"].as_str() {
+                Some(n) if !n.is_empty() => {
+                    Err(ApiError::conflict(info, name, &format!("pod {name} is already assigned to node \"{n}\"")))
                 }
-                match current["spec"]["nodeName"].as_str() {
-                    Some(n) if !n.is_empty() => {
-                        Err(ApiError::conflict(info, name, &format!("pod {name} is already assigned to node \"{n}\"")))
-                    }
-                    _ => {
-                        let mut next = current.clone();
-                        next["spec"]["nodeName"] = json!(node);
-                        let condition = json!({"type": "PodScheduled", "status": "True", "lastProbeTime": null,
+                _ => {
+                    let mut next = current.clone();
+                    next["spec"]["nodeName"] = json!(node);
+                    let condition = json!({"type": "PodScheduled", "status": "True", "lastProbeTime": null,
                             "lastTransitionTime": meta::now_rfc3339()});
-                        let conditions = next["status"]["conditions"].as_array().cloned().unwrap_or_default();
-                        let mut conditions: Vec<Value> =
-                            conditions.into_iter().filter(|c| c["type"] != "PodScheduled").collect();
-                        conditions.push(condition);
-                        next["status"]["conditions"] = Value::Array(conditions);
-                        Ok(next)
-                    }
+                    let conditions = next["status"]["conditions"].as_array().cloned().unwrap_or_default();
+                    let mut conditions: Vec<Value> =
+                        conditions.into_iter().filter(|c| c["type"] != "PodScheduled").collect();
+                    conditions.push(condition);
+                    next["status"]["conditions"] = Value::Array(conditions);
+                    Ok(next)
                 }
-            })
-            .await?;
-        let _ = bound;
+            }
+        })
+        .await?;
         Ok(json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}))
     }
 
@@ -1231,6 +1260,17 @@ impl Registry {
         }
         Ok(())
     }
+}
+
+/// A request's label and field selectors, parsed, with fields `info`'s kind
+/// cannot be selected by refused.
+fn selectors(info: &ResourceInfo, labels: &str, fields: &str) -> Result<(LabelSelector, FieldSelector), ApiError> {
+    let labels =
+        LabelSelector::parse(labels).map_err(|e| ApiError::bad_request(format!("unable to parse requirement: {e}")))?;
+    let fields =
+        FieldSelector::parse(fields).map_err(|e| ApiError::bad_request(format!("invalid field selector: {e}")))?;
+    fields.check_supported(info.kind_id).map_err(|e| ApiError::bad_request(e.to_string()))?;
+    Ok((labels, fields))
 }
 
 /// Applies an update body to the stored object: the status subresource

@@ -183,6 +183,13 @@ async fn finalizers_hold_a_delete_until_the_last_one_is_removed() {
     let marked = client.delete(cms, "fin", "orphaned", &params).await.unwrap();
     assert_eq!(meta::finalizers(&marked), vec!["orphan".to_string()]);
 
+    // generateName: the server picks a unique name with that prefix.
+    let generated = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"generateName": "gen-"}});
+    let a = client.create(cms, "fin", &generated).await.unwrap();
+    let b = client.create(cms, "fin", &generated).await.unwrap();
+    let (a, b) = (meta::name(&a).unwrap(), meta::name(&b).unwrap());
+    assert!(a.starts_with("gen-") && a.len() == 9 && a != b, "{a} {b}");
+
     // Preconditions on uid and resourceVersion.
     let cm = client.create(cms, "fin", &configmap("fin", "guarded", json!({}))).await.unwrap();
     let wrong_uid = DeleteParams { uid: "not-it".into(), ..Default::default() };

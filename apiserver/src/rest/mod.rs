@@ -23,7 +23,6 @@ use axum::response::Response;
 use futures::StreamExt;
 use serde_json::{json, Value};
 use skiff_api::resources::{self, ResourceInfo};
-use skiff_api::selector::{FieldSelector, LabelSelector};
 use skiff_api::table::{self, IncludeObject};
 use skiff_api::{meta, validation, ApiError, Reason};
 
@@ -32,7 +31,7 @@ use crate::metrics::RequestTimer;
 use crate::registry::{
     unknown_fields, Context, DeleteOptions, Deleted, ListOptions, PatchOptions, PatchType, Registry,
 };
-use crate::watch::{EventType, Filter, WatchOptions};
+use crate::watch::{EventType, WatchOptions};
 
 /// Request bodies larger than this are refused before decoding (413).
 const MAX_BODY: usize = 3 * 1024 * 1024;
@@ -597,37 +596,11 @@ impl Request<'_> {
 
     async fn watch(&self, ctx: &Context) -> Result<Response, ApiError> {
         let registry = &self.state.registry;
-        registry.security().authorize(&Attributes {
-            user: &ctx.user,
-            verb: "watch",
-            resource: self.info,
-            subresource: "",
-            namespace: self.namespace,
-            name: self.name.unwrap_or(""),
-        })?;
-        let labels = LabelSelector::parse(self.param("labelSelector"))
-            .map_err(|e| ApiError::bad_request(format!("unable to parse requirement: {e}")))?;
-        let mut field_selector = self.param("fieldSelector").to_string();
-        if let Some(name) = self.name {
-            if !field_selector.is_empty() {
-                field_selector.push(',');
-            }
-            field_selector.push_str(&format!("metadata.name={name}"));
-        }
-        let fields = FieldSelector::parse(&field_selector)
-            .map_err(|e| ApiError::bad_request(format!("invalid field selector: {e}")))?;
-        fields.check_supported(self.info.kind_id).map_err(|e| ApiError::bad_request(e.to_string()))?;
         let timeout = match self.param("timeoutSeconds") {
             "" => None,
             t => Some(Duration::from_secs(
                 t.parse::<u64>().map_err(|_| ApiError::bad_request(format!("invalid timeoutSeconds {t:?}")))?,
             )),
-        };
-        let filter = Filter {
-            kind: self.info.kind_id,
-            namespace: (self.info.namespaced && !self.namespace.is_empty()).then(|| self.namespace.to_string()),
-            labels,
-            fields,
         };
         let opts = WatchOptions {
             resource_version: self.param("resourceVersion").to_string(),
@@ -635,17 +608,20 @@ impl Request<'_> {
             send_initial_events: self.flag("sendInitialEvents"),
             timeout,
         };
-        let events = match registry.fanout().watch(self.info, filter, opts).await {
-            Ok(rx) => rx,
-            // Kubernetes answers a too-old revision with an ERROR event, not a failed request.
-            Err(e) if crate::watch::is_expired(&e) => {
-                let line = serde_json::to_vec(&json!({"type": "ERROR", "object": e.to_status()})).expect("status");
-                let mut body = line;
-                body.push(b'\n');
-                return Ok(json_response(StatusCode::OK, body));
-            }
-            Err(e) => return Err(e),
-        };
+        let (label_selector, field_selector) = (self.param("labelSelector"), self.param("fieldSelector"));
+        let name = self.name.unwrap_or("");
+        let events =
+            match registry.watch(ctx, self.info, self.namespace, name, label_selector, field_selector, opts).await {
+                Ok(rx) => rx,
+                // Kubernetes answers a too-old revision with an ERROR event, not a failed request.
+                Err(e) if crate::watch::is_expired(&e) => {
+                    let line = serde_json::to_vec(&json!({"type": "ERROR", "object": e.to_status()})).expect("status");
+                    let mut body = line;
+                    body.push(b'\n');
+                    return Ok(json_response(StatusCode::OK, body));
+                }
+                Err(e) => return Err(e),
+            };
         let table = self.wants_table();
         let info = self.info;
         let include = IncludeObject::from_param(self.query.get("includeObject").map(String::as_str));
