@@ -25,6 +25,7 @@ pub mod error;
 pub mod etcd;
 pub mod hub;
 pub mod join;
+pub mod latest;
 pub mod lessor;
 pub mod log_store;
 pub mod metrics;

@@ -8,11 +8,13 @@
 //! this module knows about Raft: the state machine calls [`Applier`] for each
 //! batch and commits its `WriteBatch` together with `last_applied`.
 
-use std::collections::BTreeMap;
+use std::cell::RefCell;
+use std::collections::{BTreeMap, HashMap};
 
 use rocksdb::{ColumnFamily, ReadOptions, SnapshotWithThreadMode, WriteBatch, DB};
 use serde::{Deserialize, Serialize};
 
+use crate::latest::LatestCache;
 use crate::types::{
     ApplyError, Command, Compare, CompareResult, CompareTarget, DeleteRequest, KeyValue, Op, OpResult, Output,
     ProposalResult, PutRequest, RangeRequest, RangeResult, RequestId, SortOrder, SortTarget, Txn, TxnResult,
@@ -500,6 +502,11 @@ fn finish_range(req: &RangeRequest, found: impl Iterator<Item = (Vec<u8>, KvReco
 /// transaction, see them before the batch is committed.
 pub struct Applier<'a> {
     reader: Reader<'a>,
+    /// Newest records of recently written keys (committed state only).
+    cache: &'a LatestCache,
+    /// Newest records read from the database during this batch, so that a
+    /// key is sought at most once per batch.
+    looked_up: RefCell<HashMap<Vec<u8>, Option<KvRecord>>>,
     pub batch: WriteBatch,
     pub revision: i64,
     pub compacted: i64,
@@ -546,12 +553,14 @@ struct DedupRecord {
 }
 
 impl<'a> Applier<'a> {
-    pub fn new(db: &'a DB) -> Result<Self, EngineError> {
+    pub fn new(db: &'a DB, cache: &'a LatestCache) -> Result<Self, EngineError> {
         let reader = Reader::live(db);
         let revision = reader.revision()?;
         let compacted = reader.compacted()?;
         Ok(Applier {
             reader,
+            cache,
+            looked_up: RefCell::new(HashMap::new()),
             batch: WriteBatch::default(),
             revision,
             compacted,
@@ -611,11 +620,21 @@ impl<'a> Applier<'a> {
     }
 
     /// Forgets request ids applied more than [`DEDUP_RETENTION_MS`] before `now_ms`.
-    pub fn expire_request_ids(&mut self, now_ms: u64) -> Result<(), EngineError> {
+    ///
+    /// `expired_before` is a time below which no request id is left (0 if
+    /// unknown): the scan starts there instead of wading through the
+    /// tombstones of earlier expiries. Returns the new such time.
+    pub fn expire_request_ids(&mut self, now_ms: u64, expired_before: u64) -> Result<u64, EngineError> {
         let cutoff = now_ms.saturating_sub(DEDUP_RETENTION_MS);
+        if cutoff <= expired_before {
+            return Ok(expired_before);
+        }
         let db = self.db();
         let mut it = db.raw_iterator_cf(cf(db, CF_DEDUP));
-        it.seek(DEDUP_EXPIRY_PREFIX);
+        let mut start = DEDUP_EXPIRY_PREFIX.to_vec();
+        start.extend_from_slice(&expired_before.to_be_bytes());
+        it.seek(&start);
+        let mut reached = cutoff;
         let mut n = 0;
         while let Some(k) = it.key() {
             if !k.starts_with(DEDUP_EXPIRY_PREFIX) || k.len() != DEDUP_EXPIRY_PREFIX.len() + 24 || n >= 10_000 {
@@ -625,6 +644,7 @@ impl<'a> Applier<'a> {
             if ts >= cutoff {
                 break;
             }
+            reached = ts;
             let id = u128::from_be_bytes(k[9..25].try_into().expect("length checked"));
             self.batch.delete_cf(cf(db, CF_DEDUP), k);
             self.batch.delete_cf(cf(db, CF_DEDUP), dedup_key(RequestId(id)));
@@ -632,10 +652,13 @@ impl<'a> Applier<'a> {
             it.next();
         }
         it.status()?;
-        Ok(())
+        // Stopped by the limit: ids at `reached` may remain.
+        Ok(if n >= 10_000 { reached } else { cutoff })
     }
 
-    /// The newest record of `key` including this batch's and this txn's writes.
+    /// The newest record of `key` including this batch's and this txn's
+    /// writes. A deleted key may come back as its tombstone or as `None`;
+    /// every caller treats them alike.
     fn latest(&self, key: &[u8], txn: &BTreeMap<Vec<u8>, KvRecord>) -> Result<Option<KvRecord>, EngineError> {
         if let Some(r) = txn.get(key) {
             return Ok(Some(r.clone()));
@@ -643,7 +666,23 @@ impl<'a> Applier<'a> {
         if let Some(r) = self.pending.get(key).and_then(|v| v.last()) {
             return Ok(Some(r.clone()));
         }
-        self.reader.record_at(key, i64::MAX)
+        if let Some(r) = self.cache.get(key) {
+            return Ok(r.clone());
+        }
+        if let Some(r) = self.looked_up.borrow().get(key) {
+            return Ok(r.clone());
+        }
+        let found = self.reader.record_at(key, i64::MAX)?.filter(|r| !r.deleted);
+        self.looked_up.borrow_mut().insert(key.to_vec(), found.clone());
+        Ok(found)
+    }
+
+    /// The newest record of every key this batch wrote (`None`: deleted),
+    /// for the [`LatestCache`] once the batch is committed.
+    pub fn latest_records(&self) -> impl Iterator<Item = (&[u8], Option<&KvRecord>)> + '_ {
+        self.pending
+            .iter()
+            .filter_map(|(k, versions)| versions.last().map(|r| (k.as_slice(), Some(r).filter(|r| !r.deleted))))
     }
 
     fn apply_txn(&mut self, txn: &Txn, timestamp_ms: u64) -> Result<ProposalResult, EngineError> {
@@ -996,7 +1035,21 @@ pub fn open_db(path: &std::path::Path) -> Result<DB, rocksdb::Error> {
     opts.create_if_missing(true);
     opts.create_missing_column_families(true);
     opts.set_compression_type(rocksdb::DBCompressionType::Lz4);
-    DB::open_cf(&opts, path, COLUMN_FAMILIES)
+    let families = COLUMN_FAMILIES.iter().map(|name| {
+        let mut cf_opts = opts.clone();
+        if *name == CF_DEDUP {
+            // Every write looks its request id up, and almost always finds
+            // nothing: bloom filters (memtable and tables) answer that
+            // without walking the skiplist or reading a block.
+            cf_opts.set_memtable_prefix_bloom_ratio(0.05);
+            cf_opts.set_memtable_whole_key_filtering(true);
+            let mut table = rocksdb::BlockBasedOptions::default();
+            table.set_bloom_filter(10.0, false);
+            cf_opts.set_block_based_table_factory(&table);
+        }
+        rocksdb::ColumnFamilyDescriptor::new(*name, cf_opts)
+    });
+    DB::open_cf_descriptors(&opts, path, families)
 }
 
 #[cfg(test)]

@@ -10,8 +10,14 @@
 //!
 //! The database lives in `sm/db-<n>`, named by `sm/CURRENT`. A snapshot is a
 //! RocksDB checkpoint of it (taken while applies are paused, so it matches
-//! its `last_applied` exactly) packed into one file; installing one unpacks
-//! it into a fresh `db-<n+1>`, syncs it, and only then flips `CURRENT`.
+//! its `last_applied` exactly), packed into one file when a follower needs
+//! it; installing one unpacks it into a fresh `db-<n+1>`, syncs it, and only
+//! then flips `CURRENT`.
+//!
+//! An entry is applied only once the Raft log has it on this member's disk
+//! ([`StateMachine::gate_applies_on`]): the leader writes its own entries
+//! without waiting for the fsync, so this is what keeps a reply or a
+//! published revision from getting ahead of the leader's disk.
 
 use std::io;
 use std::path::{Path, PathBuf};
@@ -25,6 +31,7 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 
 use crate::hub::{Hub, HubMessage};
+use crate::latest::LatestCache;
 use crate::mvcc::{self, cf, encode, Applier, Reader, CF_META};
 use crate::types::{
     BatchResponse, Command, LogId, MemberInfo, NodeId, SnapshotMeta, StorageError, StoredMembership, TypeConfig,
@@ -33,6 +40,19 @@ use crate::types::{
 const META_LAST_APPLIED: &[u8] = b"last_applied";
 const META_MEMBERSHIP: &[u8] = b"membership";
 const META_MEMBER_PREFIX: &[u8] = b"member/";
+
+/// How often (at most) applies re-read the database size, in ms.
+const DB_SIZE_REFRESH_MS: u64 = 500;
+
+/// Memory for the applier's cache of newest records (keys and values).
+const LATEST_CACHE_BYTES: usize = 64 * 1024 * 1024;
+
+/// Batches of at most this many writes are applied on the async worker.
+const APPLY_IN_PLACE_PROPOSALS: usize = 16;
+
+fn now_ms() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
+}
 
 fn member_key(id: NodeId) -> Vec<u8> {
     let mut k = META_MEMBER_PREFIX.to_vec();
@@ -71,6 +91,20 @@ struct Shared {
     raft_state: Mutex<(Option<LogId>, StoredMembership)>,
     /// The file openraft is writing an incoming snapshot into.
     receiving: Mutex<Option<PathBuf>>,
+    /// Request ids older than this (leader time, ms) are all expired; a
+    /// hint for the next expiry scan, not replicated state.
+    dedup_expired_before: AtomicU64,
+    /// When the cached database size was last read (ms since the epoch).
+    db_size_read_ms: AtomicU64,
+    /// Held while snapshot files are packed or removed, so that a snapshot
+    /// being packed for a follower is not deleted under it by a newer one.
+    snapshot_files: Mutex<()>,
+    /// Newest records of recently written keys, for the applier; see
+    /// [`LatestCache`]. Locked for a whole apply.
+    latest: Mutex<LatestCache>,
+    /// The Raft log's durable index: an entry is applied only once it is on
+    /// this member's disk (see the log store's durability rules).
+    log_durable: std::sync::OnceLock<watch::Receiver<crate::log_store::Durable>>,
 }
 
 /// A cheap handle: openraft owns one, the servers clone others for reads.
@@ -140,6 +174,11 @@ impl StateMachine {
                 db_size: AtomicU64::new(0),
                 raft_state: Mutex::new((last_applied, membership)),
                 receiving: Mutex::new(None),
+                log_durable: std::sync::OnceLock::new(),
+                dedup_expired_before: AtomicU64::new(0),
+                db_size_read_ms: AtomicU64::new(0),
+                latest: Mutex::new(LatestCache::new(LATEST_CACHE_BYTES)),
+                snapshot_files: Mutex::new(()),
             }),
         };
         sm.refresh_db_size();
@@ -207,7 +246,19 @@ impl StateMachine {
     }
 
     /// Measures the database size (SST files plus memtables) and caches it.
+    /// Re-reads the database size unless it was read less than `period_ms`
+    /// ago: ten property reads per apply would cost more than the quota
+    /// check needs (it tolerates being a moment late, as etcd's does).
+    fn refresh_db_size_at_most_every(&self, period_ms: u64) {
+        let now = now_ms();
+        let last = self.shared.db_size_read_ms.load(Ordering::Relaxed);
+        if now.saturating_sub(last) >= period_ms {
+            self.refresh_db_size();
+        }
+    }
+
     fn refresh_db_size(&self) {
+        self.shared.db_size_read_ms.store(now_ms(), Ordering::Relaxed);
         let db = self.db();
         let size = mvcc::COLUMN_FAMILIES
             .iter()
@@ -300,7 +351,8 @@ impl StateMachine {
     fn apply_blocking(&self, entries: Vec<crate::types::Entry>) -> Result<Vec<BatchResponse>, StorageError> {
         let _timer = crate::metrics::metrics().apply_seconds.start_timer();
         let db = self.db();
-        let mut applier = Applier::new(&db).map_err(sm_error)?;
+        let mut latest = self.shared.latest.lock().expect("poisoned");
+        let mut applier = Applier::new(&db, &latest).map_err(sm_error)?;
         let compacted_before = applier.compacted;
         let (mut last_applied, mut membership) = self.shared.raft_state.lock().expect("poisoned").clone();
         let mut responses = Vec::with_capacity(entries.len());
@@ -327,9 +379,13 @@ impl StateMachine {
             }
         }
         if let Some(ts) = last_ts {
-            applier.expire_request_ids(ts).map_err(sm_error)?;
+            let hint = self.shared.dedup_expired_before.load(Ordering::Acquire);
+            let expired_before = applier.expire_request_ids(ts, hint).map_err(sm_error)?;
+            self.shared.dedup_expired_before.store(expired_before, Ordering::Release);
         }
         let compacted = applier.compacted;
+        let written: Vec<(Vec<u8>, Option<mvcc::KvRecord>)> =
+            applier.latest_records().map(|(k, r)| (k.to_vec(), r.cloned())).collect();
         let (mut batch, events, revision) = applier.finish();
         batch.put_cf(cf(&db, CF_META), META_LAST_APPLIED, encode(&last_applied));
         batch.put_cf(cf(&db, CF_META), META_MEMBERSHIP, encode(&membership));
@@ -337,9 +393,13 @@ impl StateMachine {
         // (a checkpoint, which is durable) covers it, and openraft re-applies
         // `(last_applied, committed]` after a crash. The WAL survives SIGKILL.
         db.write(batch).map_err(sm_error)?;
+        for (key, record) in written {
+            latest.insert(key, record);
+        }
+        drop(latest);
         *self.shared.raft_state.lock().expect("poisoned") = (last_applied, membership);
         self.shared.compacted.store(compacted, Ordering::Release);
-        self.refresh_db_size();
+        self.refresh_db_size_at_most_every(DB_SIZE_REFRESH_MS);
         for ev in events {
             self.shared.hub.publish(HubMessage::Revision(Arc::new(ev)));
         }
@@ -356,13 +416,49 @@ impl StateMachine {
         Ok(responses)
     }
 
+    /// Makes [`RaftStateMachine::apply`] wait until the Raft log has the
+    /// entries on disk. Set once, before Raft starts.
+    pub fn gate_applies_on(&self, durable: watch::Receiver<crate::log_store::Durable>) {
+        let _ = self.shared.log_durable.set(durable);
+    }
+
     fn snapshot_paths(&self, id: &str) -> (PathBuf, PathBuf) {
         let d = &self.shared.snapshot_dir;
         (d.join(format!("{id}.snap")), d.join(format!("{id}.meta")))
     }
 
+    /// The newest snapshot and its packed file, packing it first if it was
+    /// built here and never sent. The packed file is derived data (the
+    /// checkpoint stays the durable form), so it is written under a
+    /// temporary name and renamed. Holds the snapshot-files lock throughout,
+    /// so a newer snapshot cannot remove this one's checkpoint mid-way.
+    fn current_snapshot_file(&self) -> Result<Option<(SnapshotMeta, PathBuf)>, StorageError> {
+        let _files = self.shared.snapshot_files.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mut best: Option<SnapshotMeta> = None;
+        for e in std::fs::read_dir(&self.shared.snapshot_dir).map_err(snapshot_error)?.flatten() {
+            let p = e.path();
+            if p.extension().is_some_and(|x| x == "meta") {
+                let Ok(bytes) = std::fs::read(&p) else { continue };
+                let Ok(m) = bincode::deserialize::<StoredSnapshotMeta>(&bytes) else { continue };
+                if best.as_ref().is_none_or(|b| m.meta.last_log_id > b.last_log_id) {
+                    best = Some(m.meta);
+                }
+            }
+        }
+        let Some(meta) = best else { return Ok(None) };
+        let (snap_path, _) = self.snapshot_paths(&meta.snapshot_id);
+        if !snap_path.exists() {
+            let checkpoint = self.shared.snapshot_dir.join(format!("{}.checkpoint", meta.snapshot_id));
+            let partial = snap_path.with_extension("packing");
+            pack(&checkpoint, &partial).map_err(snapshot_error)?;
+            std::fs::rename(&partial, &snap_path).map_err(snapshot_error)?;
+        }
+        Ok(Some((meta, snap_path)))
+    }
+
     /// Keeps only the snapshot `keep` in the snapshot directory.
     fn remove_other_snapshots(&self, keep: &str) {
+        let _files = self.shared.snapshot_files.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         let Ok(dir) = std::fs::read_dir(&self.shared.snapshot_dir) else { return };
         for e in dir.flatten() {
             let name = e.file_name().to_string_lossy().to_string();
@@ -407,6 +503,8 @@ impl StateMachine {
         write_durably(&current, new_name.as_bytes()).map_err(snapshot_error)?;
         *self.shared.db.write().expect("poisoned") = Arc::new(db);
         *self.shared.raft_state.lock().expect("poisoned") = (last_applied, membership);
+        self.shared.dedup_expired_before.store(0, Ordering::Release);
+        self.shared.latest.lock().expect("poisoned").clear();
         self.shared.compacted.store(compacted, Ordering::Release);
         self.shared.applied.send_replace(Applied { index: last_applied.map_or(0, |l| l.index), revision });
         self.refresh_db_size();
@@ -500,6 +598,12 @@ pub struct SnapshotBuilder {
 }
 
 impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
+    /// Keeps the checkpoint as the snapshot and records its meta; the one
+    /// file sent to followers is packed from it only when one needs it
+    /// ([`RaftStateMachine::get_current_snapshot`]). A snapshot is built every
+    /// `--snapshot-logs` entries so that the log can be purged, and copying
+    /// the whole database each time would compete with the log's fsyncs on
+    /// the same disk; a checkpoint is hard links to immutable files.
     async fn build_snapshot(&mut self) -> Result<Snapshot<TypeConfig>, StorageError> {
         if let Some(e) = self.error.take() {
             return Err(snapshot_error(e));
@@ -509,19 +613,24 @@ impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
         };
         let sm = self.sm.clone();
         let id = meta.snapshot_id.clone();
-        let (snap_path, meta_path) = sm.snapshot_paths(&id);
+        let (_, meta_path) = sm.snapshot_paths(&id);
         let m = meta.clone();
+        let path = meta_path.clone();
         tokio::task::spawn_blocking(move || -> io::Result<()> {
-            pack(&checkpoint, &snap_path)?;
-            std::fs::remove_dir_all(&checkpoint)?;
-            write_durably(&meta_path, &encode(&StoredSnapshotMeta { meta: m }))?;
+            // The checkpoint's directory entries are durable before the meta
+            // that makes it the current snapshot.
+            std::fs::File::open(&checkpoint)?.sync_all()?;
+            write_durably(&path, &encode(&StoredSnapshotMeta { meta: m }))?;
             sm.remove_other_snapshots(&id);
             Ok(())
         })
         .await
         .map_err(snapshot_error)?
         .map_err(snapshot_error)?;
-        let file = tokio::fs::File::open(self.sm.snapshot_paths(&meta.snapshot_id).0).await.map_err(snapshot_error)?;
+        // openraft keeps only the meta of a snapshot it just had built (the
+        // data is read through `get_current_snapshot`), so the handle given
+        // back is the meta file itself rather than a packed copy.
+        let file = tokio::fs::File::open(meta_path).await.map_err(snapshot_error)?;
         Ok(Snapshot { meta, snapshot: Box::new(file) })
     }
 }
@@ -539,6 +648,26 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         I::IntoIter: Send,
     {
         let entries: Vec<_> = entries.into_iter().collect();
+        if let (Some(durable), Some(last)) = (self.shared.log_durable.get(), entries.last()) {
+            let last = last.log_id.index;
+            let mut durable = durable.clone();
+            let reached = durable.wait_for(|d| d.index >= last || d.failed.is_some()).await.map_err(sm_error)?;
+            if let Some(failed) = &reached.failed {
+                return Err(sm_error(format!("the raft log could not be synced: {failed}")));
+            }
+        }
+        // A small batch is applied in place: it takes tens of microseconds,
+        // less than a round trip through the blocking pool would add.
+        let proposals: usize = entries
+            .iter()
+            .map(|e| match &e.payload {
+                EntryPayload::Normal(batch) => batch.proposals.len(),
+                _ => 1,
+            })
+            .sum();
+        if proposals <= APPLY_IN_PLACE_PROPOSALS {
+            return self.apply_blocking(entries);
+        }
         let sm = self.clone();
         tokio::task::spawn_blocking(move || sm.apply_blocking(entries)).await.map_err(sm_error)?
     }
@@ -608,23 +737,10 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
     }
 
     async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot<TypeConfig>>, StorageError> {
-        let mut best: Option<SnapshotMeta> = None;
-        let dir = match std::fs::read_dir(&self.shared.snapshot_dir) {
-            Ok(d) => d,
-            Err(e) => return Err(snapshot_error(e)),
-        };
-        for e in dir.flatten() {
-            let p = e.path();
-            if p.extension().is_some_and(|x| x == "meta") {
-                let Ok(bytes) = std::fs::read(&p) else { continue };
-                let Ok(m) = bincode::deserialize::<StoredSnapshotMeta>(&bytes) else { continue };
-                if best.as_ref().is_none_or(|b| m.meta.last_log_id > b.last_log_id) {
-                    best = Some(m.meta);
-                }
-            }
-        }
-        let Some(meta) = best else { return Ok(None) };
-        let file = tokio::fs::File::open(self.snapshot_paths(&meta.snapshot_id).0).await.map_err(snapshot_error)?;
+        let sm = self.clone();
+        let found = tokio::task::spawn_blocking(move || sm.current_snapshot_file()).await.map_err(snapshot_error)??;
+        let Some((meta, path)) = found else { return Ok(None) };
+        let file = tokio::fs::File::open(path).await.map_err(snapshot_error)?;
         Ok(Some(Snapshot { meta, snapshot: Box::new(file) }))
     }
 }

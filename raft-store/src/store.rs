@@ -360,8 +360,12 @@ impl Store {
                 StartError::Storage(e.to_string())
             })?;
         }
-        let log = LogStore::open(&config.data_dir.join("raft-log")).map_err(|e| StartError::Storage(e.to_string()))?;
+        let log = LogStore::open(&config.data_dir.join("raft-log"), config.id)
+            .map_err(|e| StartError::Storage(e.to_string()))?;
         let sm = StateMachine::open(&config.data_dir).map_err(|e| StartError::Storage(e.to_string()))?;
+        // The leader's entries reach its own disk while they replicate; none
+        // is applied (answered, published) before it is on disk here too.
+        sm.gate_applies_on(log.durable());
         let raft_config = openraft::Config {
             cluster_name: "skiff".into(),
             heartbeat_interval: config.heartbeat.as_millis() as u64,

@@ -5,7 +5,8 @@
 use std::collections::BTreeMap;
 
 use proptest::prelude::*;
-use skiff_raft_store::mvcc::{open_db, Applier, Reader};
+use skiff_raft_store::latest::LatestCache;
+use skiff_raft_store::mvcc::{open_db, Applier, EventKind, Reader, RevisionEvents};
 use skiff_raft_store::types::{
     ApplyError, Command, Compare, CompareResult, CompareTarget, DeleteRequest, KeyValue, Op, Output, PutRequest,
     RangeRequest, RequestId, Txn,
@@ -139,13 +140,21 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
 
     #[test]
-    fn engine_reads_match_the_model_at_every_revision(actions in proptest::collection::vec(action(), 1..60), batch in 1usize..5) {
+    fn engine_reads_match_the_model_at_every_revision(
+        actions in proptest::collection::vec(action(), 1..60),
+        batch in 1usize..5,
+        // The applier's cache of newest records: none, one that evicts all
+        // the time, and one that holds everything.
+        cache_bytes in proptest::sample::select(vec![0usize, 400, 1 << 20]),
+    ) {
         let dir = tempfile::tempdir().unwrap();
         let db = open_db(dir.path()).unwrap();
         let mut model = Model::new();
+        let mut cache = LatestCache::new(cache_bytes);
+        let mut live_events: Vec<RevisionEvents> = Vec::new();
         for chunk in actions.chunks(batch) {
             // One chunk = one Raft entry's batch, committed together.
-            let mut applier = Applier::new(&db).unwrap();
+            let mut applier = Applier::new(&db, &cache).unwrap();
             for a in chunk {
                 match a {
                     Action::Compact(r) => {
@@ -172,8 +181,13 @@ proptest! {
                     }
                 }
             }
-            let (wb, _, _) = applier.finish();
+            let written: Vec<_> = applier.latest_records().map(|(k, r)| (k.to_vec(), r.cloned())).collect();
+            let (wb, events, _) = applier.finish();
             db.write(wb).unwrap();
+            live_events.extend(events);
+            for (k, r) in written {
+                cache.insert(k, r);
+            }
         }
         let reader = Reader::snapshot(&db);
         prop_assert_eq!(reader.revision().unwrap(), model.revision());
@@ -201,6 +215,19 @@ proptest! {
                 prop_assert_eq!(got.kvs, expected);
             }
         }
+        // The events published live carry the model's new and previous
+        // values (prev_kv comes from the applier's newest-record lookups).
+        for r in &live_events {
+            let before = &model.states[r.revision as usize - 1];
+            let after = &model.states[r.revision as usize];
+            for e in &r.events {
+                prop_assert_eq!(e.prev_kv.as_ref(), before.get(&e.kv.key), "prev_kv at {}", r.revision);
+                match e.kind {
+                    EventKind::Put => prop_assert_eq!(Some(&e.kv), after.get(&e.kv.key)),
+                    EventKind::Delete => prop_assert!(!after.contains_key(&e.kv.key)),
+                }
+            }
+        }
         // Watch replay yields exactly the model's changes, revision by revision.
         let from = model.compacted.max(1);
         let revs = reader.revisions(from, model.revision(), usize::MAX).unwrap();
@@ -224,11 +251,12 @@ fn a_retried_request_id_is_applied_once() {
         success: vec![Op::Put(PutRequest { key: b"k".to_vec(), value: b"v".to_vec(), ..Default::default() })],
         ..Default::default()
     });
-    let mut a = Applier::new(&db).unwrap();
+    let cache = LatestCache::new(0);
+    let mut a = Applier::new(&db, &cache).unwrap();
     let first = a.apply(id, &cmd, 1).unwrap();
     let (wb, _, _) = a.finish();
     db.write(wb).unwrap();
-    let mut a = Applier::new(&db).unwrap();
+    let mut a = Applier::new(&db, &cache).unwrap();
     let second = a.apply(id, &cmd, 2).unwrap();
     assert_eq!(first, second);
     let (wb, _, revision) = a.finish();

@@ -10,7 +10,7 @@ struct Builder;
 impl openraft::testing::StoreBuilder<TypeConfig, LogStore, StateMachine, tempfile::TempDir> for Builder {
     async fn build(&self) -> Result<(tempfile::TempDir, LogStore, StateMachine), StorageError> {
         let dir = tempfile::tempdir().expect("temp dir");
-        let log = LogStore::open(&dir.path().join("raft-log")).expect("open log store");
+        let log = LogStore::open(&dir.path().join("raft-log"), 0).expect("open log store");
         let sm = StateMachine::open(dir.path()).expect("open state machine");
         Ok((dir, log, sm))
     }

@@ -1,0 +1,147 @@
+//! The newest record of recently written keys, for the applier.
+//!
+//! Every put needs the record it overwrites (for `create_revision`,
+//! `version`, the lease and the event's `prev_kv`). Without this cache that
+//! is a `seek_for_prev` into the history per write, on every member, which
+//! profiling showed to be most of a follower's apply time. etcd keeps its
+//! whole key index in memory for the same reason; Skiff keeps a bounded LRU
+//! of whole records instead, so memory stays bounded however many keys exist.
+//!
+//! The cache is write-through: the state machine fills it only after the
+//! batch that produced the records is committed to RocksDB, and empties it
+//! when a snapshot replaces the database. It holds exactly what the database
+//! says the newest record is, so a member's answers never depend on whether
+//! a key was cached. A deleted key is cached as `None`: for the applier a
+//! tombstone and a missing key mean the same.
+
+use lru::LruCache;
+
+use crate::mvcc::KvRecord;
+
+/// Bytes a cached record is charged beyond its key and value.
+const RECORD_OVERHEAD: usize = 96;
+
+pub struct LatestCache {
+    records: LruCache<Vec<u8>, Option<KvRecord>>,
+    bytes: usize,
+    limit: usize,
+}
+
+fn cost(key: &[u8], record: &Option<KvRecord>) -> usize {
+    key.len() + record.as_ref().map_or(0, |r| r.value.len()) + RECORD_OVERHEAD
+}
+
+impl LatestCache {
+    /// A cache holding at most about `limit` bytes of keys and values.
+    pub fn new(limit: usize) -> LatestCache {
+        LatestCache { records: LruCache::unbounded(), bytes: 0, limit }
+    }
+
+    /// The newest record of `key` if cached: `Some(None)` means the key does
+    /// not exist (or was deleted).
+    pub fn get(&self, key: &[u8]) -> Option<&Option<KvRecord>> {
+        self.records.peek(key)
+    }
+
+    /// Records that the newest record of `key` is now `record`.
+    pub fn insert(&mut self, key: Vec<u8>, record: Option<KvRecord>) {
+        let added = cost(&key, &record);
+        if added > self.limit {
+            if let Some(old) = self.records.pop(&key) {
+                self.bytes -= cost(&key, &old);
+            }
+            return;
+        }
+        if let Some(old) = self.records.peek(&key) {
+            self.bytes -= cost(&key, old);
+        }
+        self.bytes += added;
+        self.records.put(key, record);
+        while self.bytes > self.limit {
+            match self.records.pop_lru() {
+                Some((k, r)) => self.bytes -= cost(&k, &r),
+                None => break,
+            }
+        }
+    }
+
+    /// Forgets everything (the database was replaced).
+    pub fn clear(&mut self) {
+        self.records.clear();
+        self.bytes = 0;
+    }
+
+    pub fn len(&self) -> usize {
+        self.records.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.records.is_empty()
+    }
+
+    pub fn bytes(&self) -> usize {
+        self.bytes
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(value_len: usize, revision: i64) -> Option<KvRecord> {
+        Some(KvRecord {
+            create_revision: 1,
+            mod_revision: revision,
+            version: revision,
+            lease: 0,
+            value: vec![b'x'; value_len],
+            deleted: false,
+        })
+    }
+
+    #[test]
+    fn keeps_the_newest_record_and_its_byte_count() {
+        let mut cache = LatestCache::new(10_000);
+        cache.insert(b"a".to_vec(), record(10, 1));
+        cache.insert(b"a".to_vec(), record(20, 2));
+        assert_eq!(cache.get(b"a"), Some(&record(20, 2)));
+        assert_eq!(cache.bytes(), 1 + 20 + RECORD_OVERHEAD);
+        cache.insert(b"a".to_vec(), None);
+        assert_eq!(cache.get(b"a"), Some(&None));
+        assert_eq!(cache.bytes(), 1 + RECORD_OVERHEAD);
+        assert_eq!(cache.get(b"b"), None);
+    }
+
+    #[test]
+    fn evicts_the_least_recently_written_past_the_limit() {
+        let per = 1 + 100 + RECORD_OVERHEAD;
+        let mut cache = LatestCache::new(3 * per);
+        for k in [b"a", b"b", b"c"] {
+            cache.insert(k.to_vec(), record(100, 1));
+        }
+        cache.insert(b"a".to_vec(), record(100, 2));
+        cache.insert(b"d".to_vec(), record(100, 1));
+        assert_eq!(cache.len(), 3);
+        assert_eq!(cache.get(b"b"), None, "b was written least recently");
+        assert!(cache.get(b"a").is_some() && cache.get(b"c").is_some() && cache.get(b"d").is_some());
+        assert!(cache.bytes() <= 3 * per);
+    }
+
+    #[test]
+    fn a_record_bigger_than_the_cache_is_not_kept_and_drops_a_stale_one() {
+        let mut cache = LatestCache::new(500);
+        cache.insert(b"a".to_vec(), record(10, 1));
+        cache.insert(b"a".to_vec(), record(1_000, 2));
+        assert_eq!(cache.get(b"a"), None);
+        assert_eq!(cache.bytes(), 0);
+    }
+
+    #[test]
+    fn clear_empties_it() {
+        let mut cache = LatestCache::new(10_000);
+        cache.insert(b"a".to_vec(), record(10, 1));
+        cache.clear();
+        assert!(cache.is_empty());
+        assert_eq!(cache.bytes(), 0);
+    }
+}
