@@ -264,6 +264,9 @@ impl LogStore {
         let mut options = Options::default();
         options.create_if_missing(true);
         options.create_missing_column_families(true);
+        // Memtable flushes sync a megabyte at a time rather than in one
+        // large fsync that the log's own WAL syncs would queue behind.
+        options.set_bytes_per_sync(1 << 20);
         let column_families =
             [LOGS_CF, META_CF].into_iter().map(|name| ColumnFamilyDescriptor::new(name, Options::default()));
         let db = DB::open_cf_descriptors(&options, dir, column_families)

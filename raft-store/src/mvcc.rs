@@ -32,9 +32,17 @@ pub const COLUMN_FAMILIES: [&str; 5] = [CF_HIST, CF_REV, CF_META, CF_DEDUP, CF_L
 pub const META_REVISION: &[u8] = b"revision";
 pub const META_COMPACTED: &[u8] = b"compacted";
 
-/// How long a request id is remembered after its write was applied: a retry
-/// arriving later than this is applied again.
+/// How long a request id is remembered after it was made (by the member
+/// that took the write): a retry arriving later than this is applied again.
 pub const DEDUP_RETENTION_MS: u64 = 10 * 60 * 1000;
+
+/// Expired request ids are deleted when this much more time has passed
+/// since the last deletion (one range tombstone per step).
+pub const DEDUP_EXPIRY_STEP_MS: u64 = 10 * 1000;
+
+/// Request ids made before this time (ms) are forgotten; advanced by
+/// [`Applier::expire_request_ids`].
+pub const META_DEDUP_EXPIRED: &[u8] = b"dedup_expired";
 
 /// One stored version of a key.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -237,7 +245,7 @@ impl<'a> Reader<'a> {
         opts
     }
 
-    fn meta_i64(&self, key: &[u8]) -> Result<i64, EngineError> {
+    pub(crate) fn meta_i64(&self, key: &[u8]) -> Result<i64, EngineError> {
         Ok(self
             .db
             .get_cf_opt(cf(self.db, CF_META), key, &self.opts())?
@@ -518,6 +526,8 @@ pub struct Applier<'a> {
     pending_leases: BTreeMap<i64, Option<i64>>,
     /// Key attachments added (`true`) or removed (`false`) in this batch.
     pending_lease_keys: BTreeMap<(i64, Vec<u8>), bool>,
+    /// Request ids made before this time are forgotten (replicated).
+    dedup_expired: u64,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -557,7 +567,9 @@ impl<'a> Applier<'a> {
         let reader = Reader::live(db);
         let revision = reader.revision()?;
         let compacted = reader.compacted()?;
+        let dedup_expired = reader.meta_i64(META_DEDUP_EXPIRED)? as u64;
         Ok(Applier {
+            dedup_expired,
             reader,
             cache,
             looked_up: RefCell::new(HashMap::new()),
@@ -613,47 +625,23 @@ impl<'a> Applier<'a> {
         let rec = DedupRecord { timestamp_ms, result: result.clone() };
         let db = self.db();
         self.batch.put_cf(cf(db, CF_DEDUP), dedup_key(id), encode(&rec));
-        // Index by time so expiry is a range scan (deterministic: the time is
-        // the leader's, carried in the entry).
-        self.batch.put_cf(cf(db, CF_DEDUP), dedup_expiry_key(timestamp_ms, id), []);
         self.dedup.insert(id, result.clone());
     }
 
-    /// Forgets request ids applied more than [`DEDUP_RETENTION_MS`] before `now_ms`.
-    ///
-    /// `expired_before` is a time below which no request id is left (0 if
-    /// unknown): the scan starts there instead of wading through the
-    /// tombstones of earlier expiries. Returns the new such time.
-    pub fn expire_request_ids(&mut self, now_ms: u64, expired_before: u64) -> Result<u64, EngineError> {
+    /// Forgets request ids made more than [`DEDUP_RETENTION_MS`] before
+    /// `now_ms` (the leader's time carried in the entry, so every member
+    /// deletes the same ids at the same point of the log). Ids sort by age,
+    /// so this is one range deletion every [`DEDUP_EXPIRY_STEP_MS`]; it also
+    /// covers the records of the earlier layout (`i` and `t` keys).
+    pub fn expire_request_ids(&mut self, now_ms: u64) {
         let cutoff = now_ms.saturating_sub(DEDUP_RETENTION_MS);
-        if cutoff <= expired_before {
-            return Ok(expired_before);
+        if cutoff < self.dedup_expired.saturating_add(DEDUP_EXPIRY_STEP_MS) {
+            return;
         }
         let db = self.db();
-        let mut it = db.raw_iterator_cf(cf(db, CF_DEDUP));
-        let mut start = DEDUP_EXPIRY_PREFIX.to_vec();
-        start.extend_from_slice(&expired_before.to_be_bytes());
-        it.seek(&start);
-        let mut reached = cutoff;
-        let mut n = 0;
-        while let Some(k) = it.key() {
-            if !k.starts_with(DEDUP_EXPIRY_PREFIX) || k.len() != DEDUP_EXPIRY_PREFIX.len() + 24 || n >= 10_000 {
-                break;
-            }
-            let ts = u64::from_be_bytes(k[1..9].try_into().expect("length checked"));
-            if ts >= cutoff {
-                break;
-            }
-            reached = ts;
-            let id = u128::from_be_bytes(k[9..25].try_into().expect("length checked"));
-            self.batch.delete_cf(cf(db, CF_DEDUP), k);
-            self.batch.delete_cf(cf(db, CF_DEDUP), dedup_key(RequestId(id)));
-            n += 1;
-            it.next();
-        }
-        it.status()?;
-        // Stopped by the limit: ids at `reached` may remain.
-        Ok(if n >= 10_000 { reached } else { cutoff })
+        self.batch.delete_range_cf(cf(db, CF_DEDUP), &b""[..], &dedup_key(RequestId::at(cutoff, 0))[..]);
+        self.batch.put_cf(cf(db, CF_META), META_DEDUP_EXPIRED, encode(&(cutoff as i64)));
+        self.dedup_expired = cutoff;
     }
 
     /// The newest record of `key` including this batch's and this txn's
@@ -1012,19 +1000,13 @@ impl<'a> Applier<'a> {
     }
 }
 
-const DEDUP_EXPIRY_PREFIX: &[u8] = b"t";
+/// Request ids: `u` ++ the big-endian id, which sorts by age. (The earlier
+/// layout's `i` and `t` keys sort before it and expire with it.)
+const DEDUP_PREFIX: u8 = b'u';
 
 fn dedup_key(id: RequestId) -> Vec<u8> {
     let mut k = Vec::with_capacity(17);
-    k.push(b'i');
-    k.extend_from_slice(&id.0.to_be_bytes());
-    k
-}
-
-fn dedup_expiry_key(timestamp_ms: u64, id: RequestId) -> Vec<u8> {
-    let mut k = Vec::with_capacity(25);
-    k.extend_from_slice(DEDUP_EXPIRY_PREFIX);
-    k.extend_from_slice(&timestamp_ms.to_be_bytes());
+    k.push(DEDUP_PREFIX);
     k.extend_from_slice(&id.0.to_be_bytes());
     k
 }
@@ -1035,6 +1017,11 @@ pub fn open_db(path: &std::path::Path) -> Result<DB, rocksdb::Error> {
     opts.create_if_missing(true);
     opts.create_missing_column_families(true);
     opts.set_compression_type(rocksdb::DBCompressionType::Lz4);
+    // Flushes and compactions sync their files a megabyte at a time instead
+    // of in one fsync at the end, which otherwise holds up the Raft log's
+    // fsyncs on the same disk for tens of ms (RocksDB's tuning guide
+    // recommends 1 MiB).
+    opts.set_bytes_per_sync(1 << 20);
     let families = COLUMN_FAMILIES.iter().map(|name| {
         let mut cf_opts = opts.clone();
         if *name == CF_DEDUP {

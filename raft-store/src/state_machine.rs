@@ -91,9 +91,6 @@ struct Shared {
     raft_state: Mutex<(Option<LogId>, StoredMembership)>,
     /// The file openraft is writing an incoming snapshot into.
     receiving: Mutex<Option<PathBuf>>,
-    /// Request ids older than this (leader time, ms) are all expired; a
-    /// hint for the next expiry scan, not replicated state.
-    dedup_expired_before: AtomicU64,
     /// When the cached database size was last read (ms since the epoch).
     db_size_read_ms: AtomicU64,
     /// Held while snapshot files are packed or removed, so that a snapshot
@@ -137,10 +134,13 @@ impl StateMachine {
         let snapshot_dir = data_dir.join("snapshots");
         std::fs::create_dir_all(&dir).map_err(io_err(&dir))?;
         std::fs::create_dir_all(&snapshot_dir).map_err(io_err(&snapshot_dir))?;
-        // Half-received snapshots from before a restart are of no use.
+        // Half-received or half-built snapshots from before a restart are of no use.
         for e in std::fs::read_dir(&snapshot_dir).map_err(io_err(&snapshot_dir))?.flatten() {
-            if e.file_name().to_string_lossy().starts_with("incoming-") {
+            let name = e.file_name().to_string_lossy().to_string();
+            if name.starts_with("incoming-") {
                 let _ = std::fs::remove_file(e.path());
+            } else if name.starts_with("building-") {
+                let _ = std::fs::remove_dir_all(e.path());
             }
         }
         let current = dir.join("CURRENT");
@@ -175,7 +175,6 @@ impl StateMachine {
                 raft_state: Mutex::new((last_applied, membership)),
                 receiving: Mutex::new(None),
                 log_durable: std::sync::OnceLock::new(),
-                dedup_expired_before: AtomicU64::new(0),
                 db_size_read_ms: AtomicU64::new(0),
                 latest: Mutex::new(LatestCache::new(LATEST_CACHE_BYTES)),
                 snapshot_files: Mutex::new(()),
@@ -379,9 +378,7 @@ impl StateMachine {
             }
         }
         if let Some(ts) = last_ts {
-            let hint = self.shared.dedup_expired_before.load(Ordering::Acquire);
-            let expired_before = applier.expire_request_ids(ts, hint).map_err(sm_error)?;
-            self.shared.dedup_expired_before.store(expired_before, Ordering::Release);
+            applier.expire_request_ids(ts);
         }
         let compacted = applier.compacted;
         let written: Vec<(Vec<u8>, Option<mvcc::KvRecord>)> =
@@ -427,6 +424,41 @@ impl StateMachine {
         (d.join(format!("{id}.snap")), d.join(format!("{id}.meta")))
     }
 
+    /// Makes a checkpoint into the snapshot directory and records it as the
+    /// current snapshot; returns its meta and the meta file's path. Blocking.
+    fn checkpoint_snapshot(&self) -> Result<(SnapshotMeta, PathBuf), StorageError> {
+        let partial = self.shared.snapshot_dir.join(format!("building-{:016x}.checkpoint", rand::random::<u64>()));
+        let db = self.db();
+        rocksdb::checkpoint::Checkpoint::new(&db)
+            .and_then(|c| c.create_checkpoint(&partial))
+            .map_err(snapshot_error)?;
+        drop(db);
+        let state = {
+            let opts = rocksdb::Options::default();
+            let checkpoint =
+                DB::open_cf_for_read_only(&opts, &partial, mvcc::COLUMN_FAMILIES, false).map_err(snapshot_error)?;
+            read_raft_state(&checkpoint).map_err(snapshot_error)?
+        };
+        let (last_applied, membership) = state;
+        let snapshot_id = format!(
+            "{}-{}-{:016x}",
+            last_applied.map_or(0, |l| l.leader_id.term),
+            last_applied.map_or(0, |l| l.index),
+            rand::random::<u64>()
+        );
+        let checkpoint = self.shared.snapshot_dir.join(format!("{snapshot_id}.checkpoint"));
+        std::fs::rename(&partial, &checkpoint).map_err(snapshot_error)?;
+        // The checkpoint's directory entries are durable before the meta that
+        // makes it the current snapshot.
+        std::fs::File::open(&checkpoint).and_then(|d| d.sync_all()).map_err(snapshot_error)?;
+        std::fs::File::open(&self.shared.snapshot_dir).and_then(|d| d.sync_all()).map_err(snapshot_error)?;
+        let meta = SnapshotMeta { last_log_id: last_applied, last_membership: membership, snapshot_id };
+        let (_, meta_path) = self.snapshot_paths(&meta.snapshot_id);
+        write_durably(&meta_path, &encode(&StoredSnapshotMeta { meta: meta.clone() })).map_err(snapshot_error)?;
+        self.remove_other_snapshots(&meta.snapshot_id);
+        Ok((meta, meta_path))
+    }
+
     /// The newest snapshot and its packed file, packing it first if it was
     /// built here and never sent. The packed file is derived data (the
     /// checkpoint stays the durable form), so it is written under a
@@ -464,7 +496,7 @@ impl StateMachine {
             let name = e.file_name().to_string_lossy().to_string();
             let stem = name.rsplit_once('.').map_or(name.as_str(), |(s, _)| s);
             // A snapshot being received concurrently is not ours to remove.
-            if stem != keep && !name.starts_with("incoming-") {
+            if stem != keep && !name.starts_with("incoming-") && !name.starts_with("building-") {
                 let p = e.path();
                 let _ = if p.is_dir() { std::fs::remove_dir_all(&p) } else { std::fs::remove_file(&p) };
             }
@@ -503,7 +535,6 @@ impl StateMachine {
         write_durably(&current, new_name.as_bytes()).map_err(snapshot_error)?;
         *self.shared.db.write().expect("poisoned") = Arc::new(db);
         *self.shared.raft_state.lock().expect("poisoned") = (last_applied, membership);
-        self.shared.dedup_expired_before.store(0, Ordering::Release);
         self.shared.latest.lock().expect("poisoned").clear();
         self.shared.compacted.store(compacted, Ordering::Release);
         self.shared.applied.send_replace(Applied { index: last_applied.map_or(0, |l| l.index), revision });
@@ -590,43 +621,25 @@ fn unpack(file: &Path, dir: &Path) -> io::Result<()> {
     std::fs::File::open(dir)?.sync_all()
 }
 
-/// Builds a snapshot from a checkpoint taken when the builder was made.
+/// Builds a snapshot: a RocksDB checkpoint of the state machine.
 pub struct SnapshotBuilder {
     sm: StateMachine,
-    checkpoint: Option<(PathBuf, SnapshotMeta)>,
-    error: Option<String>,
 }
 
 impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
-    /// Keeps the checkpoint as the snapshot and records its meta; the one
-    /// file sent to followers is packed from it only when one needs it
-    /// ([`RaftStateMachine::get_current_snapshot`]). A snapshot is built every
-    /// `--snapshot-logs` entries so that the log can be purged, and copying
-    /// the whole database each time would compete with the log's fsyncs on
-    /// the same disk; a checkpoint is hard links to immutable files.
+    /// Takes a checkpoint (a consistent point-in-time copy of every column
+    /// family, mostly hard links) while applies go on, and records as the
+    /// snapshot's log id and membership what the checkpoint itself says was
+    /// applied, so data and meta always agree. The checkpoint is kept as the
+    /// snapshot; the one file sent to followers is packed from it only when
+    /// one needs it ([`RaftStateMachine::get_current_snapshot`]): a snapshot
+    /// is built every `--snapshot-logs` entries so that the log can be
+    /// purged, and copying the whole database each time would compete with
+    /// the log's fsyncs on the same disk.
     async fn build_snapshot(&mut self) -> Result<Snapshot<TypeConfig>, StorageError> {
-        if let Some(e) = self.error.take() {
-            return Err(snapshot_error(e));
-        }
-        let Some((checkpoint, meta)) = self.checkpoint.take() else {
-            return Err(snapshot_error("snapshot builder used twice"));
-        };
         let sm = self.sm.clone();
-        let id = meta.snapshot_id.clone();
-        let (_, meta_path) = sm.snapshot_paths(&id);
-        let m = meta.clone();
-        let path = meta_path.clone();
-        tokio::task::spawn_blocking(move || -> io::Result<()> {
-            // The checkpoint's directory entries are durable before the meta
-            // that makes it the current snapshot.
-            std::fs::File::open(&checkpoint)?.sync_all()?;
-            write_durably(&path, &encode(&StoredSnapshotMeta { meta: m }))?;
-            sm.remove_other_snapshots(&id);
-            Ok(())
-        })
-        .await
-        .map_err(snapshot_error)?
-        .map_err(snapshot_error)?;
+        let (meta, meta_path) =
+            tokio::task::spawn_blocking(move || sm.checkpoint_snapshot()).await.map_err(snapshot_error)??;
         // openraft keeps only the meta of a snapshot it just had built (the
         // data is read through `get_current_snapshot`), so the handle given
         // back is the meta file itself rather than a packed copy.
@@ -673,28 +686,11 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
     }
 
     async fn get_snapshot_builder(&mut self) -> SnapshotBuilder {
-        // Runs serialized with `apply`: the checkpoint and the recorded
-        // last_applied/membership describe exactly the same state.
-        let (last_applied, membership) = self.shared.raft_state.lock().expect("poisoned").clone();
-        let snapshot_id = format!(
-            "{}-{}-{:016x}",
-            last_applied.map_or(0, |l| l.leader_id.term),
-            last_applied.map_or(0, |l| l.index),
-            rand::random::<u64>()
-        );
-        let checkpoint = self.shared.snapshot_dir.join(format!("{snapshot_id}.checkpoint"));
-        let db = self.db();
-        let path = checkpoint.clone();
-        let made = tokio::task::spawn_blocking(move || {
-            rocksdb::checkpoint::Checkpoint::new(&db).and_then(|c| c.create_checkpoint(&path))
-        })
-        .await;
-        let meta = SnapshotMeta { last_log_id: last_applied, last_membership: membership, snapshot_id };
-        match made {
-            Ok(Ok(())) => SnapshotBuilder { sm: self.clone(), checkpoint: Some((checkpoint, meta)), error: None },
-            Ok(Err(e)) => SnapshotBuilder { sm: self.clone(), checkpoint: None, error: Some(e.to_string()) },
-            Err(e) => SnapshotBuilder { sm: self.clone(), checkpoint: None, error: Some(e.to_string()) },
-        }
+        // Nothing is captured here (this runs serialized with `apply`, and a
+        // checkpoint flushes memtables, which stalled writes for hundreds of
+        // ms): the builder takes a checkpoint later, concurrently with
+        // applies, and reads the log id it covers from the checkpoint itself.
+        SnapshotBuilder { sm: self.clone() }
     }
 
     async fn begin_receiving_snapshot(&mut self) -> Result<Box<tokio::fs::File>, StorageError> {

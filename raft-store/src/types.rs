@@ -46,9 +46,24 @@ pub type Entry = openraft::Entry<TypeConfig>;
 pub struct RequestId(pub u128);
 
 impl RequestId {
-    /// A fresh random id; collisions are as likely as UUIDv4's.
-    pub fn random() -> Self {
-        RequestId(rand::random())
+    /// A fresh id: the proposing member's clock (ms since the epoch) in the
+    /// high 64 bits and 64 random bits below. Ids therefore sort by age, so
+    /// the state machine forgets old ones with one range deletion; two ids
+    /// collide only if made in the same millisecond with the same 64 bits.
+    pub fn fresh() -> Self {
+        let now_ms =
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64);
+        RequestId::at(now_ms, rand::random())
+    }
+
+    /// The id made at `created_ms` with low bits `nonce`.
+    pub fn at(created_ms: u64, nonce: u64) -> Self {
+        RequestId((u128::from(created_ms) << 64) | u128::from(nonce))
+    }
+
+    /// When (ms since the epoch, on the proposing member's clock) the id was made.
+    pub fn created_ms(self) -> u64 {
+        (self.0 >> 64) as u64
     }
 }
 

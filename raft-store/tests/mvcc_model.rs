@@ -159,7 +159,7 @@ proptest! {
                 match a {
                     Action::Compact(r) => {
                         let target = (*r as i64) % (model.revision() + 2);
-                        let got = applier.apply(RequestId::random(), &Command::Compact { revision: target }, 1).unwrap();
+                        let got = applier.apply(RequestId::fresh(), &Command::Compact { revision: target }, 1).unwrap();
                         if target <= model.compacted {
                             prop_assert!(matches!(got, Err(ApplyError::Compacted { .. })), "{got:?}");
                         } else if target > model.revision() {
@@ -172,7 +172,7 @@ proptest! {
                     other => {
                         let txn = to_txn(other);
                         let expected = model.apply(&txn);
-                        let got = applier.apply(RequestId::random(), &Command::Txn(txn), 1).unwrap();
+                        let got = applier.apply(RequestId::fresh(), &Command::Txn(txn), 1).unwrap();
                         match (expected, got) {
                             (Ok(_), Ok(Output::Txn { revision, .. })) => prop_assert_eq!(revision, model.revision()),
                             (Err(e), Err(g)) => prop_assert_eq!(e, g),
@@ -246,7 +246,7 @@ proptest! {
 fn a_retried_request_id_is_applied_once() {
     let dir = tempfile::tempdir().unwrap();
     let db = open_db(dir.path()).unwrap();
-    let id = RequestId::random();
+    let id = RequestId::fresh();
     let cmd = Command::Txn(Txn {
         success: vec![Op::Put(PutRequest { key: b"k".to_vec(), value: b"v".to_vec(), ..Default::default() })],
         ..Default::default()
@@ -262,4 +262,39 @@ fn a_retried_request_id_is_applied_once() {
     let (wb, _, revision) = a.finish();
     db.write(wb).unwrap();
     assert_eq!(revision, 1, "the retry must not create a second revision");
+}
+
+#[test]
+fn request_ids_are_forgotten_once_the_retention_has_passed() {
+    use skiff_raft_store::mvcc::{DEDUP_EXPIRY_STEP_MS, DEDUP_RETENTION_MS};
+    let dir = tempfile::tempdir().unwrap();
+    let db = open_db(dir.path()).unwrap();
+    let cache = LatestCache::new(0);
+    let cmd = Command::Txn(Txn {
+        success: vec![Op::Put(PutRequest { key: b"k".to_vec(), value: b"v".to_vec(), ..Default::default() })],
+        ..Default::default()
+    });
+    let t0 = 1_000_000_000_000;
+    let old = RequestId::at(t0, 7);
+    let young = RequestId::at(t0 + DEDUP_EXPIRY_STEP_MS * 3, 8);
+    // Applies `id` at leader time `now` as one batch (expiring at its end,
+    // as the state machine does) and returns the store's revision after it.
+    let apply = |id: RequestId, now: u64| {
+        let mut a = Applier::new(&db, &cache).unwrap();
+        a.apply(id, &cmd, now).unwrap().unwrap();
+        a.expire_request_ids(now);
+        let (wb, _, revision) = a.finish();
+        db.write(wb).unwrap();
+        revision
+    };
+    assert_eq!(apply(old, t0), 1);
+    assert_eq!(apply(young, t0 + DEDUP_EXPIRY_STEP_MS * 3), 2);
+    // Within the retention a retry is answered from memory.
+    assert_eq!(apply(old, t0 + DEDUP_RETENTION_MS - 1), 2);
+    // Past it (and a whole expiry step), a batch forgets the old id; a retry
+    // after that is a new write, while the younger id is still remembered.
+    let later = t0 + DEDUP_RETENTION_MS + DEDUP_EXPIRY_STEP_MS;
+    assert_eq!(apply(young, later), 2);
+    assert_eq!(apply(old, later + 1), 3);
+    assert_eq!(apply(young, later + 2), 3);
 }
