@@ -65,6 +65,13 @@ impl LatestCache {
         }
     }
 
+    /// Forgets `key` (its newest record is not worth keeping).
+    pub fn forget(&mut self, key: &[u8]) {
+        if let Some(old) = self.records.pop(key) {
+            self.bytes -= cost(key, &old);
+        }
+    }
+
     /// Forgets everything (the database was replaced).
     pub fn clear(&mut self) {
         self.records.clear();
@@ -134,6 +141,18 @@ mod tests {
         cache.insert(b"a".to_vec(), record(1_000, 2));
         assert_eq!(cache.get(b"a"), None);
         assert_eq!(cache.bytes(), 0);
+    }
+
+    #[test]
+    fn forget_drops_one_key() {
+        let mut cache = LatestCache::new(10_000);
+        cache.insert(b"a".to_vec(), record(10, 1));
+        cache.insert(b"b".to_vec(), record(10, 1));
+        cache.forget(b"a");
+        cache.forget(b"zzz");
+        assert_eq!(cache.get(b"a"), None);
+        assert!(cache.get(b"b").is_some());
+        assert_eq!(cache.bytes(), 1 + 10 + RECORD_OVERHEAD);
     }
 
     #[test]

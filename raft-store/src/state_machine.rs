@@ -47,8 +47,14 @@ const DB_SIZE_REFRESH_MS: u64 = 500;
 /// Memory for the applier's cache of newest records (keys and values).
 const LATEST_CACHE_BYTES: usize = 64 * 1024 * 1024;
 
-/// Batches of at most this many writes are applied on the async worker.
+/// Batches of at most this many writes, and this many bytes, are applied
+/// on the async worker; bigger ones on the blocking pool, so that a worker
+/// (and the heartbeats it serves) is never held for long.
 const APPLY_IN_PLACE_PROPOSALS: usize = 16;
+const APPLY_IN_PLACE_BYTES: u64 = 64 * 1024;
+
+/// Values bigger than this are not kept in the applier's record cache.
+const LATEST_CACHE_MAX_VALUE: usize = 64 * 1024;
 
 fn now_ms() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
@@ -366,7 +372,7 @@ impl StateMachine {
                 }
                 EntryPayload::Normal(batch) => {
                     let mut results = Vec::with_capacity(batch.proposals.len());
-                    for p in &batch.proposals {
+                    for p in batch.proposals.iter() {
                         if let Command::PublishMember(info) = &p.command {
                             applier.batch.put_cf(cf(&db, CF_META), member_key(info.id), encode(info));
                         }
@@ -381,8 +387,15 @@ impl StateMachine {
             applier.expire_request_ids(ts);
         }
         let compacted = applier.compacted;
-        let written: Vec<(Vec<u8>, Option<mvcc::KvRecord>)> =
-            applier.latest_records().map(|(k, r)| (k.to_vec(), r.cloned())).collect();
+        // Records with big values are not worth a copy: they are dropped
+        // from the cache instead (a later write to the key seeks once).
+        let written: Vec<(Vec<u8>, Option<Option<mvcc::KvRecord>>)> = applier
+            .latest_records()
+            .map(|(k, r)| match r {
+                Some(r) if r.value.len() > LATEST_CACHE_MAX_VALUE => (k.to_vec(), None),
+                r => (k.to_vec(), Some(r.cloned())),
+            })
+            .collect();
         let (mut batch, events, revision) = applier.finish();
         batch.put_cf(cf(&db, CF_META), META_LAST_APPLIED, encode(&last_applied));
         batch.put_cf(cf(&db, CF_META), META_MEMBERSHIP, encode(&membership));
@@ -391,7 +404,10 @@ impl StateMachine {
         // `(last_applied, committed]` after a crash. The WAL survives SIGKILL.
         db.write(batch).map_err(sm_error)?;
         for (key, record) in written {
-            latest.insert(key, record);
+            match record {
+                Some(record) => latest.insert(key, record),
+                None => latest.forget(&key),
+            }
         }
         drop(latest);
         *self.shared.raft_state.lock().expect("poisoned") = (last_applied, membership);
@@ -678,7 +694,10 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
                 _ => 1,
             })
             .sum();
-        if proposals <= APPLY_IN_PLACE_PROPOSALS {
+        let small = proposals <= APPLY_IN_PLACE_PROPOSALS
+            && entries.iter().try_fold(0u64, |n, e| Some(n + bincode::serialized_size(e).ok()?))
+                <= Some(APPLY_IN_PLACE_BYTES);
+        if small {
             return self.apply_blocking(entries);
         }
         let sm = self.clone();

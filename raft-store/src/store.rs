@@ -1102,31 +1102,31 @@ async fn run_batcher(raft: Raft, mut rx: mpsc::Receiver<PendingWrite>, max_batch
         m.batch_size.observe(pending.len() as f64);
         m.proposals_pending.add(pending.len() as i64);
         tokio::spawn(async move {
-            let batch =
-                Batch { timestamp_ms: now_ms(), proposals: pending.iter().map(|p| p.proposal.clone()).collect() };
-            let outcome = raft.client_write(batch).await;
+            // The proposals move into the entry; only the reply channels stay.
+            let (proposals, replies): (Vec<_>, Vec<_>) = pending.into_iter().map(|p| (p.proposal, p.reply)).unzip();
+            let outcome = raft.client_write(Batch { timestamp_ms: now_ms(), proposals }).await;
             drop(slot);
             let m = crate::metrics::metrics();
-            m.proposals_pending.sub(pending.len() as i64);
+            m.proposals_pending.sub(replies.len() as i64);
             match outcome {
                 Ok(resp) => {
-                    m.proposals_committed.inc_by(pending.len() as u64);
+                    m.proposals_committed.inc_by(replies.len() as u64);
                     let mut results = resp.data.results.into_iter();
-                    for p in pending {
+                    for reply in replies {
                         let r = results.next().ok_or_else(|| StoreError::Internal("missing result".into()));
-                        let _ = p.reply.send(r);
+                        let _ = reply.send(r);
                     }
                 }
                 Err(e) => {
-                    m.proposals_failed.inc_by(pending.len() as u64);
+                    m.proposals_failed.inc_by(replies.len() as u64);
                     let err = match e {
                         RaftError::APIError(ClientWriteError::ForwardToLeader(f)) => {
                             StoreError::NotLeader { leader: f.leader_id }
                         }
                         other => StoreError::Unavailable(other.to_string()),
                     };
-                    for p in pending {
-                        let _ = p.reply.send(Err(err.clone()));
+                    for reply in replies {
+                        let _ = reply.send(Err(err.clone()));
                     }
                 }
             }
