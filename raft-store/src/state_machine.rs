@@ -9,10 +9,10 @@
 //! are the revisions published to the watch [`Hub`].
 //!
 //! The database lives in `sm/db-<n>`, named by `sm/CURRENT`. A snapshot is a
-//! RocksDB checkpoint of it (taken while applies are paused, so it matches
-//! its `last_applied` exactly), packed into one file when a follower needs
-//! it; installing one unpacks it into a fresh `db-<n+1>`, syncs it, and only
-//! then flips `CURRENT`.
+//! RocksDB checkpoint of it, taken while applies go on (the log id it covers
+//! is read from the checkpoint itself), then packed into one file in the
+//! background; installing one unpacks it into a fresh `db-<n+1>`, syncs it,
+//! and only then flips `CURRENT`.
 //!
 //! An entry is applied only once the Raft log has it on this member's disk
 //! ([`StateMachine::gate_applies_on`]): the leader writes its own entries
@@ -472,12 +472,13 @@ impl StateMachine {
         let (_, meta_path) = self.snapshot_paths(&meta.snapshot_id);
         write_durably(&meta_path, &encode(&StoredSnapshotMeta { meta: meta.clone() })).map_err(snapshot_error)?;
         self.remove_other_snapshots(&meta.snapshot_id);
+        self.pack_in_background(meta.snapshot_id.clone());
         Ok((meta, meta_path))
     }
 
-    /// The newest snapshot and its packed file, packing it first if it was
-    /// built here and never sent. The packed file is derived data (the
-    /// checkpoint stays the durable form), so it is written under a
+    /// The newest snapshot and its packed file, packing it first if the
+    /// background packing has not happened (it failed, or the process
+    /// restarted before it ran). The packed file is written under a
     /// temporary name and renamed. Holds the snapshot-files lock throughout,
     /// so a newer snapshot cannot remove this one's checkpoint mid-way.
     fn current_snapshot_file(&self) -> Result<Option<(SnapshotMeta, PathBuf)>, StorageError> {
@@ -494,14 +495,46 @@ impl StateMachine {
             }
         }
         let Some(meta) = best else { return Ok(None) };
-        let (snap_path, _) = self.snapshot_paths(&meta.snapshot_id);
-        if !snap_path.exists() {
-            let checkpoint = self.shared.snapshot_dir.join(format!("{}.checkpoint", meta.snapshot_id));
-            let partial = snap_path.with_extension("packing");
-            pack(&checkpoint, &partial).map_err(snapshot_error)?;
-            std::fs::rename(&partial, &snap_path).map_err(snapshot_error)?;
-        }
+        let snap_path = self.packed(&meta.snapshot_id).map_err(snapshot_error)?;
         Ok(Some((meta, snap_path)))
+    }
+
+    /// The packed file of snapshot `id`, packing its checkpoint first if
+    /// that has not happened yet; the checkpoint is removed once packed.
+    /// The caller holds the snapshot-files lock.
+    fn packed(&self, id: &str) -> io::Result<PathBuf> {
+        let (snap_path, _) = self.snapshot_paths(id);
+        let checkpoint = self.shared.snapshot_dir.join(format!("{id}.checkpoint"));
+        if !snap_path.exists() {
+            let partial = snap_path.with_extension("packing");
+            pack(&checkpoint, &partial)?;
+            std::fs::rename(&partial, &snap_path)?;
+            std::fs::File::open(&self.shared.snapshot_dir)?.sync_all()?;
+        }
+        if checkpoint.exists() {
+            std::fs::remove_dir_all(&checkpoint)?;
+        }
+        Ok(snap_path)
+    }
+
+    /// Packs snapshot `id` on a thread of its own, so that a follower that
+    /// needs it later gets it at once (`get_current_snapshot` runs inline
+    /// with applies). Skipped if a newer snapshot replaced it meanwhile.
+    fn pack_in_background(&self, id: String) {
+        let sm = self.clone();
+        let spawned = std::thread::Builder::new().name("skiff-snapshot-pack".into()).spawn(move || {
+            let _files = sm.shared.snapshot_files.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+            let (_, meta_path) = sm.snapshot_paths(&id);
+            if !meta_path.exists() {
+                return;
+            }
+            if let Err(error) = sm.packed(&id) {
+                tracing::warn!(%error, snapshot = %id, "packing a snapshot failed; it will be packed when sent");
+            }
+        });
+        if let Err(error) = spawned {
+            tracing::warn!(%error, "cannot start the snapshot packing thread; it will be packed when sent");
+        }
     }
 
     /// Keeps only the snapshot `keep` in the snapshot directory.
@@ -624,11 +657,38 @@ pub fn write_durably(path: &Path, data: &[u8]) -> io::Result<()> {
 
 /// Packs a checkpoint directory into one file.
 fn pack(dir: &Path, file: &Path) -> io::Result<()> {
-    let f = std::fs::File::create(file)?;
+    let f = SyncEvery { file: std::fs::File::create(file)?, unsynced: 0 };
     let mut tar = tar::Builder::new(io::BufWriter::new(f));
     tar.append_dir_all(".", dir)?;
     let f = tar.into_inner()?.into_inner().map_err(|e| e.into_error())?;
-    f.sync_all()
+    f.file.sync_all()
+}
+
+/// A file written in syncs of [`SyncEvery::BYTES`]: one fsync of a whole
+/// snapshot at the end would hold up the Raft log's fsyncs on the same disk.
+struct SyncEvery {
+    file: std::fs::File,
+    unsynced: usize,
+}
+
+impl SyncEvery {
+    const BYTES: usize = 8 * 1024 * 1024;
+}
+
+impl io::Write for SyncEvery {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        let n = self.file.write(buf)?;
+        self.unsynced += n;
+        if self.unsynced >= Self::BYTES {
+            self.file.sync_data()?;
+            self.unsynced = 0;
+        }
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.file.flush()
+    }
 }
 
 fn unpack(file: &Path, dir: &Path) -> io::Result<()> {
@@ -646,12 +706,10 @@ impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
     /// Takes a checkpoint (a consistent point-in-time copy of every column
     /// family, mostly hard links) while applies go on, and records as the
     /// snapshot's log id and membership what the checkpoint itself says was
-    /// applied, so data and meta always agree. The checkpoint is kept as the
-    /// snapshot; the one file sent to followers is packed from it only when
-    /// one needs it ([`RaftStateMachine::get_current_snapshot`]): a snapshot
-    /// is built every `--snapshot-logs` entries so that the log can be
-    /// purged, and copying the whole database each time would compete with
-    /// the log's fsyncs on the same disk.
+    /// applied, so data and meta always agree. The one file sent to
+    /// followers is packed from the checkpoint on a background thread that
+    /// syncs as it goes, so neither applies nor the log's fsyncs wait for a
+    /// copy of the whole database.
     async fn build_snapshot(&mut self) -> Result<Snapshot<TypeConfig>, StorageError> {
         let sm = self.sm.clone();
         let (meta, meta_path) =
