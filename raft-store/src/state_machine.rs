@@ -34,7 +34,7 @@ use crate::hub::{Hub, HubMessage};
 use crate::latest::LatestCache;
 use crate::mvcc::{self, cf, encode, Applier, Reader, CF_META};
 use crate::types::{
-    BatchResponse, Command, LogId, MemberInfo, NodeId, SnapshotMeta, StorageError, StoredMembership, TypeConfig,
+    now_ms, BatchResponse, Command, LogId, MemberInfo, NodeId, SnapshotMeta, StorageError, StoredMembership, TypeConfig,
 };
 
 const META_LAST_APPLIED: &[u8] = b"last_applied";
@@ -55,10 +55,6 @@ const APPLY_IN_PLACE_BYTES: u64 = 64 * 1024;
 
 /// Values bigger than this are not kept in the applier's record cache.
 const LATEST_CACHE_MAX_VALUE: usize = 64 * 1024;
-
-fn now_ms() -> u64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
-}
 
 fn member_key(id: NodeId) -> Vec<u8> {
     let mut k = META_MEMBER_PREFIX.to_vec();
@@ -250,7 +246,6 @@ impl StateMachine {
         self.shared.db_size.load(Ordering::Acquire)
     }
 
-    /// Measures the database size (SST files plus memtables) and caches it.
     /// Re-reads the database size unless it was read less than `period_ms`
     /// ago: ten property reads per apply would cost more than the quota
     /// check needs (it tolerates being a moment late, as etcd's does).
@@ -262,6 +257,7 @@ impl StateMachine {
         }
     }
 
+    /// Measures the database size (SST files plus memtables) and caches it.
     fn refresh_db_size(&self) {
         self.shared.db_size_read_ms.store(now_ms(), Ordering::Relaxed);
         let db = self.db();

@@ -16,7 +16,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use openraft::error::{ClientWriteError, InitializeError, RaftError};
 use openraft::{ChangeMembers, ServerState, SnapshotPolicy};
@@ -30,8 +30,8 @@ use crate::mvcc::Reader;
 use crate::network::{PeerClients, PeerMethod};
 use crate::state_machine::{write_durably, StateMachine};
 use crate::types::{
-    Batch, Command, MemberInfo, Node, NodeId, Output, Proposal, ProposalResult, Raft, RangeRequest, RangeResult,
-    RequestId,
+    now_ms, Batch, Command, MemberInfo, Node, NodeId, Output, Proposal, ProposalResult, Raft, RangeRequest,
+    RangeResult, RequestId,
 };
 
 /// Everything a member needs to start.
@@ -280,10 +280,6 @@ struct Inner {
 #[derive(Clone)]
 pub struct Store {
     inner: Arc<Inner>,
-}
-
-fn now_ms() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
 }
 
 /// Cluster id of a bootstrapped cluster: every founding member derives the

@@ -40,6 +40,11 @@ pub type SnapshotMeta = openraft::SnapshotMeta<NodeId, Node>;
 pub type StorageError = openraft::StorageError<NodeId>;
 pub type Entry = openraft::Entry<TypeConfig>;
 
+/// Wall-clock milliseconds since the epoch (0 if the clock is before it).
+pub(crate) fn now_ms() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
+}
+
 /// Identifies one client write across forwarding and retries, so that a
 /// write retried after a failover is applied at most once.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -51,9 +56,7 @@ impl RequestId {
     /// the state machine forgets old ones with one range deletion; two ids
     /// collide only if made in the same millisecond with the same 64 bits.
     pub fn fresh() -> Self {
-        let now_ms =
-            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64);
-        RequestId::at(now_ms, rand::random())
+        RequestId::at(now_ms(), rand::random())
     }
 
     /// The id made at `created_ms` with low bits `nonce`.
