@@ -401,14 +401,24 @@ async fn watches_follow_selectors_resume_from_revisions_and_expire_after_compact
         .await
         .unwrap();
     kv.compact(skiff_proto::etcdserverpb::CompactionRequest { revision: rv(&changed), physical: true }).await.unwrap();
+    // The compaction is answered once the leader applied it; the follower
+    // serving the watch applies it when it learns of the commit (its next
+    // heartbeat) and until then still holds, and serves, that history, as
+    // an etcd member would. So retry for a bounded time until it refuses.
     let old = WatchParams { resource_version: rv(&before).to_string(), ..Default::default() };
-    let e = match client.watch(cms, "w", &old).await {
-        Err(e) => api(e),
-        Ok(s) => {
-            let mut s = Box::pin(s);
-            let e = s.next().await.unwrap().unwrap();
-            assert_eq!(e.kind, "ERROR");
-            ApiError::from_status(&e.object).unwrap()
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    let e = loop {
+        match client.watch(cms, "w", &old).await {
+            Err(e) => break api(e),
+            Ok(s) => {
+                let mut s = Box::pin(s);
+                let e = s.next().await.unwrap().unwrap();
+                if e.kind == "ERROR" {
+                    break ApiError::from_status(&e.object).unwrap();
+                }
+                assert!(tokio::time::Instant::now() < deadline, "a watch from a compacted revision still served {e:?}");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
         }
     };
     assert_eq!(e.code(), 410, "{e:?}");
