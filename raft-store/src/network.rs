@@ -7,7 +7,8 @@
 //! or broken connection is `Unreachable` (back off), a deadline is
 //! `Timeout`, an error raised by the remote Raft is `RemoteError`.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -22,7 +23,9 @@ use openraft::raft::{
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use skiff_proto::peer::peer_client::PeerClient;
-use skiff_proto::peer::Payload;
+use skiff_proto::peer::{Frame, Payload};
+use tokio::sync::{mpsc, oneshot};
+use tokio_stream::StreamExt;
 use tonic::transport::{Channel, Endpoint};
 
 use crate::types::{Node, NodeId, TypeConfig};
@@ -54,7 +57,7 @@ pub enum PeerMethod {
 }
 
 /// Why a peer call failed, sorted by what the caller should do.
-#[derive(Debug, thiserror::Error)]
+#[derive(Clone, Debug, thiserror::Error)]
 pub enum PeerError {
     #[error("peer {addr} unreachable: {reason}")]
     Unreachable { addr: String, reason: String },
@@ -68,7 +71,141 @@ pub enum PeerError {
 #[derive(Clone, Default)]
 pub struct PeerClients {
     clients: Arc<Mutex<HashMap<String, PeerClient<Channel>>>>,
+    /// The open AppendEntries stream to each peer, by address.
+    streams: Arc<Mutex<HashMap<String, AppendStream>>>,
+    /// Peers that do not serve `AppendStream` (an older Skiff): unary calls.
+    unary_only: Arc<Mutex<HashSet<String>>>,
 }
+
+/// One AppendEntries stream to a peer: requests go out in order on one
+/// HTTP/2 stream and replies are matched back by id. A driver task reads the
+/// replies; when the stream breaks it fails every waiting request as
+/// unreachable and the next call opens a new stream. A request that times
+/// out closes the stream too, as a unary call would be reset, so nothing
+/// queues behind a peer that stopped reading.
+#[derive(Clone)]
+struct AppendStream {
+    outbound: mpsc::UnboundedSender<Frame>,
+    shared: Arc<Mutex<StreamState>>,
+    next_id: Arc<AtomicU64>,
+    driver: Arc<tokio::task::AbortHandle>,
+}
+
+#[derive(Default)]
+struct StreamState {
+    waiting: HashMap<u64, oneshot::Sender<Result<Vec<u8>, PeerError>>>,
+    /// Set by the driver when the stream ended; nothing is sent on it after.
+    closed: Option<PeerError>,
+}
+
+impl AppendStream {
+    /// Opens a stream on `client`; requests sent before the peer answers
+    /// wait in the channel.
+    fn open(mut client: PeerClient<Channel>, addr: &str) -> AppendStream {
+        let (outbound, requests) = mpsc::unbounded_channel();
+        let shared = Arc::new(Mutex::new(StreamState::default()));
+        let driver_state = Arc::clone(&shared);
+        let addr = addr.to_string();
+        let driver = tokio::spawn(async move {
+            let shared = driver_state;
+            let requests = tokio_stream::wrappers::UnboundedReceiverStream::new(requests);
+            let ended = match client.append_stream(requests).await {
+                Err(status) => stream_error(&addr, &status),
+                Ok(replies) => {
+                    let mut replies = replies.into_inner();
+                    loop {
+                        match replies.next().await {
+                            None => break PeerError::Unreachable { addr, reason: "stream ended".into() },
+                            Some(Err(status)) => break stream_error(&addr, &status),
+                            Some(Ok(frame)) => {
+                                let reply = if frame.error.is_empty() {
+                                    Ok(frame.data)
+                                } else {
+                                    Err(PeerError::Failed { addr: addr.clone(), reason: frame.error })
+                                };
+                                let waiter = lock(&shared).waiting.remove(&frame.id);
+                                if let Some(waiter) = waiter {
+                                    let _ = waiter.send(reply);
+                                }
+                            }
+                        }
+                    }
+                }
+            };
+            close(&shared, ended);
+        });
+        AppendStream { outbound, shared, next_id: Arc::new(AtomicU64::new(1)), driver: Arc::new(driver.abort_handle()) }
+    }
+
+    fn is_open(&self) -> bool {
+        lock(&self.shared).closed.is_none() && !self.outbound.is_closed()
+    }
+
+    /// Sends one request and waits for its reply, at most `timeout`.
+    async fn call(&self, addr: &str, data: Vec<u8>, timeout: Duration) -> Result<Vec<u8>, PeerError> {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let (tx, rx) = oneshot::channel();
+        {
+            let mut state = lock(&self.shared);
+            if let Some(ended) = &state.closed {
+                return Err(ended.clone());
+            }
+            state.waiting.insert(id, tx);
+        }
+        if self.outbound.send(Frame { id, data, error: String::new() }).is_err() {
+            lock(&self.shared).waiting.remove(&id);
+            return Err(PeerError::Unreachable { addr: addr.to_string(), reason: "stream closed".into() });
+        }
+        match tokio::time::timeout(timeout, rx).await {
+            Ok(Ok(reply)) => reply,
+            Ok(Err(_)) => Err(PeerError::Unreachable { addr: addr.to_string(), reason: "stream closed".into() }),
+            Err(_) => {
+                let error = PeerError::Timeout { addr: addr.to_string(), timeout };
+                close(&self.shared, error.clone());
+                self.driver.abort();
+                Err(error)
+            }
+        }
+    }
+}
+
+/// Marks a stream closed and fails every request still waiting on it.
+fn close(shared: &Mutex<StreamState>, why: PeerError) {
+    let mut state = lock(shared);
+    for (_, waiter) in state.waiting.drain() {
+        let _ = waiter.send(Err(why.clone()));
+    }
+    if state.closed.is_none() {
+        state.closed = Some(why);
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// Sorts a failed call's status by what the caller should do.
+fn status_error(addr: &str, status: &tonic::Status, timeout: Duration) -> PeerError {
+    let reason = status.message().to_string();
+    match status.code() {
+        tonic::Code::DeadlineExceeded | tonic::Code::Cancelled => {
+            PeerError::Timeout { addr: addr.to_string(), timeout }
+        }
+        tonic::Code::Unavailable | tonic::Code::Unknown => PeerError::Unreachable { addr: addr.to_string(), reason },
+        _ => PeerError::Failed { addr: addr.to_string(), reason },
+    }
+}
+
+/// Why an AppendEntries stream ended: the peer is treated as unreachable
+/// (openraft backs off and retries), unless it does not serve streams.
+fn stream_error(addr: &str, status: &tonic::Status) -> PeerError {
+    if status.code() == tonic::Code::Unimplemented {
+        return PeerError::Failed { addr: addr.to_string(), reason: UNIMPLEMENTED.into() };
+    }
+    PeerError::Unreachable { addr: addr.to_string(), reason: status.message().to_string() }
+}
+
+const UNIMPLEMENTED: &str = "peer does not serve AppendStream";
 
 impl PeerClients {
     fn client(&self, addr: &str) -> Result<PeerClient<Channel>, PeerError> {
@@ -116,23 +253,52 @@ impl PeerClients {
         };
         let response = match tokio::time::timeout(timeout, call).await {
             Err(_) => return Err(PeerError::Timeout { addr: addr.to_string(), timeout }),
-            Ok(Err(status)) => {
-                let reason = status.message().to_string();
-                return Err(match status.code() {
-                    tonic::Code::DeadlineExceeded | tonic::Code::Cancelled => {
-                        PeerError::Timeout { addr: addr.to_string(), timeout }
-                    }
-                    tonic::Code::Unavailable | tonic::Code::Unknown => {
-                        PeerError::Unreachable { addr: addr.to_string(), reason }
-                    }
-                    _ => PeerError::Failed { addr: addr.to_string(), reason },
-                });
-            }
+            Ok(Err(status)) => return Err(status_error(addr, &status, timeout)),
             Ok(Ok(r)) => r.into_inner(),
         };
-        bincode::deserialize(&response.data)
-            .map_err(|e| PeerError::Failed { addr: addr.to_string(), reason: e.to_string() })
+        decode_reply(addr, &response.data)
     }
+
+    /// AppendEntries to the peer at `addr` (which should be member
+    /// `target`), on the peer's stream.
+    pub async fn append<Req: Serialize, Resp: DeserializeOwned>(
+        &self,
+        addr: &str,
+        target: NodeId,
+        body: &Req,
+        timeout: Duration,
+    ) -> Result<Resp, PeerError> {
+        if lock(&self.unary_only).contains(addr) {
+            return self.call(addr, target, PeerMethod::AppendEntries, body, timeout).await;
+        }
+        let data = bincode::serialize(&Envelope { target, body })
+            .map_err(|e| PeerError::Failed { addr: addr.to_string(), reason: e.to_string() })?;
+        let stream = self.stream(addr)?;
+        match stream.call(addr, data, timeout).await {
+            Ok(reply) => decode_reply(addr, &reply),
+            Err(PeerError::Failed { reason, .. }) if reason == UNIMPLEMENTED => {
+                tracing::info!(peer = addr, "peer has no AppendEntries stream; using unary calls");
+                lock(&self.unary_only).insert(addr.to_string());
+                self.call(addr, target, PeerMethod::AppendEntries, body, timeout).await
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// The open stream to `addr`, opening one if there is none.
+    fn stream(&self, addr: &str) -> Result<AppendStream, PeerError> {
+        let mut streams = lock(&self.streams);
+        if let Some(stream) = streams.get(addr).filter(|s| s.is_open()) {
+            return Ok(stream.clone());
+        }
+        let stream = AppendStream::open(self.client(addr)?, addr);
+        streams.insert(addr.to_string(), stream.clone());
+        Ok(stream)
+    }
+}
+
+fn decode_reply<Resp: DeserializeOwned>(addr: &str, data: &[u8]) -> Result<Resp, PeerError> {
+    bincode::deserialize(data).map_err(|e| PeerError::Failed { addr: addr.to_string(), reason: e.to_string() })
 }
 
 impl RaftNetworkFactory<TypeConfig> for PeerClients {
@@ -162,12 +328,16 @@ impl PeerConnection {
         Resp: DeserializeOwned,
         E: std::error::Error + DeserializeOwned,
     {
-        let result: Result<Resp, RaftError<NodeId, E>> =
-            self.clients.call(&self.addr, self.target, method, req, option.hard_ttl()).await.map_err(|e| match e {
-                PeerError::Unreachable { .. } => RPCError::Unreachable(Unreachable::new(&e)),
-                PeerError::Timeout { .. } => RPCError::Network(NetworkError::new(&e)),
-                PeerError::Failed { .. } => RPCError::Network(NetworkError::new(&e)),
-            })?;
+        let timeout = option.hard_ttl();
+        let result: Result<Resp, RaftError<NodeId, E>> = match method {
+            PeerMethod::AppendEntries => self.clients.append(&self.addr, self.target, req, timeout).await,
+            _ => self.clients.call(&self.addr, self.target, method, req, timeout).await,
+        }
+        .map_err(|e| match e {
+            PeerError::Unreachable { .. } => RPCError::Unreachable(Unreachable::new(&e)),
+            PeerError::Timeout { .. } => RPCError::Network(NetworkError::new(&e)),
+            PeerError::Failed { .. } => RPCError::Network(NetworkError::new(&e)),
+        })?;
         result.map_err(|e| RPCError::RemoteError(RemoteError::new(self.target, e)))
     }
 }
@@ -203,5 +373,148 @@ impl RaftNetwork<TypeConfig> for PeerConnection {
         option: RPCOption,
     ) -> Result<VoteResponse<NodeId>, RPCError<NodeId, Node, RaftError<NodeId>>> {
         self.raft_call(PeerMethod::Vote, &rpc, &option).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::pin::Pin;
+    use std::sync::atomic::AtomicUsize;
+
+    use futures::Stream;
+    use skiff_proto::peer::peer_server::{Peer, PeerServer};
+    use tonic::{Request, Response, Status, Streaming};
+
+    use super::*;
+
+    /// A peer that doubles the `u64` it is sent; `0` is answered only after
+    /// a second. `streams: false` serves unary calls only, like a Skiff
+    /// from before the stream.
+    #[derive(Clone)]
+    struct Doubler {
+        streams: bool,
+        opened: Arc<AtomicUsize>,
+        unary: Arc<AtomicUsize>,
+    }
+
+    async fn double(data: &[u8]) -> Vec<u8> {
+        let envelope: Envelope<u64> = bincode::deserialize(data).expect("an envelope");
+        if envelope.body == 0 {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+        bincode::serialize(&(envelope.body * 2)).expect("encodable")
+    }
+
+    #[tonic::async_trait]
+    impl Peer for Doubler {
+        type AppendStreamStream = Pin<Box<dyn Stream<Item = Result<Frame, Status>> + Send>>;
+
+        async fn append_stream(
+            &self,
+            request: Request<Streaming<Frame>>,
+        ) -> Result<Response<Self::AppendStreamStream>, Status> {
+            if !self.streams {
+                return Err(Status::unimplemented("no streams here"));
+            }
+            self.opened.fetch_add(1, Ordering::SeqCst);
+            let (tx, rx) = mpsc::channel(16);
+            let mut requests = request.into_inner();
+            tokio::spawn(async move {
+                while let Some(Ok(frame)) = requests.next().await {
+                    // Concurrently, so that replies can overtake each other.
+                    let tx = tx.clone();
+                    tokio::spawn(async move {
+                        let data = double(&frame.data).await;
+                        let _ = tx.send(Ok(Frame { id: frame.id, data, error: String::new() })).await;
+                    });
+                }
+            });
+            Ok(Response::new(Box::pin(tokio_stream::wrappers::ReceiverStream::new(rx))))
+        }
+
+        async fn append_entries(&self, request: Request<Payload>) -> Result<Response<Payload>, Status> {
+            self.unary.fetch_add(1, Ordering::SeqCst);
+            Ok(Response::new(Payload { data: double(&request.into_inner().data).await }))
+        }
+
+        async fn vote(&self, _: Request<Payload>) -> Result<Response<Payload>, Status> {
+            Err(Status::unimplemented("vote"))
+        }
+
+        async fn install_snapshot(&self, _: Request<Payload>) -> Result<Response<Payload>, Status> {
+            Err(Status::unimplemented("install_snapshot"))
+        }
+
+        async fn forward(&self, _: Request<Payload>) -> Result<Response<Payload>, Status> {
+            Err(Status::unimplemented("forward"))
+        }
+
+        async fn read_index(&self, _: Request<Payload>) -> Result<Response<Payload>, Status> {
+            Err(Status::unimplemented("read_index"))
+        }
+
+        async fn admin(&self, _: Request<Payload>) -> Result<Response<Payload>, Status> {
+            Err(Status::unimplemented("admin"))
+        }
+    }
+
+    async fn serve(streams: bool) -> (String, Doubler) {
+        let peer = Doubler { streams, opened: Arc::default(), unary: Arc::default() };
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = listener.local_addr().expect("addr").to_string();
+        let server = tonic::transport::Server::builder()
+            .add_service(PeerServer::new(peer.clone()))
+            .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener));
+        tokio::spawn(server);
+        (addr, peer)
+    }
+
+    const SECOND: Duration = Duration::from_secs(1);
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn concurrent_requests_on_one_stream_get_their_own_replies() {
+        let (addr, peer) = serve(true).await;
+        let clients = PeerClients::default();
+        let calls = (1..=64u64).map(|n| {
+            let (clients, addr) = (clients.clone(), addr.clone());
+            tokio::spawn(async move { (n, clients.append::<u64, u64>(&addr, 7, &n, SECOND * 5).await) })
+        });
+        for call in futures::future::join_all(calls).await {
+            let (n, reply) = call.expect("task");
+            assert_eq!(reply.expect("reply"), n * 2);
+        }
+        assert_eq!(peer.opened.load(Ordering::SeqCst), 1, "every request shared one stream");
+        assert_eq!(peer.unary.load(Ordering::SeqCst), 0);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_peer_without_streams_gets_unary_calls() {
+        let (addr, peer) = serve(false).await;
+        let clients = PeerClients::default();
+        assert_eq!(clients.append::<u64, u64>(&addr, 7, &21, SECOND * 5).await.expect("reply"), 42);
+        assert_eq!(clients.append::<u64, u64>(&addr, 7, &5, SECOND * 5).await.expect("reply"), 10);
+        assert_eq!(peer.unary.load(Ordering::SeqCst), 2);
+        assert!(lock(&clients.unary_only).contains(&addr));
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_timed_out_request_closes_its_stream_and_the_next_call_opens_another() {
+        let (addr, peer) = serve(true).await;
+        let clients = PeerClients::default();
+        let slow = clients.append::<u64, u64>(&addr, 7, &0, Duration::from_millis(100)).await;
+        assert!(matches!(slow, Err(PeerError::Timeout { .. })), "{slow:?}");
+        assert_eq!(clients.append::<u64, u64>(&addr, 7, &4, SECOND * 5).await.expect("reply"), 8);
+        assert_eq!(peer.opened.load(Ordering::SeqCst), 2);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_peer_that_is_not_listening_is_unreachable() {
+        let addr = {
+            let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+            listener.local_addr().expect("addr").to_string()
+        };
+        let clients = PeerClients::default();
+        let reply = clients.append::<u64, u64>(&addr, 7, &1, SECOND * 5).await;
+        assert!(matches!(reply, Err(PeerError::Unreachable { .. })), "{reply:?}");
     }
 }

@@ -1,11 +1,16 @@
 //! The peer listener's service: openraft's RPCs plus forwarded writes,
 //! read-index requests and admin requests from other members.
 
+use std::pin::Pin;
+
+use futures::Stream;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use skiff_proto::peer::peer_server::{Peer, PeerServer};
-use skiff_proto::peer::Payload;
-use tonic::{Request, Response, Status};
+use skiff_proto::peer::{Frame, Payload};
+use tokio::sync::mpsc;
+use tokio_stream::StreamExt;
+use tonic::{Request, Response, Status, Streaming};
 
 use crate::network::{Envelope, MAX_PEER_MESSAGE};
 use crate::store::{AdminRequest, Store};
@@ -24,10 +29,42 @@ impl PeerService {
 
     /// Decodes a request and checks that it was meant for this member.
     fn open<T: DeserializeOwned>(&self, request: Request<Payload>) -> Result<T, Status> {
-        let envelope: Envelope<T> = bincode::deserialize(&request.into_inner().data)
-            .map_err(|e| Status::invalid_argument(format!("undecodable peer message: {e}")))?;
-        check_target(self.store.id(), envelope.target)?;
-        Ok(envelope.body)
+        open_envelope(self.store.id(), &request.into_inner().data)
+    }
+}
+
+fn open_envelope<T: DeserializeOwned>(me: NodeId, data: &[u8]) -> Result<T, Status> {
+    let envelope: Envelope<T> =
+        bincode::deserialize(data).map_err(|e| Status::invalid_argument(format!("undecodable peer message: {e}")))?;
+    check_target(me, envelope.target)?;
+    Ok(envelope.body)
+}
+
+/// Serves one AppendEntries stream: each request in turn (openraft sends a
+/// peer one at a time), each reply tagged with its request's id. Ends when
+/// the sender closes the stream or goes away.
+async fn serve_append_stream(
+    store: Store,
+    mut requests: Streaming<Frame>,
+    replies: mpsc::Sender<Result<Frame, Status>>,
+) {
+    while let Some(frame) = requests.next().await {
+        let frame = match frame {
+            Ok(frame) => frame,
+            Err(status) => {
+                tracing::debug!(%status, "AppendEntries stream from a peer broke");
+                return;
+            }
+        };
+        let reply = match open_envelope(store.id(), &frame.data) {
+            Ok(req) => bincode::serialize(&store.raft().append_entries(req).await)
+                .map(|data| Frame { id: frame.id, data, error: String::new() })
+                .unwrap_or_else(|e| Frame { id: frame.id, data: Vec::new(), error: e.to_string() }),
+            Err(status) => Frame { id: frame.id, data: Vec::new(), error: status.message().to_string() },
+        };
+        if replies.send(Ok(reply)).await.is_err() {
+            return;
+        }
     }
 }
 
@@ -47,6 +84,17 @@ fn reply<T: Serialize>(value: &T) -> Result<Response<Payload>, Status> {
 
 #[tonic::async_trait]
 impl Peer for PeerService {
+    type AppendStreamStream = Pin<Box<dyn Stream<Item = Result<Frame, Status>> + Send>>;
+
+    async fn append_stream(
+        &self,
+        request: Request<Streaming<Frame>>,
+    ) -> Result<Response<Self::AppendStreamStream>, Status> {
+        let (tx, rx) = mpsc::channel(16);
+        tokio::spawn(serve_append_stream(self.store.clone(), request.into_inner(), tx));
+        Ok(Response::new(Box::pin(tokio_stream::wrappers::ReceiverStream::new(rx))))
+    }
+
     async fn append_entries(&self, request: Request<Payload>) -> Result<Response<Payload>, Status> {
         let req = self.open(request)?;
         reply(&self.store.raft().append_entries(req).await)
