@@ -51,6 +51,7 @@ pub struct KvRecord {
     pub mod_revision: i64,
     pub version: i64,
     pub lease: i64,
+    #[serde(with = "serde_bytes")]
     pub value: Vec<u8>,
     /// A tombstone: the key was deleted at `mod_revision`.
     pub deleted: bool,
@@ -1042,6 +1043,55 @@ pub fn open_db(path: &std::path::Path) -> Result<DB, rocksdb::Error> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Byte fields are encoded in bulk (`serde_bytes`), which must not change
+    /// bincode's encoding: logs, snapshots and databases written before it
+    /// are read back as they were.
+    #[test]
+    fn byte_fields_keep_the_bincode_encoding_of_a_plain_vec() {
+        #[derive(Serialize, Deserialize, PartialEq, Debug)]
+        struct PlainRecord {
+            create_revision: i64,
+            mod_revision: i64,
+            version: i64,
+            lease: i64,
+            value: Vec<u8>,
+            deleted: bool,
+        }
+        #[derive(Serialize, Deserialize)]
+        struct PlainPut {
+            key: Vec<u8>,
+            value: Vec<u8>,
+            lease: i64,
+            prev_kv: bool,
+            ignore_value: bool,
+            ignore_lease: bool,
+        }
+        let value: Vec<u8> = (0..=255).collect();
+        let record = KvRecord {
+            create_revision: 3,
+            mod_revision: 9,
+            version: 2,
+            lease: 7,
+            value: value.clone(),
+            deleted: false,
+        };
+        let plain = PlainRecord {
+            create_revision: 3,
+            mod_revision: 9,
+            version: 2,
+            lease: 7,
+            value: value.clone(),
+            deleted: false,
+        };
+        assert_eq!(encode(&record), encode(&plain));
+        assert_eq!(decode::<KvRecord>(CF_HIST, &encode(&plain)).unwrap(), record);
+        let put = PutRequest { key: b"k".to_vec(), value: value.clone(), lease: 1, ..Default::default() };
+        let plain_put =
+            PlainPut { key: b"k".to_vec(), value, lease: 1, prev_kv: false, ignore_value: false, ignore_lease: false };
+        assert_eq!(encode(&put), encode(&plain_put));
+        assert_eq!(bincode::deserialize::<PutRequest>(&encode(&plain_put)).unwrap(), put);
+    }
 
     #[test]
     fn encoded_keys_sort_like_raw_keys() {

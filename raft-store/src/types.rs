@@ -138,8 +138,10 @@ pub struct Txn {
 pub struct Compare {
     pub result: CompareResult,
     pub target: CompareTarget,
+    #[serde(with = "serde_bytes")]
     pub key: Vec<u8>,
     /// Empty: compare `key` alone; otherwise every key in `[key, range_end)`.
+    #[serde(with = "serde_bytes")]
     pub range_end: Vec<u8>,
 }
 
@@ -156,7 +158,7 @@ pub enum CompareTarget {
     Version(i64),
     CreateRevision(i64),
     ModRevision(i64),
-    Value(Vec<u8>),
+    Value(#[serde(with = "serde_bytes")] Vec<u8>),
     Lease(i64),
 }
 
@@ -190,7 +192,9 @@ pub enum SortTarget {
 /// is served, not of the read).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct RangeRequest {
+    #[serde(with = "serde_bytes")]
     pub key: Vec<u8>,
+    #[serde(with = "serde_bytes")]
     pub range_end: Vec<u8>,
     pub limit: i64,
     pub revision: i64,
@@ -206,7 +210,9 @@ pub struct RangeRequest {
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct PutRequest {
+    #[serde(with = "serde_bytes")]
     pub key: Vec<u8>,
+    #[serde(with = "serde_bytes")]
     pub value: Vec<u8>,
     pub lease: i64,
     pub prev_kv: bool,
@@ -216,7 +222,9 @@ pub struct PutRequest {
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct DeleteRequest {
+    #[serde(with = "serde_bytes")]
     pub key: Vec<u8>,
+    #[serde(with = "serde_bytes")]
     pub range_end: Vec<u8>,
     pub prev_kv: bool,
 }
@@ -224,10 +232,12 @@ pub struct DeleteRequest {
 /// etcd's `mvccpb.KeyValue`.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct KeyValue {
+    #[serde(with = "serde_bytes")]
     pub key: Vec<u8>,
     pub create_revision: i64,
     pub mod_revision: i64,
     pub version: i64,
+    #[serde(with = "serde_bytes")]
     pub value: Vec<u8>,
     pub lease: i64,
 }
