@@ -427,7 +427,6 @@ impl LogStore {
     /// (a leader's usual entry) are written in place: a memtable insert and
     /// a `write(2)` cost less than a hop to the blocking pool.
     async fn write_unsynced(&self, batch: WriteBatch) -> Result<(), AnyError> {
-        const IN_PLACE_BYTES: usize = 256 * 1024;
         if batch.size_in_bytes() <= IN_PLACE_BYTES {
             return self.db.write(batch).map_err(any);
         }
@@ -435,21 +434,32 @@ impl LogStore {
         tokio::task::spawn_blocking(move || db.write(batch)).await.map_err(any)?.map_err(any)
     }
 
-    /// Writes `batch` and fsyncs the WAL, on tokio's blocking pool; returns
-    /// once the batch is on disk.
+    /// Writes `batch` and fsyncs the WAL; returns once the batch is on disk.
+    ///
+    /// Small batches (a follower's usual append) are written and synced in
+    /// place, as etcd's raft loop does: openraft awaits the append inline
+    /// anyway, so the caller could do nothing meanwhile, and the hops to the
+    /// blocking pool and back cost a follower's acknowledgement two thread
+    /// wakeups (1-client put p50 0.75 -> 0.67 ms). The other worker keeps
+    /// serving meanwhile; large batches still go to the blocking pool.
     async fn write_synced(&self, batch: WriteBatch) -> Result<(), AnyError> {
+        let in_place = batch.size_in_bytes() <= IN_PLACE_BYTES;
         let db = Arc::clone(&self.db);
-        tokio::task::spawn_blocking(move || {
+        let write = move || {
             let mut options = WriteOptions::default();
             options.set_sync(true);
             let _timer = crate::metrics::metrics().log_sync_seconds.start_timer();
             db.write_opt(batch, &options)
-        })
-        .await
-        .map_err(any)?
-        .map_err(any)
+        };
+        if in_place {
+            return write().map_err(any);
+        }
+        tokio::task::spawn_blocking(write).await.map_err(any)?.map_err(any)
     }
 }
+
+/// Largest log write done on the calling task rather than the blocking pool.
+const IN_PLACE_BYTES: usize = 256 * 1024;
 
 impl RaftLogReader<TypeConfig> for LogStore {
     async fn try_get_log_entries<RB: RangeBounds<u64> + Clone + Debug + Send>(
