@@ -29,10 +29,11 @@ use skiff_checker::{
     Outcome, Report, ResourceEvent, ResourceEventType, WatchEntry, WatchEvent as CheckedWatchEvent, WatchLog,
 };
 use skiff_proto::etcdserverpb::kv_client::KvClient;
+use skiff_proto::etcdserverpb::maintenance_client::MaintenanceClient;
 use skiff_proto::etcdserverpb::watch_client::WatchClient;
 use skiff_proto::etcdserverpb::{
-    compare, request_op, watch_request, Compare, PutRequest, RangeRequest, RequestOp, TxnRequest, WatchCreateRequest,
-    WatchRequest,
+    compare, request_op, watch_request, Compare, HashKvRequest, PutRequest, RangeRequest, RequestOp, TxnRequest,
+    WatchCreateRequest, WatchRequest,
 };
 use support::netns::Network;
 use support::*;
@@ -432,6 +433,24 @@ fn schedule(rng: &mut StdRng, n: usize, long: bool) -> Vec<Nemesis> {
     out
 }
 
+/// Once the faults are over, every member holds the same state: the leader's
+/// revision is applied everywhere and etcd's HashKV at it is equal on all.
+async fn members_hash_alike(cluster: &Cluster) {
+    let leader = must_find_leader(cluster, &[]).await;
+    let revision = status(&cluster.members[&leader].client).await.expect("leader status").header.unwrap().revision;
+    let mut hashes = BTreeMap::new();
+    for m in cluster.running() {
+        cluster.must_catch_up(m.id, revision, Duration::from_secs(60)).await;
+        let mut c = MaintenanceClient::new(channel(&m.client).await.expect("connect"));
+        let reply = c.hash_kv(HashKvRequest { revision }).await.expect("hashkv").into_inner();
+        assert_eq!(reply.hash_revision, revision);
+        hashes.insert(m.id, reply.hash);
+    }
+    let first = *hashes.values().next().expect("a running member");
+    assert!(hashes.values().all(|h| *h == first), "members diverged: HashKV at {revision} by member: {hashes:?}");
+    println!("every member's HashKV at revision {revision} is {first:08x}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn chaos_loses_nothing_and_stays_linearizable() {
     let seconds = env_u64("SKIFF_CHAOS_DURATION", 60);
@@ -564,6 +583,7 @@ async fn chaos_loses_nothing_and_stays_linearizable() {
     }
     let (object_writes, object_events) = objects.await.unwrap();
     let history = history.lock().unwrap().clone();
+    members_hash_alike(&cluster).await;
 
     let kv = check_kv(&history, &Budget::default()).expect("the recorded history is well formed");
     let mut report = Report::new(seed, &history, faults);

@@ -147,6 +147,77 @@ async fn watch_from_a_compacted_revision_is_refused() {
     assert!(all.contains("compacted"), "{all}");
 }
 
+/// `etcdctl endpoint hashkv --rev R` from every member (etcdctl 3.4 shows
+/// the hash, not the revision hashed).
+fn hashes_at(cluster: &Cluster, revision: i64) -> Vec<u64> {
+    let out = must_succeed(
+        cluster.etcdctl(&cluster.endpoints(), &["endpoint", "hashkv", &format!("--rev={revision}"), "-w", "json"]),
+    );
+    let all = json(&out);
+    let all = all.as_array().unwrap_or_else(|| panic!("one answer per endpoint: {out}"));
+    assert_eq!(all.len(), 3, "{out}");
+    all.iter().map(|e| e["HashKV"]["hash"].as_u64().unwrap_or_else(|| panic!("no hash: {out}"))).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hashkv_agrees_across_members_and_pins_a_revision() {
+    let (cluster, follower, _) = cluster_and_follower().await;
+    let rev_of = |out: &str| json(out)["header"]["revision"].as_i64().unwrap();
+    must_succeed(cluster.etcdctl(&follower, &["put", "a", "1"]));
+    must_succeed(cluster.etcdctl(&follower, &["put", "b", "2"]));
+    must_succeed(cluster.etcdctl(&follower, &["put", "a", "3"]));
+    must_succeed(cluster.etcdctl(&follower, &["del", "b"]));
+    let r = rev_of(&must_succeed(cluster.etcdctl(&follower, &["put", "c", "4", "-w", "json"])));
+    for id in cluster.members.keys() {
+        cluster.must_catch_up(*id, r, Duration::from_secs(10)).await;
+    }
+    let at_r = hashes_at(&cluster, r);
+    assert!(at_r.iter().all(|h| *h == at_r[0]), "members disagree at {r}: {at_r:?}");
+    let earlier = hashes_at(&cluster, r - 1);
+    assert!(earlier.iter().all(|h| *h == earlier[0]), "{earlier:?}");
+    assert_ne!(earlier[0], at_r[0], "a revision's change is in its hash");
+
+    // Later writes do not move the hash of a past revision.
+    let r2 = rev_of(&must_succeed(cluster.etcdctl(&follower, &["put", "d", "5", "-w", "json"])));
+    for id in cluster.members.keys() {
+        cluster.must_catch_up(*id, r2, Duration::from_secs(10)).await;
+    }
+    assert_eq!(hashes_at(&cluster, r), at_r);
+
+    // etcd's Hash (whole keyspace) agrees too once every member applied the same log.
+    let mut whole = Vec::new();
+    for m in cluster.members.values() {
+        let mut c = skiff_proto::etcdserverpb::maintenance_client::MaintenanceClient::new(
+            channel(&m.client).await.expect("connect"),
+        );
+        whole.push(c.hash(skiff_proto::etcdserverpb::HashRequest {}).await.expect("hash").into_inner().hash);
+    }
+    assert!(whole.iter().all(|h| *h == whole[0]), "{whole:?}");
+
+    // Compaction: still equal across members; compacted and future revisions are refused.
+    must_succeed(cluster.etcdctl(&follower, &["compaction", &(r - 1).to_string()]));
+    for id in cluster.members.keys() {
+        cluster.must_catch_up(*id, r2, Duration::from_secs(10)).await;
+    }
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let out = cluster.etcdctl(&cluster.endpoints(), &["endpoint", "hashkv", "--rev=1"]);
+        let refused = String::from_utf8_lossy(&out.stderr)
+            .lines()
+            .filter(|l| l.starts_with("Failed to get the hash") && l.contains("required revision has been compacted"))
+            .count();
+        if refused == 3 {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "{}", String::from_utf8_lossy(&out.stderr));
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let after = hashes_at(&cluster, r);
+    assert!(after.iter().all(|h| *h == after[0]), "{after:?}");
+    let out = cluster.etcdctl(&follower, &["endpoint", "hashkv", "--rev=100000"]);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("required revision is a future revision"));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn members_endpoints_and_learners_through_etcdctl() {
     let (mut cluster, follower, leader) = cluster_and_follower().await;
@@ -187,6 +258,42 @@ async fn members_endpoints_and_learners_through_etcdctl() {
     must_succeed(cluster.etcdctl(&leader, &["member", "remove", &id_hex]));
     let out = cluster.etcdctl(&leader, &["member", "remove", "ff"]);
     assert!(String::from_utf8_lossy(&out.stderr).contains("member not found"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn member_update_moves_a_member_to_a_new_peer_address() {
+    let (mut cluster, _, leader) = cluster_and_follower().await;
+    let leader_id = cluster.must_leader().await;
+    let mut followers = cluster.members.keys().copied().filter(|id| *id != leader_id);
+    let (moved, other) = (followers.next().unwrap(), followers.next().unwrap());
+    let new_peer = format!("127.0.0.1:{}", free_port());
+
+    let taken = cluster.members[&other].peer.clone();
+    let out =
+        cluster.etcdctl(&leader, &["member", "update", &format!("{moved:x}"), &format!("--peer-urls=http://{taken}")]);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("Peer URLs already exists"), "{out:?}");
+    let out = cluster.etcdctl(&leader, &["member", "update", "ff", &format!("--peer-urls=http://{new_peer}")]);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("member not found"), "{out:?}");
+
+    let out = must_succeed(
+        cluster
+            .etcdctl(&leader, &["member", "update", &format!("{moved:x}"), &format!("--peer-urls=http://{new_peer}")]),
+    );
+    assert!(out.contains("updated"), "{out}");
+    let out = must_succeed(cluster.etcdctl(&leader, &["member", "list"]));
+    assert!(out.contains(&format!("http://{new_peer}")), "{out}");
+
+    // The member restarts listening at its new address and keeps its data.
+    cluster.stop(moved);
+    cluster.members.get_mut(&moved).unwrap().peer = new_peer;
+    cluster.start(moved);
+    // With the third member down, every write needs the moved one's vote.
+    cluster.stop(other);
+    let out = must_succeed(cluster.etcdctl(&leader, &["put", "moved", "yes", "-w", "json"]));
+    let revision = json(&out)["header"]["revision"].as_i64().unwrap();
+    cluster.must_catch_up(moved, revision, Duration::from_secs(20)).await;
+    let out = must_succeed(cluster.etcdctl(&cluster.members[&moved].client, &["get", "moved", "--consistency=s"]));
+    assert_eq!(out, "moved\nyes\n");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

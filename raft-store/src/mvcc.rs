@@ -15,6 +15,8 @@ use rocksdb::{ColumnFamily, ReadOptions, SnapshotWithThreadMode, WriteBatch, DB}
 use serde::{Deserialize, Serialize};
 
 use crate::latest::LatestCache;
+use sha2::{Digest, Sha256};
+
 use crate::types::{
     ApplyError, Command, Compare, CompareResult, CompareTarget, DeleteRequest, KeyValue, Op, OpResult, Output,
     ProposalResult, PutRequest, RangeRequest, RangeResult, RequestId, SortOrder, SortTarget, Txn, TxnResult,
@@ -324,6 +326,46 @@ impl<'a> Reader<'a> {
         Ok(finish_range(req, found.into_iter()))
     }
 
+    /// etcd's HashKV: a digest of every stored version of every key up to
+    /// `revision` (0: the current one), which is what compaction left plus
+    /// everything newer. Members that applied the same log up to the same
+    /// compaction give the same hash for the same revision, so differing
+    /// hashes mean diverged state. Returns (hash, compacted, revision hashed).
+    pub fn hash_kv(&self, revision: i64) -> Result<(u32, i64, i64), ReadError> {
+        let current = self.revision()?;
+        let compacted = self.compacted()?;
+        let at = resolve_revision(revision, current, compacted)?;
+        let mut digest = Sha256::new();
+        let mut it = self.db.raw_iterator_cf_opt(cf(self.db, CF_HIST), self.opts());
+        it.seek_to_first();
+        while let (Some(k), Some(v)) = (it.key(), it.value()) {
+            if decode_hist_key(k)?.1 <= at {
+                digest_entry(&mut digest, k, v);
+            }
+            it.next();
+        }
+        it.status()?;
+        Ok((fold_digest(digest), compacted, at))
+    }
+
+    /// etcd's Hash: a digest of the whole replicated keyspace in this view
+    /// (history, revision index and leases), for checking members against
+    /// each other, as etcd's is "for testing only".
+    pub fn hash_all(&self) -> Result<u32, EngineError> {
+        let mut digest = Sha256::new();
+        for name in [CF_HIST, CF_REV, CF_LEASE] {
+            digest.update(name.as_bytes());
+            let mut it = self.db.raw_iterator_cf_opt(cf(self.db, name), self.opts());
+            it.seek_to_first();
+            while let (Some(k), Some(v)) = (it.key(), it.value()) {
+                digest_entry(&mut digest, k, v);
+                it.next();
+            }
+            it.status()?;
+        }
+        Ok(fold_digest(digest))
+    }
+
     /// Every revision in `[from, to]` with its events (prev_kv included),
     /// at most `limit` revisions.
     pub fn revisions(&self, from: i64, to: i64, limit: usize) -> Result<Vec<RevisionEvents>, EngineError> {
@@ -434,6 +476,21 @@ fn make_event(key: &[u8], now: &KvRecord, prev: Option<&KvRecord>) -> Event {
     } else {
         Event { kind: EventKind::Put, kv: now.to_kv(key), prev_kv }
     }
+}
+
+/// Adds one stored key/value to a hash, length-prefixed so that entries
+/// cannot run into each other.
+fn digest_entry(digest: &mut Sha256, key: &[u8], value: &[u8]) {
+    digest.update((key.len() as u64).to_be_bytes());
+    digest.update(key);
+    digest.update((value.len() as u64).to_be_bytes());
+    digest.update(value);
+}
+
+/// etcd's hashes are 32-bit: the first four bytes of the SHA-256.
+fn fold_digest(digest: Sha256) -> u32 {
+    let out = digest.finalize();
+    u32::from_be_bytes([out[0], out[1], out[2], out[3]])
 }
 
 /// The revision a read names, checked against the store: 0 or less means

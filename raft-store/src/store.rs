@@ -26,7 +26,7 @@ use tokio::sync::{mpsc, oneshot, Mutex, Semaphore};
 use crate::error::StoreError;
 use crate::lessor::{Lessor, EXPIRY_CHECK, MIN_TTL_SECONDS};
 use crate::log_store::LogStore;
-use crate::mvcc::Reader;
+use crate::mvcc::{ReadError, Reader};
 use crate::network::{PeerClients, PeerMethod};
 use crate::state_machine::{write_durably, StateMachine};
 use crate::types::{
@@ -181,6 +181,11 @@ pub enum AdminRequest {
     },
     Remove {
         id: NodeId,
+    },
+    /// etcd's MemberUpdate: the member is now reached at `peer_addr`.
+    Update {
+        id: NodeId,
+        peer_addr: String,
     },
     /// Whether this member has cluster state, and what it knows of members.
     Probe,
@@ -684,20 +689,40 @@ impl Store {
         if !serializable {
             self.linearize().await?;
         }
+        self.read_view(move |view| view.range(&req)).await
+    }
+
+    /// etcd's HashKV on this member's state: (hash, compacted revision,
+    /// revision hashed), with the header of the view hashed.
+    pub async fn hash_kv(&self, revision: i64) -> Result<((u32, i64, i64), Header), StoreError> {
+        self.read_view(move |view| view.hash_kv(revision)).await
+    }
+
+    /// etcd's Hash on this member's state, with the header of the view hashed.
+    pub async fn hash_all(&self) -> Result<(u32, Header), StoreError> {
+        self.read_view(|view| view.hash_all().map_err(ReadError::Engine)).await
+    }
+
+    /// Runs `read` on a point-in-time view of this member's state, on the
+    /// blocking pool; the header carries the view's revision.
+    async fn read_view<T: Send + 'static>(
+        &self,
+        read: impl FnOnce(&Reader<'_>) -> Result<T, ReadError> + Send + 'static,
+    ) -> Result<(T, Header), StoreError> {
         let sm = self.inner.sm.clone();
         let header = self.header();
         let result = tokio::task::spawn_blocking(move || {
             let db = sm.db();
-            let reader = Reader::snapshot(&db);
-            let revision = reader.revision();
-            reader.range(&req).map(|r| (r, revision))
+            let view = Reader::snapshot(&db);
+            let revision = view.revision();
+            read(&view).map(|r| (r, revision))
         })
         .await
         .map_err(|e| StoreError::Internal(e.to_string()))?;
         match result {
             Ok((r, revision)) => Ok((r, Header { revision: revision.unwrap_or(header.revision), ..header })),
-            Err(crate::mvcc::ReadError::Request(e)) => Err(StoreError::Apply(e)),
-            Err(crate::mvcc::ReadError::Engine(e)) => Err(StoreError::Internal(e.to_string())),
+            Err(ReadError::Request(e)) => Err(StoreError::Apply(e)),
+            Err(ReadError::Engine(e)) => Err(StoreError::Internal(e.to_string())),
         }
     }
 
@@ -873,6 +898,27 @@ impl Store {
                 }
                 retry_in_progress(|| raft.change_membership(ChangeMembers::RemoveNodes(BTreeSet::from([id])), false))
                     .await?;
+                Ok(AdminResponse::Done)
+            }
+            AdminRequest::Update { id, peer_addr } => {
+                if !nodes.contains_key(&id) {
+                    return Err(StoreError::MemberNotFound { id });
+                }
+                if nodes.iter().any(|(other, n)| *other != id && n.addr == peer_addr) {
+                    return Err(StoreError::MemberExists {
+                        id: 0,
+                        reason: "etcdserver: Peer URLs already exists".into(),
+                    });
+                }
+                // The new address goes through the log like any membership
+                // change; every member replicates to it from then on. The
+                // member itself must listen there (restart it with the new
+                // `--peer-listen`); its data and identity stay.
+                let node = Node { addr: peer_addr };
+                retry_in_progress(|| {
+                    raft.change_membership(ChangeMembers::SetNodes(BTreeMap::from([(id, node.clone())])), false)
+                })
+                .await?;
                 Ok(AdminResponse::Done)
             }
         }

@@ -110,11 +110,20 @@ impl Cluster for ClusterService {
         Ok(Response::new(MemberRemoveResponse { header: self.header(), members }))
     }
 
-    async fn member_update(&self, _: Request<MemberUpdateRequest>) -> Result<Response<MemberUpdateResponse>, Status> {
-        Err(Status::unimplemented(
-            "member update is not supported: a Skiff member keeps its peer URL for life; \
-             remove the member and add it back with the new URL",
-        ))
+    /// A member's new peer URL, replicated as a membership change; restart
+    /// the member with the matching `--peer-listen`.
+    async fn member_update(
+        &self,
+        request: Request<MemberUpdateRequest>,
+    ) -> Result<Response<MemberUpdateResponse>, Status> {
+        let request = request.into_inner();
+        let addr = peer_addr(&request.peer_ur_ls)?;
+        self.change(AdminRequest::Update { id: request.id, peer_addr: addr.clone() }).await?;
+        let mut members = self.members();
+        if let Some(m) = members.iter_mut().find(|m| m.id == request.id) {
+            m.peer_ur_ls = vec![format!("http://{addr}")];
+        }
+        Ok(Response::new(MemberUpdateResponse { header: self.header(), members }))
     }
 
     async fn member_list(&self, request: Request<MemberListRequest>) -> Result<Response<MemberListResponse>, Status> {

@@ -1,6 +1,6 @@
-//! etcd's Maintenance service: what `etcdctl endpoint status`, `alarm` and
-//! `defrag` need. Hashes, snapshots over the client API and leader
-//! transfer are not offered yet and say so.
+//! etcd's Maintenance service: what `etcdctl endpoint status`, `hashkv`,
+//! `alarm`, `defrag` and `snapshot save` need. Leader transfer is not
+//! offered (openraft 0.9 has no leadership transfer) and says so.
 
 use futures::stream::BoxStream;
 use skiff_proto::etcdserverpb::maintenance_server::{Maintenance, MaintenanceServer};
@@ -35,10 +35,6 @@ impl MaintenanceService {
     fn header(&self) -> Option<ResponseHeader> {
         Some(header(self.store.header()))
     }
-}
-
-fn not_supported(what: &str) -> Status {
-    Status::unimplemented(format!("{what} is not supported by Skiff yet"))
 }
 
 #[tonic::async_trait]
@@ -84,12 +80,19 @@ impl Maintenance for MaintenanceService {
         Ok(Response::new(DefragmentResponse { header: self.header() }))
     }
 
+    /// A hash of this member's whole keyspace (history, revision index,
+    /// leases) at its current state.
     async fn hash(&self, _: Request<HashRequest>) -> Result<Response<HashResponse>, Status> {
-        Err(not_supported("Hash"))
+        let (hash, at) = self.store.hash_all().await?;
+        Ok(Response::new(HashResponse { header: Some(header(at)), hash }))
     }
 
-    async fn hash_kv(&self, _: Request<HashKvRequest>) -> Result<Response<HashKvResponse>, Status> {
-        Err(not_supported("HashKV"))
+    /// A hash of every version of every key up to the requested revision
+    /// (`etcdctl endpoint hashkv`): equal on every member at the same
+    /// revision, as with etcd, which is how divergence is detected.
+    async fn hash_kv(&self, request: Request<HashKvRequest>) -> Result<Response<HashKvResponse>, Status> {
+        let ((hash, compact_revision, hash_revision), at) = self.store.hash_kv(request.into_inner().revision).await?;
+        Ok(Response::new(HashKvResponse { header: Some(header(at)), hash, compact_revision, hash_revision }))
     }
 
     type SnapshotStream = BoxStream<'static, Result<SnapshotResponse, Status>>;
@@ -148,6 +151,9 @@ impl Maintenance for MaintenanceService {
     }
 
     async fn move_leader(&self, _: Request<MoveLeaderRequest>) -> Result<Response<MoveLeaderResponse>, Status> {
-        Err(not_supported("MoveLeader"))
+        Err(Status::unimplemented(
+            "MoveLeader is not supported: Skiff's Raft (openraft 0.9) has no leadership transfer; \
+             stopping the leader's process hands leadership over within an election timeout",
+        ))
     }
 }
