@@ -440,10 +440,12 @@ impl LogStore {
     /// place, as etcd's raft loop does: openraft awaits the append inline
     /// anyway, so the caller could do nothing meanwhile, and the hops to the
     /// blocking pool and back cost a follower's acknowledgement two thread
-    /// wakeups (1-client put p50 0.75 -> 0.67 ms). The other worker keeps
-    /// serving meanwhile; large batches still go to the blocking pool.
+    /// wakeups (1-client put p50 0.75 -> 0.67 ms). Another worker keeps
+    /// serving meanwhile, so a runtime with a single worker, and large
+    /// batches, still use the blocking pool.
     async fn write_synced(&self, batch: WriteBatch) -> Result<(), AnyError> {
-        let in_place = batch.size_in_bytes() <= IN_PLACE_BYTES;
+        let in_place =
+            batch.size_in_bytes() <= IN_PLACE_BYTES && tokio::runtime::Handle::current().metrics().num_workers() > 1;
         let db = Arc::clone(&self.db);
         let write = move || {
             let mut options = WriteOptions::default();
