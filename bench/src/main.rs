@@ -15,6 +15,7 @@
 
 mod client;
 mod cluster;
+mod cpu;
 mod failover;
 mod latency;
 mod load;

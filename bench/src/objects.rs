@@ -51,6 +51,7 @@ use tokio::sync::{watch, Semaphore};
 use tokio::task::JoinSet;
 
 use crate::cluster::{Cluster, ClusterSpec, EtcdTiming, System};
+use crate::cpu::Sampler;
 use crate::latency::Latency;
 
 /// Lines between these markers in bench/README.md are replaced by each run
@@ -527,18 +528,11 @@ async fn fanout(cluster: &Cluster, leader: usize, config: &ObjectsConfig) -> Res
 
     let pids: Vec<u32> =
         cluster.pids().into_iter().map(|p| p.context("a member is not running")).collect::<Result<_>>()?;
-    let cpu_before: Vec<u64> =
-        pids.iter().map(|&pid| cpu_ticks(&format!("/proc/{pid}/stat"))).collect::<Result<_>>()?;
-    let harness_before = cpu_ticks("/proc/self/stat")?;
-    let wall = Instant::now();
+    let sampler = Sampler::start(pids)?;
     let per_node = write_paced(&endpoints[leader], &names, config, &mut result).await?;
-    let wall = wall.elapsed().as_secs_f64();
-    let ticks = clock_ticks_per_second() as f64;
-    for (pid, before) in pids.iter().zip(&cpu_before) {
-        let used = cpu_ticks(&format!("/proc/{pid}/stat"))?.saturating_sub(*before);
-        result.member_cpu.push(used as f64 / ticks / wall * 100.0);
-    }
-    result.harness_cpu = cpu_ticks("/proc/self/stat")?.saturating_sub(harness_before) as f64 / ticks / wall * 100.0;
+    let used = sampler.finish()?;
+    result.member_cpu = used.members.iter().map(|s| s / used.wall * 100.0).collect();
+    result.harness_cpu = used.harness / used.wall * 100.0;
 
     let mut watchers_per_node = vec![0u64; config.nodes];
     for w in 0..config.watchers {
@@ -718,30 +712,6 @@ fn dir_size(dir: &Path) -> Result<u64> {
         }
     }
     Ok(total)
-}
-
-/// utime + stime of the process whose `stat` file is at `path`, in clock ticks.
-fn cpu_ticks(path: &str) -> Result<u64> {
-    let stat = std::fs::read_to_string(path).with_context(|| format!("reading {path}"))?;
-    // The command name (field 2) may hold spaces; fields 14 and 15 count from after it.
-    let rest = stat.rsplit_once(')').map(|(_, rest)| rest).with_context(|| format!("no ')' in {path}"))?;
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    let field = |n: usize| -> Result<u64> {
-        fields.get(n - 3).and_then(|v| v.parse().ok()).with_context(|| format!("field {n} of {path}"))
-    };
-    Ok(field(14)? + field(15)?)
-}
-
-/// `getconf CLK_TCK`: the unit of `/proc/PID/stat`'s CPU times (100 on Linux).
-fn clock_ticks_per_second() -> u64 {
-    std::process::Command::new("getconf")
-        .arg("CLK_TCK")
-        .output()
-        .ok()
-        .and_then(|o| String::from_utf8(o.stdout).ok())
-        .and_then(|s| s.trim().parse().ok())
-        .filter(|&t| t > 0)
-        .unwrap_or(100)
 }
 
 fn mib(bytes: f64) -> f64 {
@@ -960,15 +930,6 @@ impl ObjectsReport {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn cpu_ticks_skips_a_command_name_with_spaces() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("stat");
-        // pid (comm) state ppid pgrp session tty tpgid flags minflt cminflt majflt cmajflt utime stime ...
-        std::fs::write(&path, "42 (a b) S 1 42 42 0 -1 4194560 10 0 0 0 170 30 0 0 20 0 9 0\n").unwrap();
-        assert_eq!(cpu_ticks(path.to_str().unwrap()).unwrap(), 200);
-    }
 
     #[test]
     fn pods_are_the_kubernetes_json_the_api_takes() {

@@ -11,6 +11,7 @@ use anyhow::{Context, Result};
 
 use crate::client::Target;
 use crate::cluster::{Cluster, ClusterSpec, EtcdTiming, SkiffTiming, System};
+use crate::cpu::Sampler;
 use crate::failover::{self, FailoverConfig};
 use crate::load::{self, LoadConfig, Op};
 use crate::report::{Better, Report};
@@ -180,11 +181,27 @@ async fn measure(
                 target: config.put_target,
                 value_size: config.value_size,
             };
+            let pids =
+                cluster.pids().into_iter().map(|p| p.context("a member is not running")).collect::<Result<_>>()?;
+            let sampler = Sampler::start(pids)?;
             let result = load::run(&endpoints, &load, Op::Put { key_space: config.key_space }).await?;
+            let used = sampler.finish()?;
             report.record(system, name, "throughput ops/s", Better::Higher, result.throughput());
             report.record(system, name, "p50 ms", Better::Lower, result.latency.quantile_ms(0.50));
             report.record(system, name, "p99 ms", Better::Lower, result.latency.quantile_ms(0.99));
-            result.summary()
+            let per_op = |seconds: f64| seconds * 1e6 / result.ops.max(1) as f64;
+            report.record(system, name, "members' CPU us/write", Better::Lower, per_op(used.members.iter().sum()));
+            let mut members: Vec<f64> = used.members.iter().map(|&s| per_op(s)).collect();
+            members.sort_by(|a, b| b.total_cmp(a));
+            let members: Vec<String> = members.iter().map(|us| format!("{us:.1}")).collect();
+            format!(
+                "{}; CPU per write: members {} us (busiest first, the leader), harness {:.1} us; {:.2} of {} cores busy",
+                result.summary(),
+                members.join(" / "),
+                per_op(used.harness),
+                (used.members.iter().sum::<f64>() + used.harness) / used.wall,
+                std::thread::available_parallelism().map_or(0, |n| n.get()),
+            )
         }
         Scenario::Range { serializable } => {
             let load = LoadConfig {
