@@ -39,7 +39,8 @@ impl MaintenanceService {
 
 #[tonic::async_trait]
 impl Maintenance for MaintenanceService {
-    /// No alarms exist yet: every action answers with an empty list.
+    /// NOSPACE is the only alarm: listed while this member's database is
+    /// over `--quota-backend-bytes`.
     async fn alarm(&self, _: Request<AlarmRequest>) -> Result<Response<AlarmResponse>, Status> {
         // NOSPACE is derived from the database size, so it clears itself once
         // compaction (and defragmentation) bring the size under the quota;
