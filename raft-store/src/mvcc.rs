@@ -240,8 +240,24 @@ impl<'a> Reader<'a> {
         Reader { db, snapshot: None }
     }
 
+    /// Options for a scan in key order. `hist` has a prefix extractor, so
+    /// without `total_order_seek` RocksDB would answer seeks in prefix mode
+    /// and could skip keys of other prefixes.
     fn opts(&self) -> ReadOptions {
         let mut opts = ReadOptions::default();
+        opts.set_total_order_seek(true);
+        if let Some(s) = &self.snapshot {
+            opts.set_snapshot(s);
+        }
+        opts
+    }
+
+    /// Options for looking up one key's versions in `hist`: the seek stays
+    /// within the key's prefix, so the prefix blooms (memtable and tables)
+    /// answer "never written" without walking the memtable's skiplist.
+    fn one_key_opts(&self) -> ReadOptions {
+        let mut opts = ReadOptions::default();
+        opts.set_prefix_same_as_start(true);
         if let Some(s) = &self.snapshot {
             opts.set_snapshot(s);
         }
@@ -269,7 +285,7 @@ impl<'a> Reader<'a> {
 
     /// The newest record of `key` at or below `revision`, tombstones included.
     pub fn record_at(&self, key: &[u8], revision: i64) -> Result<Option<KvRecord>, EngineError> {
-        let mut it = self.db.raw_iterator_cf_opt(cf(self.db, CF_HIST), self.opts());
+        let mut it = self.db.raw_iterator_cf_opt(cf(self.db, CF_HIST), self.one_key_opts());
         it.seek_for_prev(hist_key(key, revision));
         if let (Some(k), Some(v)) = (it.key(), it.value()) {
             let (found, _) = decode_hist_key(k)?;
@@ -1017,7 +1033,7 @@ impl<'a> Applier<'a> {
         self.compacted = revision;
         let db = self.db();
         let hist = cf(db, CF_HIST);
-        let mut it = db.raw_iterator_cf(hist);
+        let mut it = db.raw_iterator_cf_opt(hist, self.reader.opts());
         it.seek_to_first();
         // Of each key's versions below `revision`, keep only the newest, and
         // only if it is live: it is what a read at `revision` returns.
@@ -1069,6 +1085,27 @@ fn dedup_key(id: RequestId) -> Vec<u8> {
     k
 }
 
+/// Memtable size of `hist`. Keys arrive in random order, so each insert
+/// walks the skiplist from the top and misses the cache at most levels; a
+/// memtable of 8 MiB instead of RocksDB's 64 MiB keeps that walk mostly in
+/// cache. Measured on 3 members, 256 clients, 100,000 keys: members' CPU
+/// per write 82 -> 74 us (8 alternating runs, all in the same direction);
+/// 4 MiB flushed and compacted enough to give some of it back.
+const HIST_MEMTABLE_BYTES: usize = 8 << 20;
+
+/// The key part of a `hist` key (the encoded key with its terminator, without
+/// the revision): all versions of one key share it. The name is stored with
+/// each table; tables written under another extractor just go unfiltered.
+fn hist_key_prefix() -> rocksdb::SliceTransform {
+    fn key_part(hist_key: &[u8]) -> &[u8] {
+        &hist_key[..hist_key.len().saturating_sub(8)]
+    }
+    fn is_hist_key(raw: &[u8]) -> bool {
+        raw.len() >= 10
+    }
+    rocksdb::SliceTransform::create("skiff.hist.key.v1", key_part, Some(is_hist_key))
+}
+
 /// Opens (creating if needed) a state-machine database with its column families.
 pub fn open_db(path: &std::path::Path) -> Result<DB, rocksdb::Error> {
     let mut opts = rocksdb::Options::default();
@@ -1082,6 +1119,19 @@ pub fn open_db(path: &std::path::Path) -> Result<DB, rocksdb::Error> {
     opts.set_bytes_per_sync(1 << 20);
     let families = COLUMN_FAMILIES.iter().map(|name| {
         let mut cf_opts = opts.clone();
+        if *name == CF_HIST {
+            // Every put looks up the key's newest version, and a create finds
+            // none: without a filter that costs a full skiplist walk in the
+            // memtable and a seek in every table that may hold the key.
+            // Blooms over the key part of `hist` keys answer it instead.
+            cf_opts.set_write_buffer_size(HIST_MEMTABLE_BYTES);
+            cf_opts.set_prefix_extractor(hist_key_prefix());
+            cf_opts.set_memtable_prefix_bloom_ratio(0.05);
+            let mut table = rocksdb::BlockBasedOptions::default();
+            table.set_bloom_filter(10.0, false);
+            table.set_whole_key_filtering(false);
+            cf_opts.set_block_based_table_factory(&table);
+        }
         if *name == CF_DEDUP {
             // Every write looks its request id up, and almost always finds
             // nothing: bloom filters (memtable and tables) answer that

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use proptest::prelude::*;
 use skiff_raft_store::latest::LatestCache;
-use skiff_raft_store::mvcc::{open_db, Applier, EventKind, Reader, RevisionEvents};
+use skiff_raft_store::mvcc::{open_db, Applier, EventKind, Reader, RevisionEvents, COLUMN_FAMILIES};
 use skiff_raft_store::types::{
     ApplyError, Command, Compare, CompareResult, CompareTarget, DeleteRequest, KeyValue, Op, Output, PutRequest,
     RangeRequest, RequestId, Txn,
@@ -146,13 +146,21 @@ proptest! {
         // The applier's cache of newest records: none, one that evicts all
         // the time, and one that holds everything.
         cache_bytes in proptest::sample::select(vec![0usize, 400, 1 << 20]),
+        // Flush the memtables to tables after every this many batches (0:
+        // never), so that reads also go through tables and their filters.
+        flush_every in proptest::sample::select(vec![0usize, 1, 3]),
     ) {
         let dir = tempfile::tempdir().unwrap();
         let db = open_db(dir.path()).unwrap();
         let mut model = Model::new();
         let mut cache = LatestCache::new(cache_bytes);
         let mut live_events: Vec<RevisionEvents> = Vec::new();
-        for chunk in actions.chunks(batch) {
+        for (i, chunk) in actions.chunks(batch).enumerate() {
+            if flush_every > 0 && i % flush_every == 0 {
+                for name in COLUMN_FAMILIES {
+                    db.flush_cf(db.cf_handle(name).unwrap()).unwrap();
+                }
+            }
             // One chunk = one Raft entry's batch, committed together.
             let mut applier = Applier::new(&db, &cache).unwrap();
             for a in chunk {
@@ -208,7 +216,7 @@ proptest! {
             prop_assert_eq!(got.count, expected.len() as i64);
             prop_assert_eq!(got.kvs, expected);
             // Single-key reads agree too.
-            for k in 0u8..6 {
+            for k in 0u8..8 {
                 let req = RangeRequest { key: key(k), revision: rev, ..Default::default() };
                 let got = reader.range(&req).unwrap();
                 let expected: Vec<KeyValue> = model.states[at as usize].get(&key(k)).cloned().into_iter().collect();
