@@ -11,6 +11,14 @@ use skiff::parse_duration;
 use skiff_apiserver::ApiserverConfig;
 use skiff_raft_store::StoreConfig;
 
+/// A write allocates and frees a few dozen small buffers on every member
+/// (decoded entries, MVCC records, events, gRPC frames), from many threads;
+/// glibc's malloc spent a tenth of a follower's CPU on them. mimalloc cut
+/// the members' CPU per write by about 8% at 256 clients (10 alternating
+/// runs, 9 in its favour) for about 15% more resident memory.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[derive(Parser)]
 #[command(name = "skiff", version, about = "Skiff: a Kubernetes-style control plane whose apiservers are the database")]
 struct Cli {
