@@ -15,7 +15,9 @@ use skiff_raft_store::StoreConfig;
 /// (decoded entries, MVCC records, events, gRPC frames), from many threads;
 /// glibc's malloc spent about a fifth of each member's CPU on them (perf,
 /// 256 clients). mimalloc cut the members' CPU per write by about 8% there
-/// (10 alternating runs, 9 in its favour) for about 15% more resident memory.
+/// (10 alternating runs, 9 in its favour). It holds on to more memory: after
+/// 50,000 pod creates the leader's resident memory had grown 45% more than
+/// with glibc's (`make bench-objects`, bench/README.md).
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
