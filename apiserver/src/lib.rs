@@ -102,13 +102,14 @@ pub struct Running {
 }
 
 impl Running {
-    /// Stops the listeners (giving open streams a short grace period), then
-    /// shuts Raft down.
+    /// Stops the listeners (giving open streams one short grace period,
+    /// shared by all of them), then shuts Raft down.
     pub async fn stop(self) -> Result<(), RunError> {
         let _ = self.stop.send(true);
         let mut result = Ok(());
+        let deadline = tokio::time::Instant::now() + GRACE;
         for mut server in self.servers {
-            match tokio::time::timeout(GRACE, &mut server).await {
+            match tokio::time::timeout_at(deadline, &mut server).await {
                 Ok(Ok(Err(e))) => result = Err(RunError::Serve(e)),
                 Ok(Err(e)) => result = Err(RunError::Serve(e.to_string())),
                 Ok(Ok(Ok(()))) => {}
@@ -149,7 +150,7 @@ pub async fn start_with(
     };
 
     let peer = tonic::transport::Server::builder()
-        .add_service(PeerService::server(store.clone()))
+        .add_service(PeerService::server(store.clone(), stop_rx.clone()))
         .serve_with_incoming_shutdown(incoming(listeners.peer), stopped(stop_rx.clone()));
     let client = tonic::transport::Server::builder()
         .add_service(KvService::server(store.clone()))

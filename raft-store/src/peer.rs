@@ -8,7 +8,7 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 use skiff_proto::peer::peer_server::{Peer, PeerServer};
 use skiff_proto::peer::{Frame, Payload};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 use tokio_stream::StreamExt;
 use tonic::{Request, Response, Status, Streaming};
 
@@ -18,11 +18,15 @@ use crate::types::{NodeId, Proposal};
 
 pub struct PeerService {
     store: Store,
+    /// Turns true when the member shuts down: long-lived AppendEntries
+    /// streams end then, so that the listener's graceful shutdown does not
+    /// wait out its grace period for a stream that would never end.
+    stopping: watch::Receiver<bool>,
 }
 
 impl PeerService {
-    pub fn server(store: Store) -> PeerServer<PeerService> {
-        PeerServer::new(PeerService { store })
+    pub fn server(store: Store, stopping: watch::Receiver<bool>) -> PeerServer<PeerService> {
+        PeerServer::new(PeerService { store, stopping })
             .max_decoding_message_size(MAX_PEER_MESSAGE)
             .max_encoding_message_size(MAX_PEER_MESSAGE)
     }
@@ -42,13 +46,22 @@ fn open_envelope<T: DeserializeOwned>(me: NodeId, data: &[u8]) -> Result<T, Stat
 
 /// Serves one AppendEntries stream: each request in turn (openraft sends a
 /// peer one at a time), each reply tagged with its request's id. Ends when
-/// the sender closes the stream or goes away.
+/// the sender closes the stream or goes away, or this member shuts down
+/// (between requests; the sender then reconnects or times out).
 async fn serve_append_stream(
     store: Store,
     mut requests: Streaming<Frame>,
     replies: mpsc::Sender<Result<Frame, Status>>,
+    mut stopping: watch::Receiver<bool>,
 ) {
-    while let Some(frame) = requests.next().await {
+    loop {
+        let frame = tokio::select! {
+            frame = requests.next() => frame,
+            _ = stopping.wait_for(|stopping| *stopping) => return,
+        };
+        let Some(frame) = frame else {
+            return;
+        };
         let frame = match frame {
             Ok(frame) => frame,
             Err(status) => {
@@ -91,7 +104,7 @@ impl Peer for PeerService {
         request: Request<Streaming<Frame>>,
     ) -> Result<Response<Self::AppendStreamStream>, Status> {
         let (tx, rx) = mpsc::channel(16);
-        tokio::spawn(serve_append_stream(self.store.clone(), request.into_inner(), tx));
+        tokio::spawn(serve_append_stream(self.store.clone(), request.into_inner(), tx, self.stopping.clone()));
         Ok(Response::new(Box::pin(tokio_stream::wrappers::ReceiverStream::new(rx))))
     }
 
