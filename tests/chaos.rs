@@ -585,7 +585,11 @@ async fn chaos_loses_nothing_and_stays_linearizable() {
     let history = history.lock().unwrap().clone();
     members_hash_alike(&cluster).await;
 
-    let kv = check_kv(&history, &Budget::default()).expect("the recorded history is well formed");
+    // A 10-minute run now records ~8,000 operations per key, many of them
+    // indeterminate; the default 2,000,000 search steps left one key
+    // undecided in two runs. The wall-clock limit still bounds the check.
+    let budget = Budget { max_steps: 20_000_000, ..Budget::default() };
+    let kv = check_kv(&history, &budget).expect("the recorded history is well formed");
     let mut report = Report::new(seed, &history, faults);
     report.add_kv(&kv);
     report.add_violations(check_watches(&store_writes(&history), &logs).expect("the watch logs are well formed"));
