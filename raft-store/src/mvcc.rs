@@ -13,10 +13,9 @@ use std::collections::{BTreeMap, HashMap};
 
 use rocksdb::{ColumnFamily, ReadOptions, SnapshotWithThreadMode, WriteBatch, DB};
 use serde::{Deserialize, Serialize};
-
-use crate::latest::LatestCache;
 use sha2::{Digest, Sha256};
 
+use crate::latest::LatestCache;
 use crate::types::{
     ApplyError, Command, Compare, CompareResult, CompareTarget, DeleteRequest, KeyValue, Op, OpResult, Output,
     ProposalResult, PutRequest, RangeRequest, RangeResult, RequestId, SortOrder, SortTarget, Txn, TxnResult,
