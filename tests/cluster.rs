@@ -323,13 +323,24 @@ async fn a_member_that_missed_the_purged_log_catches_up_from_a_snapshot() {
     assert!(out.contains("y"));
 }
 
+/// Bytes of packed snapshot files (`*.snap`) in a member's snapshot directory.
+fn snap_bytes(dir: &std::path::Path) -> u64 {
+    let Ok(entries) = std::fs::read_dir(dir) else { return 0 };
+    entries
+        .flatten()
+        .filter(|e| e.path().extension().is_some_and(|x| x == "snap"))
+        .filter_map(|e| e.metadata().ok())
+        .map(|m| m.len())
+        .sum()
+}
+
 /// Issue 3's large-state case: a member that was down while 200 MB were
 /// written (and the log purged) catches up by a streamed snapshot.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_member_catches_up_on_200_mb_by_snapshot() {
     let megabytes: usize = std::env::var("SKIFF_SNAPSHOT_MB").ok().and_then(|s| s.parse().ok()).unwrap_or(200);
     // Entries carry up to 4 MiB of batched writes: a snapshot (and purge)
-    // every 30 entries happens a few times during the load.
+    // every 30 entries happens at least once during the load.
     let mut cluster = Cluster::spawn_with(3, &["--snapshot-count", "30"]).await;
     let leader = cluster.must_leader().await;
     let lagging = cluster.members.keys().copied().find(|id| *id != leader).unwrap();
@@ -356,16 +367,28 @@ async fn a_member_catches_up_on_200_mb_by_snapshot() {
     for t in tasks {
         last = last.max(t.await.unwrap());
     }
+    // Writes of 512 KiB batch eight to an entry, so the load is only some
+    // 50 entries: small writes (an entry each) carry the log past the next
+    // snapshot point, until the leader's snapshot holds all of the data.
+    let wanted = (megabytes as u64) * 1024 * 1024 * 9 / 10;
+    let leader_snapshots = cluster.members[&leader].data_dir.join("snapshots");
+    let mut kv_leader = kv(&leader_client).await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    let mut filler = 0;
+    while snap_bytes(&leader_snapshots) <= wanted {
+        assert!(std::time::Instant::now() < deadline, "the leader never snapshotted the whole load");
+        let put =
+            PutRequest { key: format!("/filler/{filler}").into_bytes(), value: b"x".to_vec(), ..Default::default() };
+        last = last.max(kv_leader.put(put).await.unwrap().into_inner().header.unwrap().revision);
+        filler += 1;
+        if filler % 10 == 0 {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
     cluster.start(lagging);
     let addr = cluster.members[&lagging].client.clone();
     cluster.must_catch_up(lagging, last, Duration::from_secs(180)).await;
-    let snapshots = cluster.members[&lagging].data_dir.join("snapshots");
-    let installed: u64 = std::fs::read_dir(&snapshots)
-        .unwrap()
-        .flatten()
-        .filter(|e| e.path().extension().is_some_and(|x| x == "snap"))
-        .map(|e| e.metadata().unwrap().len())
-        .sum();
-    assert!(installed > (megabytes as u64) * 1024 * 1024 * 9 / 10, "installed snapshot is only {installed} bytes");
+    let installed = snap_bytes(&cluster.members[&lagging].data_dir.join("snapshots"));
+    assert!(installed > wanted, "installed snapshot is only {installed} bytes");
     assert_eq!(local_count(&addr, "/big/").await as usize, count);
 }

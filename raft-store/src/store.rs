@@ -57,7 +57,15 @@ pub struct StoreConfig {
     pub request_timeout: Duration,
     /// Most proposals the leader puts in one Raft entry.
     pub max_batch: usize,
-    /// Raft entries the leader's batcher keeps in flight at once.
+    /// Raft entries the leader's batcher keeps in flight at once. One is
+    /// best measured: every entry costs a log append, an fsync round, an
+    /// AppendEntries round and an apply on each member whatever its size, so
+    /// writes that arrive while an entry is in flight are worth more as the
+    /// next entry than as entries of their own. On 3 members (members' CPU
+    /// per write, alternating runs): 256 clients 74.6 -> 66.3 us and 18.3k ->
+    /// 20.2k writes/s; 16 clients 6.6k -> 8.5k writes/s. At 4 clients one
+    /// in flight loses about 10% (3.3k -> 3.0k); at 1 client nothing
+    /// changes. Two in flight measured in between at 16 and 256 clients.
     pub max_in_flight: usize,
     /// How much history the leader keeps before compacting automatically.
     pub history_retention: Retention,
@@ -129,7 +137,7 @@ impl StoreConfig {
             join_timeout: Duration::from_secs(60),
             request_timeout: Duration::from_secs(10),
             max_batch: 2048,
-            max_in_flight: 4,
+            max_in_flight: 1,
             history_retention: Retention::Unlimited,
             quota_backend_bytes: 8 * 1024 * 1024 * 1024,
             restore_from: None,
