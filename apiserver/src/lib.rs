@@ -91,7 +91,8 @@ impl Listeners {
     }
 }
 
-/// How long open client streams (watches) may delay a shutdown.
+/// How long requests still in flight may delay a shutdown. Watches and lease
+/// keep-alives do not wait for it: they end as soon as the member stops.
 const GRACE: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// A running apiserver, for in-process tests.
@@ -105,6 +106,7 @@ impl Running {
     /// Stops the listeners (giving open streams one short grace period,
     /// shared by all of them), then shuts Raft down.
     pub async fn stop(self) -> Result<(), RunError> {
+        self.store.begin_stop();
         let _ = self.stop.send(true);
         let mut result = Ok(());
         let deadline = tokio::time::Instant::now() + GRACE;

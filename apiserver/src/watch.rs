@@ -402,13 +402,22 @@ impl Fanout {
         let plural = info.plural;
         let send_initial_events = opts.send_initial_events;
         let timeout = opts.timeout;
+        // A stopping member ends its watches (the response ends, as when
+        // `timeoutSeconds` runs out); clients watch again elsewhere.
+        let mut stopping = store.stopping();
         tokio::spawn(async move {
             let run = watcher.run(registration, start, send_initial_events);
-            match timeout {
-                Some(t) => {
-                    let _ = tokio::time::timeout(t, run).await;
+            let run = async move {
+                match timeout {
+                    Some(t) => {
+                        let _ = tokio::time::timeout(t, run).await;
+                    }
+                    None => run.await,
                 }
-                None => run.await,
+            };
+            tokio::select! {
+                _ = run => {}
+                _ = stopping.wait_for(|s| *s) => {}
             }
             metrics::watchers(plural).dec();
         });

@@ -7,9 +7,11 @@ use std::time::Duration;
 use skiff_proto::control::control_client::ControlClient;
 use skiff_proto::control::HistoryRequest;
 use skiff_proto::etcdserverpb::kv_client::KvClient;
+use skiff_proto::etcdserverpb::lease_client::LeaseClient;
 use skiff_proto::etcdserverpb::watch_client::WatchClient;
 use skiff_proto::etcdserverpb::{
-    watch_request, PutRequest, RangeRequest, WatchCreateRequest, WatchRequest, WatchResponse,
+    watch_request, LeaseGrantRequest, LeaseKeepAliveRequest, PutRequest, RangeRequest, WatchCreateRequest,
+    WatchRequest, WatchResponse,
 };
 use tonic::transport::Channel;
 
@@ -201,6 +203,67 @@ async fn a_watcher_that_stops_reading_falls_behind_and_still_gets_every_revision
     }
     assert_eq!(seen.len(), writes + 1);
     assert!(seen.windows(2).all(|w| w[1] == w[0] + 1), "revisions delivered in order, each once, no gaps");
+    for m in cluster.members {
+        m.stop().await.unwrap();
+    }
+}
+
+/// Sends a plain HTTP/1.0 GET and reads the response head; the body is
+/// left on the returned stream.
+async fn http_open(addr: &str, path: &str) -> (tokio::net::TcpStream, String) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    s.write_all(format!("GET {path} HTTP/1.0\r\nHost: x\r\n\r\n").as_bytes()).await.unwrap();
+    let mut head = Vec::new();
+    while !head.ends_with(b"\r\n\r\n") {
+        let mut byte = [0u8; 1];
+        assert_eq!(s.read(&mut byte).await.unwrap(), 1, "connection closed in the response head");
+        head.push(byte[0]);
+    }
+    (s, String::from_utf8(head).unwrap())
+}
+
+/// A stopping member ends its long-lived client streams rather than leave
+/// them open until the process exits: etcd watches and lease keep-alives
+/// end with etcd's Unavailable "server stopped" (etcd clients then go to
+/// another member), and a Kubernetes watch response simply ends, as when
+/// its `timeoutSeconds` runs out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopping_member_ends_its_watches_and_keep_alives() {
+    use tokio::io::AsyncReadExt;
+    let mut cluster = InProcessCluster::spawn(3).await;
+    let (addr, http) = (cluster.clients[0].clone(), cluster.https[0].clone());
+    let mut etcd_watch = watch(&addr, WatchCreateRequest { key: "/w".into(), ..Default::default() }).await;
+    let mut lease = LeaseClient::new(channel(&addr).await);
+    let id = lease.lease_grant(LeaseGrantRequest { ttl: 60, id: 0 }).await.unwrap().into_inner().id;
+    let (tx, rx) = tokio::sync::mpsc::channel(4);
+    tx.send(LeaseKeepAliveRequest { id }).await.unwrap();
+    let mut keep_alive =
+        lease.lease_keep_alive(tokio_stream::wrappers::ReceiverStream::new(rx)).await.unwrap().into_inner();
+    assert_eq!(keep_alive.message().await.unwrap().unwrap().id, id);
+    let (mut rest_watch, head) = http_open(&http, "/api/v1/namespaces/default/configmaps?watch=true").await;
+    assert!(head.starts_with("HTTP/1.0 200"), "{head}");
+
+    cluster.members.remove(0).stop().await.unwrap();
+
+    let limit = Duration::from_secs(10);
+    let ended = [
+        ("watch", tokio::time::timeout(limit, etcd_watch.message()).await.map(|m| m.map(|_| ()))),
+        ("keep-alive", tokio::time::timeout(limit, keep_alive.message()).await.map(|m| m.map(|_| ()))),
+    ];
+    for (what, next) in ended {
+        match next.unwrap_or_else(|_| panic!("{what}: the stream is still open")) {
+            Err(status) => {
+                assert_eq!(status.code(), tonic::Code::Unavailable, "{what}: {status:?}");
+                assert_eq!(status.message(), "etcdserver: server stopped", "{what}");
+            }
+            Ok(()) => panic!("{what}: the stream went on or ended without Unavailable"),
+        }
+    }
+    let mut rest = Vec::new();
+    let read = tokio::time::timeout(limit, rest_watch.read_to_end(&mut rest)).await;
+    assert!(matches!(read, Ok(Ok(_))), "the Kubernetes watch response did not end: {read:?}");
+    drop(tx);
     for m in cluster.members {
         m.stop().await.unwrap();
     }

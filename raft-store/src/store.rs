@@ -287,6 +287,9 @@ struct Inner {
     admin: Mutex<()>,
     /// Lease expiry clocks, kept while this member leads.
     lessor: Arc<Lessor>,
+    /// Set once the member begins to stop: long-lived client streams
+    /// (watches, lease keep-alives) end instead of holding the shutdown up.
+    stopping: tokio::sync::watch::Sender<bool>,
 }
 
 /// A member of the replicated store. Cheap to clone.
@@ -421,6 +424,7 @@ impl Store {
                 created_data_dir: created,
                 admin: Mutex::new(()),
                 lessor,
+                stopping: tokio::sync::watch::Sender::new(false),
             }),
         };
         tokio::spawn(run_lease_expiry(Arc::downgrade(&store.inner)));
@@ -1019,6 +1023,19 @@ impl Store {
             is_learner,
             state: format!("{:?}", m.state),
         }
+    }
+
+    /// Announces that the member is stopping: see [`Store::stopping`].
+    pub fn begin_stop(&self) {
+        self.inner.stopping.send_replace(true);
+    }
+
+    /// Becomes true once the member begins to stop. Client streams that
+    /// would otherwise stay open until the client leaves (watches, lease
+    /// keep-alives) end on it, so that a graceful shutdown does not wait out
+    /// its grace period for them; clients reconnect to another member.
+    pub fn stopping(&self) -> tokio::sync::watch::Receiver<bool> {
+        self.inner.stopping.subscribe()
     }
 
     /// Stops Raft; the store answers nothing afterwards.

@@ -4,9 +4,6 @@
 //! act on the leader's lease clocks (forwarded there by any member); the
 //! lease list and attached keys come from this member's applied state.
 
-use std::pin::Pin;
-
-use futures::Stream;
 use skiff_proto::etcdserverpb::lease_server::{Lease, LeaseServer};
 use skiff_proto::etcdserverpb::{
     LeaseGrantRequest, LeaseGrantResponse, LeaseKeepAliveRequest, LeaseKeepAliveResponse, LeaseLeasesRequest,
@@ -14,7 +11,6 @@ use skiff_proto::etcdserverpb::{
     LeaseTimeToLiveResponse,
 };
 use tokio::sync::mpsc;
-use tokio_stream::wrappers::ReceiverStream;
 use tokio_stream::StreamExt;
 use tonic::{Request, Response, Status, Streaming};
 
@@ -34,7 +30,7 @@ impl LeaseService {
     }
 }
 
-type KeepAliveStream = Pin<Box<dyn Stream<Item = Result<LeaseKeepAliveResponse, Status>> + Send>>;
+type KeepAliveStream = super::ResponseStream<LeaseKeepAliveResponse>;
 
 #[tonic::async_trait]
 impl Lease for LeaseService {
@@ -83,7 +79,7 @@ impl Lease for LeaseService {
                 }
             }
         });
-        Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
+        Ok(Response::new(super::until_stopping(&self.store, rx)))
     }
 
     async fn lease_time_to_live(

@@ -17,7 +17,33 @@ pub mod maintenance;
 pub mod status;
 pub mod watch;
 
+use std::pin::Pin;
+
+use futures::Stream;
 use skiff_proto::etcdserverpb;
+use tokio::sync::mpsc;
+use tonic::Status;
+
+/// A server stream of `T`.
+pub type ResponseStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send>>;
+
+/// The responses queued on `rx`, until the member begins to stop: the
+/// stream then ends with etcd's `Unavailable` "server stopped", which etcd
+/// clients answer by reconnecting to another member.
+pub fn until_stopping<T: Send + 'static>(
+    store: &crate::Store,
+    rx: mpsc::Receiver<Result<T, Status>>,
+) -> ResponseStream<T> {
+    let stopping = store.stopping();
+    Box::pin(futures::stream::unfold(Some((rx, stopping)), |state| async move {
+        let (mut rx, mut stopping) = state?;
+        let item = tokio::select! {
+            item = rx.recv() => item,
+            _ = stopping.wait_for(|s| *s) => return Some((Err(Status::unavailable("etcdserver: server stopped")), None)),
+        };
+        item.map(|item| (item, Some((rx, stopping))))
+    }))
+}
 
 /// etcd's response header (cluster, member, revision, term) for `h`.
 pub fn header(h: crate::store::Header) -> etcdserverpb::ResponseHeader {

@@ -14,17 +14,14 @@
 
 use std::collections::hash_map::Entry;
 use std::collections::HashMap;
-use std::pin::Pin;
 use std::time::Duration;
 
-use futures::Stream;
 use skiff_proto::etcdserverpb::watch_request::RequestUnion;
 use skiff_proto::etcdserverpb::watch_server::{Watch, WatchServer};
 use skiff_proto::etcdserverpb::{watch_create_request::FilterType, WatchCreateRequest, WatchRequest, WatchResponse};
 use skiff_proto::mvccpb;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
-use tokio_stream::wrappers::ReceiverStream;
 use tokio_stream::StreamExt;
 use tonic::{Request, Response, Status, Streaming};
 
@@ -52,7 +49,7 @@ impl WatchService {
     }
 }
 
-type WatchStream = Pin<Box<dyn Stream<Item = Result<WatchResponse, Status>> + Send>>;
+type WatchStream = super::ResponseStream<WatchResponse>;
 
 #[tonic::async_trait]
 impl Watch for WatchService {
@@ -132,7 +129,7 @@ impl Watch for WatchService {
                 h.abort();
             }
         });
-        Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
+        Ok(Response::new(super::until_stopping(&self.store, rx)))
     }
 }
 
