@@ -223,6 +223,16 @@ async fn http_open(addr: &str, path: &str) -> (tokio::net::TcpStream, String) {
     (s, String::from_utf8(head).unwrap())
 }
 
+/// How a server stream ended: its status code and message.
+async fn stream_end<T>(stream: &mut tonic::Streaming<T>) -> (tonic::Code, String) {
+    match tokio::time::timeout(Duration::from_secs(10), stream.message()).await {
+        Ok(Err(status)) => (status.code(), status.message().to_string()),
+        Ok(Ok(Some(_))) => panic!("the stream went on"),
+        Ok(Ok(None)) => panic!("the stream ended without a status"),
+        Err(_) => panic!("the stream is still open"),
+    }
+}
+
 /// A stopping member ends its long-lived client streams rather than leave
 /// them open until the process exits: etcd watches and lease keep-alives
 /// end with etcd's Unavailable "server stopped" (etcd clients then go to
@@ -246,22 +256,11 @@ async fn a_stopping_member_ends_its_watches_and_keep_alives() {
 
     cluster.members.remove(0).stop().await.unwrap();
 
-    let limit = Duration::from_secs(10);
-    let ended = [
-        ("watch", tokio::time::timeout(limit, etcd_watch.message()).await.map(|m| m.map(|_| ()))),
-        ("keep-alive", tokio::time::timeout(limit, keep_alive.message()).await.map(|m| m.map(|_| ()))),
-    ];
-    for (what, next) in ended {
-        match next.unwrap_or_else(|_| panic!("{what}: the stream is still open")) {
-            Err(status) => {
-                assert_eq!(status.code(), tonic::Code::Unavailable, "{what}: {status:?}");
-                assert_eq!(status.message(), "etcdserver: server stopped", "{what}");
-            }
-            Ok(()) => panic!("{what}: the stream went on or ended without Unavailable"),
-        }
+    for ended in [stream_end(&mut etcd_watch).await, stream_end(&mut keep_alive).await] {
+        assert_eq!(ended, (tonic::Code::Unavailable, "etcdserver: server stopped".to_string()));
     }
     let mut rest = Vec::new();
-    let read = tokio::time::timeout(limit, rest_watch.read_to_end(&mut rest)).await;
+    let read = tokio::time::timeout(Duration::from_secs(10), rest_watch.read_to_end(&mut rest)).await;
     assert!(matches!(read, Ok(Ok(_))), "the Kubernetes watch response did not end: {read:?}");
     drop(tx);
     for m in cluster.members {
