@@ -152,7 +152,7 @@ pub async fn start_with(
     };
 
     let peer = tonic::transport::Server::builder()
-        .add_service(PeerService::server(store.clone(), stop_rx.clone()))
+        .add_service(PeerService::server(store.clone()))
         .serve_with_incoming_shutdown(incoming(listeners.peer), stopped(stop_rx.clone()));
     let client = tonic::transport::Server::builder()
         .add_service(KvService::server(store.clone()))

@@ -18,15 +18,11 @@ use crate::types::{NodeId, Proposal};
 
 pub struct PeerService {
     store: Store,
-    /// Turns true when the member shuts down: long-lived AppendEntries
-    /// streams end then, so that the listener's graceful shutdown does not
-    /// wait out its grace period for a stream that would never end.
-    stopping: watch::Receiver<bool>,
 }
 
 impl PeerService {
-    pub fn server(store: Store, stopping: watch::Receiver<bool>) -> PeerServer<PeerService> {
-        PeerServer::new(PeerService { store, stopping })
+    pub fn server(store: Store) -> PeerServer<PeerService> {
+        PeerServer::new(PeerService { store })
             .max_decoding_message_size(MAX_PEER_MESSAGE)
             .max_encoding_message_size(MAX_PEER_MESSAGE)
     }
@@ -104,7 +100,9 @@ impl Peer for PeerService {
         request: Request<Streaming<Frame>>,
     ) -> Result<Response<Self::AppendStreamStream>, Status> {
         let (tx, rx) = mpsc::channel(16);
-        tokio::spawn(serve_append_stream(self.store.clone(), request.into_inner(), tx, self.stopping.clone()));
+        // A long-lived AppendEntries stream ends when the member stops, so
+        // that the listener's graceful shutdown does not wait for it.
+        tokio::spawn(serve_append_stream(self.store.clone(), request.into_inner(), tx, self.store.stopping()));
         Ok(Response::new(Box::pin(tokio_stream::wrappers::ReceiverStream::new(rx))))
     }
 
