@@ -791,6 +791,12 @@ impl Registry {
             }
             meta::set_resource_version(&mut next, stored.mod_revision);
             if next == current {
+                // Nothing to write, but only a fresh read can say so: on a
+                // trailing read the change may undo a newer write.
+                if !fresh {
+                    fresh = self.refresh().await?;
+                    continue;
+                }
                 return Ok(current);
             }
             let bytes = storage::encode(&next);
@@ -1006,6 +1012,10 @@ impl Registry {
                 }
             }
             if next == current {
+                if !fresh {
+                    fresh = self.refresh().await?;
+                    continue;
+                }
                 return Ok(Deleted::Marked(current));
             }
             if grace == 0 && finalizers.is_empty() && !namespace_finalizing {
