@@ -371,23 +371,83 @@ async fn leases_expire_attached_keys_on_every_member_also_across_a_leader_change
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_space_quota_raises_nospace_and_compaction_recovers() {
+async fn the_space_quota_raises_a_cluster_wide_nospace_alarm_and_compaction_clears_it() {
     let cluster = Cluster::spawn_with(3, &["--quota-backend-bytes", "3000000"]).await;
     let ep = cluster.endpoints();
-    let value: String = (0..200_000).map(|i| (b'a' + (i * 7 % 26) as u8) as char).collect();
+    // Values LZ4 cannot shrink, so that a flush does not bring a member
+    // back under the quota behind the test's back.
+    let mut seed = 0x2545_f491_4f6c_dd1du64;
+    let mut value = || -> String {
+        (0..200_000)
+            .map(|_| {
+                seed ^= seed << 13;
+                seed ^= seed >> 7;
+                seed ^= seed << 17;
+                (b'a' + (seed % 26) as u8) as char
+            })
+            .collect()
+    };
     let mut refused = None;
     for i in 0..40 {
-        let out = etcdctl(&ep, &["put", &format!("big{i}")], Some(&value));
+        let out = etcdctl(&ep, &["put", &format!("big{i}")], Some(&value()));
         if !out.status.success() {
-            refused = Some(String::from_utf8_lossy(&out.stderr).to_string());
+            refused = Some(format!("{}; {}", out.status, String::from_utf8_lossy(&out.stderr)));
             break;
         }
     }
     let refused = refused.expect("the quota never refused a write");
     assert!(refused.contains("database space exceeded"), "{refused}");
-    let out = must_succeed(cluster.etcdctl(&ep, &["alarm", "list"]));
-    assert!(out.contains("alarm:NOSPACE"), "{out}");
-    // Deleting and compacting is allowed, and brings the size back under quota.
+
+    // The alarm goes through the log: every member refuses writes that add
+    // data, whatever its own size (a refused write also raises the alarm of
+    // the member that took it, if that member is over the quota too)...
+    for m in cluster.members.values() {
+        let out = cluster.etcdctl(&m.client, &["put", "small", "x"]);
+        assert!(!out.status.success(), "member {} took a write under the alarm", m.id);
+        assert!(String::from_utf8_lossy(&out.stderr).contains("database space exceeded"));
+        // Reads still work.
+        must_succeed(cluster.etcdctl(&m.client, &["get", "big0", "--keys-only"]));
+    }
+    // ... and every member lists the same alarms, as `alarm list` and as
+    // the errors of `endpoint status`.
+    let lists = || -> Vec<String> {
+        cluster.members.values().map(|m| must_succeed(cluster.etcdctl(&m.client, &["alarm", "list"]))).collect()
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let listed = loop {
+        let all = lists();
+        if !all[0].is_empty() && all.iter().all(|l| *l == all[0]) && lists() == all {
+            break all[0].clone();
+        }
+        assert!(std::time::Instant::now() < deadline, "alarm lists never agreed: {all:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let alarms: Vec<String> = listed.lines().map(|l| l.trim_end().to_string()).collect();
+    let raisers: Vec<u64> = alarms
+        .iter()
+        .map(|l| l.strip_prefix("memberID:").and_then(|l| l.strip_suffix(" alarm:NOSPACE")).unwrap().parse().unwrap())
+        .collect();
+    assert!(raisers.iter().all(|id| cluster.members.contains_key(id)), "{listed}");
+    for m in cluster.members.values() {
+        let status = json(&must_succeed(cluster.etcdctl(&m.client, &["endpoint", "status", "-w", "json"])));
+        assert_eq!(status[0]["Status"]["errors"], serde_json::json!(alarms), "{status}");
+    }
+
+    // Disarming clears them everywhere; the next write to a member that is
+    // still over the quota raises its alarm again.
+    let out = must_succeed(cluster.etcdctl(&ep, &["alarm", "disarm"]));
+    assert_eq!(out.lines().map(str::trim_end).collect::<Vec<_>>(), alarms, "{out}");
+    assert!(lists().iter().all(String::is_empty));
+    let over = &cluster.members[&raisers[0]].client;
+    assert!(!cluster.etcdctl(over, &["put", "small", "x"]).status.success());
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !lists().iter().all(|l| l.contains(&alarms[0])) {
+        assert!(std::time::Instant::now() < deadline, "the alarm was not raised again: {:?}", lists());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    // Deleting and compacting is allowed, and brings every member back under
+    // the quota; each clears its own alarm, with no disarm needed.
     must_succeed(cluster.etcdctl(&ep, &["del", "--prefix", "big"]));
     let rev =
         json(&must_succeed(cluster.etcdctl(&ep, &["get", "x", "-w", "json"])))["header"]["revision"].as_i64().unwrap();
@@ -404,7 +464,9 @@ async fn the_space_quota_raises_nospace_and_compaction_recovers() {
         must_succeed(cluster.etcdctl(&ep, &["defrag"]));
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
-    assert_eq!(must_succeed(cluster.etcdctl(&ep, &["alarm", "list"])), "");
+    for m in cluster.members.values() {
+        assert_eq!(must_succeed(cluster.etcdctl(&m.client, &["alarm", "list"])), "");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

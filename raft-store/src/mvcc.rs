@@ -17,8 +17,9 @@ use sha2::{Digest, Sha256};
 
 use crate::latest::LatestCache;
 use crate::types::{
-    ApplyError, Command, Compare, CompareResult, CompareTarget, DeleteRequest, KeyValue, Op, OpResult, Output,
-    ProposalResult, PutRequest, RangeRequest, RangeResult, RequestId, SortOrder, SortTarget, Txn, TxnResult,
+    Alarm, AlarmKind, ApplyError, Command, Compare, CompareResult, CompareTarget, DeleteRequest, KeyValue, Op,
+    OpResult, Output, ProposalResult, PutRequest, RangeRequest, RangeResult, RequestId, SortOrder, SortTarget, Txn,
+    TxnResult,
 };
 
 pub const CF_HIST: &str = "hist";
@@ -44,6 +45,9 @@ pub const DEDUP_EXPIRY_STEP_MS: u64 = 10 * 1000;
 /// Request ids made before this time (ms) are forgotten; advanced by
 /// [`Applier::expire_request_ids`].
 pub const META_DEDUP_EXPIRED: &[u8] = b"dedup_expired";
+
+/// The raised alarms (bincode of a sorted `Vec<Alarm>`; absent: none).
+pub const META_ALARMS: &[u8] = b"alarms";
 
 /// One stored version of a key.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -411,6 +415,12 @@ impl<'a> Reader<'a> {
         Ok(out)
     }
 
+    /// The raised alarms, sorted.
+    pub fn alarms(&self) -> Result<Vec<Alarm>, EngineError> {
+        let v = self.db.get_cf_opt(cf(self.db, CF_META), META_ALARMS, &self.opts())?;
+        Ok(v.map(|v| decode(CF_META, &v)).transpose()?.unwrap_or_default())
+    }
+
     /// The granted TTL (seconds) of lease `id`, if it exists.
     pub fn lease(&self, id: i64) -> Result<Option<i64>, EngineError> {
         let v = self.db.get_cf_opt(cf(self.db, CF_LEASE), lease_key(id), &self.opts())?;
@@ -601,6 +611,8 @@ pub struct Applier<'a> {
     pending_lease_keys: BTreeMap<(i64, Vec<u8>), bool>,
     /// Request ids made before this time are forgotten (replicated).
     dedup_expired: u64,
+    /// The raised alarms, including this batch's changes.
+    alarms: Vec<Alarm>,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -641,8 +653,10 @@ impl<'a> Applier<'a> {
         let revision = reader.revision()?;
         let compacted = reader.compacted()?;
         let dedup_expired = reader.meta_i64(META_DEDUP_EXPIRED)? as u64;
+        let alarms = reader.alarms()?;
         Ok(Applier {
             dedup_expired,
+            alarms,
             reader,
             cache,
             looked_up: RefCell::new(HashMap::new()),
@@ -673,6 +687,12 @@ impl<'a> Applier<'a> {
             return Ok(done);
         }
         let result = match command {
+            // etcd's capped applier: while any member's space alarm is
+            // raised, every member refuses what would grow the database.
+            _ if command.adds_data() && self.alarms.iter().any(|a| a.kind == AlarmKind::NoSpace) => {
+                Err(ApplyError::NoSpace)
+            }
+            Command::Alarm { alarm, raise } => self.alarm(*alarm, *raise),
             Command::Txn(txn) => self.apply_txn(txn, timestamp_ms)?,
             Command::Compact { revision } => self.compact(*revision)?,
             Command::PublishMember(_) => Ok(Output::Published),
@@ -1020,6 +1040,21 @@ impl<'a> Applier<'a> {
         Ok(Ok(Output::LeaseRevoked { revision: self.revision }))
     }
 
+    /// Raises or clears `alarm`; answers with what changed.
+    fn alarm(&mut self, alarm: Alarm, raise: bool) -> ProposalResult {
+        let found = self.alarms.binary_search(&alarm);
+        match (found, raise) {
+            (Err(at), true) => self.alarms.insert(at, alarm),
+            (Ok(at), false) => {
+                self.alarms.remove(at);
+            }
+            _ => return Ok(Output::Alarm { changed: Vec::new() }),
+        }
+        let db = self.db();
+        self.batch.put_cf(cf(db, CF_META), META_ALARMS, encode(&self.alarms));
+        Ok(Output::Alarm { changed: vec![alarm] })
+    }
+
     /// Replicated compaction: reads below `revision` fail from now on, and
     /// every version no read at or above it can reach is deleted.
     fn compact(&mut self, revision: i64) -> Result<ProposalResult, EngineError> {
@@ -1034,8 +1069,12 @@ impl<'a> Applier<'a> {
         let hist = cf(db, CF_HIST);
         let mut it = db.raw_iterator_cf_opt(hist, self.reader.opts());
         it.seek_to_first();
-        // Of each key's versions below `revision`, keep only the newest, and
-        // only if it is live: it is what a read at `revision` returns.
+        // Of each key's versions at or below `revision`, keep only the
+        // newest, and only if it is live or at `revision` itself: it is what
+        // a read at `revision` returns (as etcd, the version it replaced is
+        // dropped, so the event at `revision` replays without its prev_kv).
+        // Keeping the version below a delete at `revision` would keep the
+        // deleted value, and the space it holds, until the next compaction.
         let mut group: Option<Vec<u8>> = None;
         let mut newest_below: Option<(Vec<u8>, bool)> = None; // (raw hist key, tombstone)
         while let (Some(k), Some(v)) = (it.key(), it.value()) {
@@ -1052,6 +1091,10 @@ impl<'a> Applier<'a> {
                 }
                 let rec: KvRecord = decode(CF_HIST, v)?;
                 newest_below = Some((k.to_vec(), rec.deleted));
+            } else if rev == revision {
+                if let Some((older, _)) = newest_below.take() {
+                    self.batch.delete_cf(hist, older);
+                }
             }
             it.next();
         }

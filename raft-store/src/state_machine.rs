@@ -258,7 +258,7 @@ impl StateMachine {
     }
 
     /// Measures the database size (SST files plus memtables) and caches it.
-    fn refresh_db_size(&self) {
+    pub(crate) fn refresh_db_size(&self) {
         self.shared.db_size_read_ms.store(now_ms(), Ordering::Relaxed);
         let db = self.db();
         let size = mvcc::COLUMN_FAMILIES
@@ -338,6 +338,8 @@ impl StateMachine {
         let mut batch = rocksdb::WriteBatch::default();
         batch.delete_cf(meta, META_LAST_APPLIED);
         batch.delete_cf(meta, META_MEMBERSHIP);
+        // Alarms name members of the old cluster, which would never clear them.
+        batch.delete_cf(meta, mvcc::META_ALARMS);
         let mut end = META_MEMBER_PREFIX.to_vec();
         end.push(0xff);
         batch.delete_range_cf(meta, META_MEMBER_PREFIX, end.as_slice());

@@ -30,8 +30,8 @@ use crate::mvcc::{ReadError, Reader};
 use crate::network::{PeerClients, PeerMethod};
 use crate::state_machine::{write_durably, StateMachine};
 use crate::types::{
-    now_ms, Batch, Command, MemberInfo, Node, NodeId, Output, Proposal, ProposalResult, Raft, RangeRequest,
-    RangeResult, RequestId,
+    now_ms, Alarm, AlarmKind, ApplyError, Batch, Command, MemberInfo, Node, NodeId, Output, Proposal, ProposalResult,
+    Raft, RangeRequest, RangeResult, RequestId,
 };
 
 /// Everything a member needs to start.
@@ -290,6 +290,8 @@ struct Inner {
     /// Set once the member begins to stop: long-lived client streams
     /// (watches, lease keep-alives) end instead of holding the shutdown up.
     stopping: tokio::sync::watch::Sender<bool>,
+    /// A proposal raising this member's NOSPACE alarm is in flight.
+    raising_nospace: std::sync::atomic::AtomicBool,
 }
 
 /// A member of the replicated store. Cheap to clone.
@@ -425,10 +427,12 @@ impl Store {
                 admin: Mutex::new(()),
                 lessor,
                 stopping: tokio::sync::watch::Sender::new(false),
+                raising_nospace: std::sync::atomic::AtomicBool::new(false),
             }),
         };
         tokio::spawn(run_lease_expiry(Arc::downgrade(&store.inner)));
         tokio::spawn(run_compactor(Arc::downgrade(&store.inner)));
+        tokio::spawn(run_alarm_clearer(Arc::downgrade(&store.inner)));
         Ok(store)
     }
 
@@ -602,7 +606,8 @@ impl Store {
     /// Replicates `command` and returns its result. Retries across leader
     /// changes with the same request id until `request_timeout`.
     pub async fn write(&self, command: Command) -> Result<Output, StoreError> {
-        if adds_data(&command) && self.over_quota() {
+        if command.adds_data() && self.over_quota() {
+            self.raise_nospace();
             return Err(StoreError::NoSpace);
         }
         let proposal = Proposal { id: RequestId::fresh(), command };
@@ -616,6 +621,7 @@ impl Store {
             };
             let result = attempt.unwrap_or_else(|| Err(StoreError::Internal("empty response".into())));
             match result {
+                Ok(Err(ApplyError::NoSpace)) => return Err(StoreError::NoSpace),
                 Ok(r) => return r.map_err(StoreError::Apply),
                 Err(e) if e.is_retryable() && Instant::now() + backoff < deadline => {
                     tracing::debug!(error = %e, id = %proposal.id, "write will be retried");
@@ -628,10 +634,59 @@ impl Store {
         }
     }
 
-    /// Whether the database is over `--quota-backend-bytes` (the NOSPACE
-    /// alarm): writes that add data are refused until space is reclaimed.
+    /// Whether this member's database is over `--quota-backend-bytes`.
     pub fn over_quota(&self) -> bool {
         self.inner.sm.db_size() > self.inner.config.quota_backend_bytes
+    }
+
+    // ---------------------------------------------------------------- alarms
+    //
+    // As in etcd, a member that finds its database over the quota when a
+    // write arrives refuses the write and raises a NOSPACE alarm through the
+    // log, so every member lists it and refuses writes that add data until
+    // it is cleared. Unlike etcd, a member also clears its own alarm once
+    // compaction has brought its database back under the quota (see
+    // `run_alarm_clearer`): no `etcdctl alarm disarm` is needed, though it
+    // works too.
+
+    /// Proposes this member's NOSPACE alarm unless it is raised already or
+    /// being raised. Does not wait for it.
+    fn raise_nospace(&self) {
+        use std::sync::atomic::Ordering;
+        let alarm = Alarm { member: self.id(), kind: AlarmKind::NoSpace };
+        if self.alarms().is_ok_and(|raised| raised.contains(&alarm))
+            || self.inner.raising_nospace.swap(true, Ordering::AcqRel)
+        {
+            return;
+        }
+        let store = self.clone();
+        tokio::spawn(async move {
+            match store.change_alarm(alarm, true).await {
+                Ok(_) => tracing::warn!(
+                    quota = store.inner.config.quota_backend_bytes,
+                    db_size = store.inner.sm.db_size(),
+                    "database over --quota-backend-bytes: raised the NOSPACE alarm"
+                ),
+                Err(e) => tracing::warn!(error = %e, "raising the NOSPACE alarm failed; the next write retries"),
+            }
+            store.inner.raising_nospace.store(false, Ordering::Release);
+        });
+    }
+
+    /// The raised alarms in this member's applied state, sorted.
+    pub fn alarms(&self) -> Result<Vec<Alarm>, StoreError> {
+        let db = self.inner.sm.db();
+        let alarms = Reader::snapshot(&db).alarms().map_err(|e| StoreError::Internal(e.to_string()));
+        alarms
+    }
+
+    /// Raises or clears `alarm` for the whole cluster; returns the alarms
+    /// that changed (none if it already was as asked).
+    pub async fn change_alarm(&self, alarm: Alarm, raise: bool) -> Result<Vec<Alarm>, StoreError> {
+        match self.write(Command::Alarm { alarm, raise }).await? {
+            Output::Alarm { changed } => Ok(changed),
+            other => Err(StoreError::Internal(format!("unexpected answer to an alarm: {other:?}"))),
+        }
     }
 
     /// Hands proposals to this member's batcher (which succeeds only while
@@ -1044,23 +1099,6 @@ impl Store {
     }
 }
 
-/// Whether `command` can grow the database (refused while over quota);
-/// deletes, revokes and compactions are what frees space, so they pass.
-fn adds_data(command: &Command) -> bool {
-    fn txn_puts(t: &crate::types::Txn) -> bool {
-        t.success.iter().chain(&t.failure).any(|op| match op {
-            crate::types::Op::Put(_) => true,
-            crate::types::Op::Txn(t) => txn_puts(t),
-            _ => false,
-        })
-    }
-    match command {
-        Command::Txn(t) => txn_puts(t),
-        Command::LeaseGrant { .. } => true,
-        Command::Compact { .. } | Command::PublishMember(_) | Command::LeaseRevoke { .. } => false,
-    }
-}
-
 fn leader_addr(raft: &Raft, leader: NodeId) -> Option<String> {
     raft.metrics().borrow().membership_config.membership().get_node(&leader).map(|n| n.addr.clone())
 }
@@ -1274,6 +1312,50 @@ async fn run_lease_expiry(inner: std::sync::Weak<Inner>) {
                     Err(e) => tracing::warn!(lease = id, error = %e, "revoking an expired lease failed; will retry"),
                 }
             });
+        }
+    }
+}
+
+/// How often a member checks whether its alarms can be cleared.
+const ALARM_CHECK: Duration = Duration::from_secs(1);
+
+/// Clears this member's NOSPACE alarm once its database is back under the
+/// quota; the leader also clears the alarms of members that were removed
+/// from the cluster (nothing else ever would).
+async fn run_alarm_clearer(inner: std::sync::Weak<Inner>) {
+    let mut tick = tokio::time::interval(ALARM_CHECK);
+    loop {
+        tick.tick().await;
+        let Some(inner) = inner.upgrade() else { return };
+        let store = Store { inner };
+        let Ok(raised) = store.alarms() else { continue };
+        if raised.is_empty() {
+            continue;
+        }
+        store.inner.sm.refresh_db_size();
+        let leads = store.leader() == Some(store.id());
+        let members = store
+            .inner
+            .raft
+            .metrics()
+            .borrow()
+            .membership_config
+            .membership()
+            .nodes()
+            .map(|(id, _)| *id)
+            .collect::<BTreeSet<_>>();
+        for alarm in raised {
+            let clear = match alarm.kind {
+                AlarmKind::NoSpace if alarm.member == store.id() => !store.over_quota(),
+                _ => leads && !members.contains(&alarm.member),
+            };
+            if !clear {
+                continue;
+            }
+            match store.change_alarm(alarm, false).await {
+                Ok(_) => tracing::info!(member = alarm.member, kind = ?alarm.kind, "cleared an alarm"),
+                Err(e) => tracing::warn!(error = %e, "clearing an alarm failed; will retry"),
+            }
         }
     }
 }

@@ -112,6 +112,47 @@ pub enum Command {
     /// Delete lease `id` and every key attached to it, in one revision.
     /// Proposed by a client, or by the leader when the lease expires.
     LeaseRevoke { id: i64 },
+    /// Raise (`raise: true`) or clear an alarm for the whole cluster.
+    Alarm { alarm: Alarm, raise: bool },
+}
+
+impl Command {
+    /// Whether the command can grow the database: refused while a NOSPACE
+    /// alarm is raised. Deletes, revokes and compactions are what frees
+    /// space, so they pass (etcd's capped applier draws the same line).
+    pub fn adds_data(&self) -> bool {
+        fn txn_puts(t: &Txn) -> bool {
+            t.success.iter().chain(&t.failure).any(|op| match op {
+                Op::Put(_) => true,
+                Op::Txn(t) => txn_puts(t),
+                _ => false,
+            })
+        }
+        match self {
+            Command::Txn(t) => txn_puts(t),
+            Command::LeaseGrant { .. } => true,
+            Command::Compact { .. }
+            | Command::PublishMember(_)
+            | Command::LeaseRevoke { .. }
+            | Command::Alarm { .. } => false,
+        }
+    }
+}
+
+/// The alarms Skiff raises. etcd also has CORRUPT; Skiff never raises it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum AlarmKind {
+    /// A member's database is over `--quota-backend-bytes`.
+    NoSpace,
+}
+
+/// A raised alarm: replicated, so every member lists and enforces the same
+/// set, as etcd's alarm store does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct Alarm {
+    /// The member whose condition raised it.
+    pub member: NodeId,
+    pub kind: AlarmKind,
 }
 
 /// What a member announces about itself through the log.
@@ -283,6 +324,10 @@ pub enum Output {
     LeaseRevoked {
         revision: i64,
     },
+    /// The alarms the command raised or cleared (empty: nothing changed).
+    Alarm {
+        changed: Vec<Alarm>,
+    },
 }
 
 /// A deterministic, replicated failure of one proposal: every member
@@ -301,6 +346,9 @@ pub enum ApplyError {
     LeaseNotFound { id: i64 },
     #[error("etcdserver: lease already exists")]
     LeaseExists { id: i64 },
+    /// A NOSPACE alarm is raised: writes that add data are refused.
+    #[error("etcdserver: mvcc: database space exceeded")]
+    NoSpace,
 }
 
 pub type ProposalResult = Result<Output, ApplyError>;

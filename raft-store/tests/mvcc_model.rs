@@ -246,6 +246,13 @@ proptest! {
             let changed = after.iter().filter(|(k, v)| before.get(*k) != Some(*v)).count()
                 + before.keys().filter(|k| !after.contains_key(*k)).count();
             prop_assert_eq!(r.events.len(), changed);
+            // Above the compaction point, replayed events carry their
+            // prev_kv, so compaction kept every version they need.
+            if r.revision > model.compacted {
+                for e in &r.events {
+                    prop_assert_eq!(e.prev_kv.as_ref(), before.get(&e.kv.key), "replayed prev_kv at {}", r.revision);
+                }
+            }
         }
     }
 }
@@ -305,4 +312,44 @@ fn request_ids_are_forgotten_once_the_retention_has_passed() {
     assert_eq!(apply(young, later), 2);
     assert_eq!(apply(old, later + 1), 3);
     assert_eq!(apply(young, later + 2), 3);
+}
+
+#[test]
+fn a_raised_nospace_alarm_refuses_only_what_adds_data_until_cleared() {
+    use skiff_raft_store::types::{Alarm, AlarmKind};
+    let dir = tempfile::tempdir().unwrap();
+    let db = open_db(dir.path()).unwrap();
+    let cache = LatestCache::new(0);
+    // Applies `cmd` as one batch of its own.
+    let apply = |cmd: Command| {
+        let mut a = Applier::new(&db, &cache).unwrap();
+        let result = a.apply(RequestId::fresh(), &cmd, 1).unwrap();
+        let (wb, _, _) = a.finish();
+        db.write(wb).unwrap();
+        result
+    };
+    let one = |op: Op| Command::Txn(Txn { success: vec![op], ..Default::default() });
+    let put = |k: &[u8]| one(Op::Put(PutRequest { key: k.to_vec(), value: b"v".to_vec(), ..Default::default() }));
+    let delete = |k: &[u8]| one(Op::DeleteRange(DeleteRequest { key: k.to_vec(), ..Default::default() }));
+    let alarm = Alarm { member: 2, kind: AlarmKind::NoSpace };
+
+    apply(put(b"a")).unwrap();
+    apply(put(b"b")).unwrap();
+    assert_eq!(apply(Command::Alarm { alarm, raise: true }), Ok(Output::Alarm { changed: vec![alarm] }));
+    assert_eq!(apply(Command::Alarm { alarm, raise: true }), Ok(Output::Alarm { changed: vec![] }));
+    assert_eq!(Reader::live(&db).alarms().unwrap(), vec![alarm]);
+
+    assert_eq!(apply(put(b"c")), Err(ApplyError::NoSpace));
+    assert_eq!(apply(Command::LeaseGrant { id: 7, ttl_seconds: 60 }), Err(ApplyError::NoSpace));
+    // What frees space passes: deletes, compaction, and a txn without puts.
+    apply(delete(b"a")).unwrap();
+    apply(Command::Compact { revision: 3 }).unwrap();
+    let read_only = one(Op::Range(RangeRequest { key: b"b".to_vec(), ..Default::default() }));
+    apply(read_only).unwrap();
+    assert_eq!(Reader::live(&db).revision().unwrap(), 3, "the refused writes made no revision");
+
+    assert_eq!(apply(Command::Alarm { alarm, raise: false }), Ok(Output::Alarm { changed: vec![alarm] }));
+    assert_eq!(Reader::live(&db).alarms().unwrap(), vec![]);
+    apply(put(b"c")).unwrap();
+    assert_eq!(Reader::live(&db).revision().unwrap(), 4);
 }

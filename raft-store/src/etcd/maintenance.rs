@@ -3,6 +3,7 @@
 //! offered (openraft 0.9 has no leadership transfer) and says so.
 
 use futures::stream::BoxStream;
+use skiff_proto::etcdserverpb::alarm_request::AlarmAction;
 use skiff_proto::etcdserverpb::maintenance_server::{Maintenance, MaintenanceServer};
 use skiff_proto::etcdserverpb::{
     AlarmMember, AlarmRequest, AlarmResponse, AlarmType, DefragmentRequest, DefragmentResponse, HashKvRequest,
@@ -13,6 +14,7 @@ use tonic::{Request, Response, Status};
 
 use crate::etcd::header;
 use crate::store::Store;
+use crate::types::{Alarm, AlarmKind};
 
 /// The etcd version Skiff reports, the API level it serves.
 pub const ETCD_VERSION: &str = "3.5.0";
@@ -39,17 +41,39 @@ impl MaintenanceService {
 
 #[tonic::async_trait]
 impl Maintenance for MaintenanceService {
-    /// NOSPACE is the only alarm: listed while this member's database is
-    /// over `--quota-backend-bytes`.
-    async fn alarm(&self, _: Request<AlarmRequest>) -> Result<Response<AlarmResponse>, Status> {
-        // NOSPACE is derived from the database size, so it clears itself once
-        // compaction (and defragmentation) bring the size under the quota;
-        // disarming is accepted and changes nothing.
-        let alarms = if self.store.over_quota() {
-            vec![AlarmMember { member_id: self.store.id(), alarm: AlarmType::Nospace as i32 }]
-        } else {
-            Vec::new()
+    /// The cluster's alarms (replicated, so every member answers alike).
+    /// Listing is a linearizable read. A member raises NOSPACE itself when
+    /// its database is over `--quota-backend-bytes` and clears it once
+    /// compaction brings it back under; `etcdctl alarm disarm` clears it at
+    /// once (the next write over the quota raises it again).
+    async fn alarm(&self, request: Request<AlarmRequest>) -> Result<Response<AlarmResponse>, Status> {
+        let req = request.into_inner();
+        let kind = match AlarmType::try_from(req.alarm) {
+            Ok(AlarmType::None) => None,
+            Ok(AlarmType::Nospace) => Some(AlarmKind::NoSpace),
+            Ok(AlarmType::Corrupt) => {
+                return Err(Status::unimplemented("etcdserver: Skiff has no CORRUPT alarm; it raises only NOSPACE"))
+            }
+            Err(_) => return Err(Status::invalid_argument(format!("unknown alarm type {}", req.alarm))),
         };
+        let alarms = match AlarmAction::try_from(req.action) {
+            Ok(AlarmAction::Get) => {
+                self.store.linearize().await?;
+                let mut alarms = self.store.alarms()?;
+                alarms.retain(|a| kind.is_none_or(|k| a.kind == k));
+                alarms
+            }
+            Ok(action) => match kind {
+                // etcd answers a change of alarm NONE with nothing changed.
+                None => Vec::new(),
+                Some(kind) => {
+                    let alarm = Alarm { member: req.member_id, kind };
+                    self.store.change_alarm(alarm, action == AlarmAction::Activate).await?
+                }
+            },
+            Err(_) => return Err(Status::invalid_argument(format!("unknown alarm action {}", req.action))),
+        };
+        let alarms = alarms.iter().map(alarm_member).collect();
         Ok(Response::new(AlarmResponse { header: self.header(), alarms }))
     }
 
@@ -64,7 +88,13 @@ impl Maintenance for MaintenanceService {
             raft_index: status.last_log_index,
             raft_term: status.term,
             raft_applied_index: status.applied_index,
-            errors: Vec::new(),
+            // As etcd: every raised alarm, in the text form `alarm list` prints.
+            errors: self
+                .store
+                .alarms()?
+                .iter()
+                .map(|a| format!("memberID:{} alarm:{}", a.member, alarm_type(a.kind).as_str_name()))
+                .collect(),
             db_size_in_use: db_size,
             is_learner: status.is_learner,
             ..Default::default()
@@ -157,4 +187,14 @@ impl Maintenance for MaintenanceService {
              stopping the leader's process hands leadership over within an election timeout",
         ))
     }
+}
+
+fn alarm_type(kind: AlarmKind) -> AlarmType {
+    match kind {
+        AlarmKind::NoSpace => AlarmType::Nospace,
+    }
+}
+
+fn alarm_member(alarm: &Alarm) -> AlarmMember {
+    AlarmMember { member_id: alarm.member, alarm: alarm_type(alarm.kind) as i32 }
 }

@@ -19,6 +19,7 @@ impl From<ApplyError> for Status {
             ApplyError::KeyNotFound | ApplyError::DuplicateKey => Status::invalid_argument(e.to_string()),
             ApplyError::LeaseNotFound { .. } => Status::not_found(e.to_string()),
             ApplyError::LeaseExists { .. } => Status::failed_precondition(e.to_string()),
+            ApplyError::NoSpace => Status::resource_exhausted(e.to_string()),
         }
     }
 }
