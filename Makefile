@@ -11,7 +11,8 @@ SHELL := /bin/bash
 .PHONY: deps build up test chaos lint fmt clean-up bench bench-deps bench-objects
 
 # libclang-dev: bindgen for RocksDB's bindings; etcd-client: etcdctl for the
-# compatibility tests; iproute2: network namespaces for the chaos suite.
+# compatibility tests; iproute2: network namespaces for the chaos suite
+# and partition tests; curl: requests from inside a partitioned namespace.
 # Installed only when missing.
 deps:
 	@missing=""; \
@@ -19,6 +20,7 @@ deps:
 	command -v etcdctl >/dev/null 2>&1 || missing="$$missing etcd-client"; \
 	command -v g++ >/dev/null 2>&1 || missing="$$missing g++"; \
 	command -v ip >/dev/null 2>&1 || missing="$$missing iproute2"; \
+	command -v curl >/dev/null 2>&1 || missing="$$missing curl"; \
 	if [ -n "$$missing" ]; then \
 		echo "installing:$$missing"; \
 		SUDO=""; [ "$$(id -u)" = 0 ] || SUDO=sudo; \

@@ -1,6 +1,7 @@
 //! Kubernetes objects on a real 3-master cluster: `skiffctl` apply, get,
 //! delete, history and diff; a resource watch that keeps going through
-//! leader kills, resuming from its last resourceVersion on another master.
+//! leader kills, resuming from its last resourceVersion on another master;
+//! a partitioned master that never answers a write from its stale copy.
 
 mod support;
 
@@ -294,4 +295,65 @@ async fn a_watch_on_a_follower_misses_nothing_and_repeats_nothing_across_leader_
     let missing: Vec<&i64> = acked.difference(&seen_set).collect();
     assert!(missing.is_empty(), "acknowledged writes missing from the watch: {missing:?}");
     assert!(acked.len() > 50, "enough writes to mean something: {}", acked.len());
+}
+
+/// PATCHes `body` onto ConfigMap `default/cm` from inside member `id`'s
+/// network namespace (the only place a partitioned member can be reached
+/// from); returns the HTTP status and the body.
+fn patch_from_inside(net: &support::netns::Network, member: &Member, body: &str) -> (u16, String) {
+    let out = Command::new("ip")
+        .args(["netns", "exec", net.namespace(member.id), "curl", "-sS", "--max-time", "40", "-X", "PATCH"])
+        .args(["-H", "Content-Type: application/merge-patch+json", "--data", body, "-w", "\n%{http_code}"])
+        .arg(format!("http://{}/api/v1/namespaces/default/configmaps/cm", member.http))
+        .output()
+        .expect("curl is installed (make deps)");
+    let text = stdout(&out);
+    let (body, code) = text.rsplit_once('\n').unwrap_or_else(|| panic!("curl: {text}{}", stderr(&out)));
+    (code.parse().unwrap_or_else(|_| panic!("curl: {text}{}", stderr(&out))), body.to_string())
+}
+
+/// A member cut off from the leader holds an old copy of an object. A patch
+/// through it that would turn the object back into that old copy must not
+/// be answered "done, nothing to change" from the stale copy: that answer
+/// would be a lost update (the newer value stays, the client believes its
+/// own is in). It needs a current read, which a cut-off member cannot make.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_patch_through_a_partitioned_member_is_never_answered_from_its_stale_copy() {
+    let net = support::netns::Network::create(&[1, 2, 3]).expect("network namespaces (run as root with iproute2)");
+    let cluster = Cluster::spawn_in(&net, 3, &[]).await;
+    let all = cluster.endpoints();
+    must_default_namespaces(&all).await;
+    let leader = cluster.must_leader().await;
+    let stale = *cluster.members.keys().find(|id| **id != leader).unwrap();
+    let cms = of(Kind::ConfigMap);
+    let cm = json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "cm", "namespace": "default", "labels": {"v": "a"}}});
+    let writer = Client::new(&[cluster.members[&leader].client.clone()]).unwrap();
+    writer.create(cms, "default", &cm).await.unwrap();
+    // A linearizable read through the member: it has applied v=a.
+    let via_stale = Client::new(&[cluster.members[&stale].client.clone()]).unwrap();
+    assert_eq!(via_stale.get(cms, "default", "cm").await.unwrap()["metadata"]["labels"]["v"], "a");
+
+    net.split(&[stale]).unwrap();
+    let mut live = writer.get(cms, "default", "cm").await.unwrap();
+    live["metadata"]["labels"]["v"] = json!("b");
+    writer.update(cms, &live).await.unwrap();
+
+    let (code, body) = patch_from_inside(&net, &cluster.members[&stale], r#"{"metadata":{"labels":{"v":"a"}}}"#);
+    assert!(!(200..300).contains(&code), "a cut-off member answered the patch from its stale copy: {code} {body}");
+    assert_eq!(serde_json::from_str::<Value>(&body).unwrap()["kind"], "Status", "{body}");
+    assert_eq!(writer.get(cms, "default", "cm").await.unwrap()["metadata"]["labels"]["v"], "b");
+
+    // Healed, the same patch through the same member is written.
+    net.heal().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let (code, body) = patch_from_inside(&net, &cluster.members[&stale], r#"{"metadata":{"labels":{"v":"a"}}}"#);
+        if code == 200 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the healed member never took the patch: {code} {body}");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    assert_eq!(writer.get(cms, "default", "cm").await.unwrap()["metadata"]["labels"]["v"], "a");
 }
