@@ -267,10 +267,30 @@ impl LogStore {
         // Memtable flushes sync a megabyte at a time rather than in one
         // large fsync that the log's own WAL syncs would queue behind.
         options.set_bytes_per_sync(1 << 20);
-        let column_families =
-            [LOGS_CF, META_CF].into_iter().map(|name| ColumnFamilyDescriptor::new(name, Options::default()));
+        // Every write waits for a follower's fsync of this WAL. On ext4 an
+        // fsync after appending to a growing file also commits the new file
+        // size through the journal; overwriting a recycled WAL does not.
+        // Three processes appending 450 bytes and fsyncing each on this
+        // machine's disk: 190-200 us per fsync growing, 130-145 overwriting
+        // (p99 325-375 vs 220-260). etcd preallocates its WAL segments for
+        // the same reason. Both column families flush together, so the
+        // `meta` family's small writes (committed id) never pin an old WAL
+        // and keep it from being recycled.
+        options.set_recycle_log_file_num(WAL_RECYCLE_FILES);
+        options.set_atomic_flush(true);
+        let column_families = [LOGS_CF, META_CF].into_iter().map(|name| {
+            let mut cf = Options::default();
+            if name == LOGS_CF {
+                cf.set_write_buffer_size(LOGS_WRITE_BUFFER);
+            }
+            ColumnFamilyDescriptor::new(name, cf)
+        });
+        let fresh = !dir.join("CURRENT").exists();
         let db = DB::open_cf_descriptors(&options, dir, column_families)
             .map_err(|source| OpenError::Open { path: dir.to_path_buf(), source })?;
+        if fresh {
+            prime_wal(&db).map_err(|source| OpenError::Open { path: dir.to_path_buf(), source })?;
+        }
         // What a crashed process left in the page cache is on disk from here.
         db.flush_wal(true).map_err(|source| OpenError::Open { path: dir.to_path_buf(), source })?;
         let corrupt = |error: AnyError| OpenError::Corrupt { path: dir.to_path_buf(), reason: error.to_string() };
@@ -571,6 +591,30 @@ fn read_last_log_id(db: &DB) -> Result<Option<LogId>, AnyError> {
         }
         None => Ok(None),
     }
+}
+
+/// WAL files kept for reuse (see [`LogStore::open`]).
+const WAL_RECYCLE_FILES: usize = 4;
+
+/// Memtable size of the `logs` family, and so about the size of each WAL.
+const LOGS_WRITE_BUFFER: usize = 8 << 20;
+
+/// Gives a new log database recycled WAL files from its first write on, as
+/// etcd preallocates its first WAL segment: twice, a WAL-sized filler record
+/// is written, deleted and flushed, which retires the WAL holding it to the
+/// recycle list. About 16 MB of writes, once per data directory; a
+/// reopened database recycles the WALs of its last run.
+fn prime_wal(db: &DB) -> Result<(), rocksdb::Error> {
+    const FILLER_KEY: &[u8] = b"wal-filler";
+    let families = [LOGS_CF, META_CF].map(|name| db.cf_handle(name).expect("column families were opened"));
+    let meta = families[1];
+    let filler = vec![0u8; LOGS_WRITE_BUFFER];
+    for _ in 0..2 {
+        db.put_cf(meta, FILLER_KEY, &filler)?;
+        db.delete_cf(meta, FILLER_KEY)?;
+        db.flush_cfs_opt(&families, &rocksdb::FlushOptions::default())?;
+    }
+    Ok(())
 }
 
 fn column_family<'a>(db: &'a DB, name: &'static str) -> Result<&'a ColumnFamily, AnyError> {
