@@ -82,6 +82,7 @@ async fn kv_client(id: u64, endpoints: Vec<String>, seed: u64, stop: Arc<AtomicB
                 Ok(r) => {
                     let r = r.into_inner();
                     let seen = r.kvs.first().map(|kv| String::from_utf8_lossy(&kv.value).into_owned());
+                    let mod_revision = r.kvs.first().map_or(0, |kv| kv.mod_revision) as u64;
                     last_seen.insert(key.clone(), seen.clone());
                     Some(Op {
                         client: id,
@@ -89,7 +90,11 @@ async fn kv_client(id: u64, endpoints: Vec<String>, seed: u64, stop: Arc<AtomicB
                         kind: OpKind::Read,
                         invoke_ns,
                         complete_ns: Some(now_ns()),
-                        result: Outcome::Read { value: seen, revision: r.header.map_or(0, |h| h.revision) as u64 },
+                        result: Outcome::Read {
+                            value: seen,
+                            revision: r.header.map_or(0, |h| h.revision) as u64,
+                            mod_revision,
+                        },
                     })
                 }
                 // A failed read says nothing about the store.

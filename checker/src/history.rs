@@ -31,9 +31,16 @@ pub enum OpKind {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum Outcome {
-    /// A read's answer: the value seen and the response header revision
-    /// (the store revision the read was served at).
-    Read { value: Option<String>, revision: u64 },
+    /// A read's answer: the value seen, the response header revision (the
+    /// store revision the read was served at) and the value's
+    /// `mod_revision` (the revision of the write that produced it; `0`: no
+    /// value, or not recorded).
+    Read {
+        value: Option<String>,
+        revision: u64,
+        #[serde(default)]
+        mod_revision: u64,
+    },
     /// A write, successful CAS or delete took effect at `revision`. For a delete
     /// that removed nothing, etcd creates no revision and reports the current one.
     Ok { revision: u64 },
@@ -103,7 +110,12 @@ impl Op {
             OpKind::Delete => "delete".to_string(),
         };
         let got = match &self.result {
-            Outcome::Read { value, revision } => format!("-> {} @rev {revision}", show(value.as_deref())),
+            Outcome::Read { value, revision, mod_revision: 0 } => {
+                format!("-> {} @rev {revision}", show(value.as_deref()))
+            }
+            Outcome::Read { value, revision, mod_revision } => {
+                format!("-> {} (written @rev {mod_revision}) @rev {revision}", show(value.as_deref()))
+            }
             Outcome::Ok { revision } => format!("ok @rev {revision}"),
             Outcome::Failed => "failed".to_string(),
             Outcome::CasFailed => "compare failed".to_string(),
@@ -132,6 +144,12 @@ impl Op {
         }
         match (&self.kind, &self.result) {
             (_, Outcome::Indeterminate | Outcome::Failed) => Ok(()),
+            (OpKind::Read, Outcome::Read { value: None, mod_revision: 1.., .. }) => {
+                bad("a read of an absent key with a mod_revision")
+            }
+            (OpKind::Read, Outcome::Read { revision: r @ 1.., mod_revision: m, .. }) if m > r => {
+                bad("a read whose value was written after the revision it was served at")
+            }
             (OpKind::Read, Outcome::Read { .. }) => Ok(()),
             (OpKind::Read, _) => bad("a read with a write outcome"),
             (_, Outcome::Read { .. }) => bad("a mutation with a read outcome"),

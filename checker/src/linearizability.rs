@@ -23,7 +23,12 @@
 //! flight on one key; expect [`Verdict::Unknown`] beyond ~15.
 //!
 //! Indeterminate mutations return "at infinity": they may be linearized at
-//! any point after their invocation or never. Failed mutations and reads
+//! any point after their invocation or never. Unless a read saw the value
+//! one wrote (values written by one op only), with its `mod_revision`: then
+//! it took effect, at that revision, before the read returned, and is
+//! checked as a completed mutation. Without this, each timed-out write that
+//! someone read was placed by search alone, which after a chaos run's
+//! leader kills (thousands of them per key) ran out of budget. Failed mutations and reads
 //! without an answer carry no information and are dropped. A CAS whose
 //! compare failed is a read that saw anything but `expected`.
 //!
@@ -211,13 +216,59 @@ impl Interner {
     }
 }
 
+/// What reads tell about the write of a value that only one op writes: the
+/// value's `mod_revision` and the earliest completion of a read that saw it.
+struct Sighting {
+    mod_revision: u64,
+    first_seen: u64,
+}
+
+/// Sightings of every value written by exactly one op of `ops`, seen by a
+/// completed read that recorded its `mod_revision`, all such reads agreeing.
+fn sightings(ops: &[Op]) -> HashMap<&str, Sighting> {
+    let mut writers: HashMap<&str, usize> = HashMap::new();
+    for op in ops {
+        if let Some(Some(v)) = op.written_value() {
+            *writers.entry(v).or_default() += 1;
+        }
+    }
+    let mut seen: HashMap<&str, Option<Sighting>> = HashMap::new();
+    for op in ops {
+        let (Outcome::Read { value: Some(v), mod_revision: m @ 1.., .. }, Some(done)) = (&op.result, op.complete_ns)
+        else {
+            continue;
+        };
+        if writers.get(v.as_str()) != Some(&1) {
+            continue;
+        }
+        let entry = seen.entry(v.as_str()).or_insert(Some(Sighting { mod_revision: *m, first_seen: done }));
+        match entry {
+            Some(s) if s.mod_revision == *m => s.first_seen = s.first_seen.min(done),
+            // Reads disagree on when it was written: no evidence from them.
+            _ => *entry = None,
+        }
+    }
+    seen.into_iter().filter_map(|(v, s)| Some((v, s?))).collect()
+}
+
 /// The search's entries for `ops`, the value ids the ops observe, and the interner.
+///
+/// An indeterminate mutation whose value (written by it alone) a read saw
+/// did take effect, at that value's `mod_revision`, before that read
+/// returned: it becomes a mutation with that revision and return time. A
+/// history whose writes all time out is then checked as fast as one whose
+/// writes all succeed, instead of leaving the search to place each one.
 fn prepare(ops: &[Op]) -> (Vec<Entry>, HashSet<u32>, Interner) {
     let mut interner = Interner::default();
     let mut entries = Vec::new();
     let mut observed = HashSet::new();
+    let sightings = sightings(ops);
     for (i, op) in ops.iter().enumerate() {
-        let optional = op.is_indeterminate();
+        let sighting = match (&op.result, op.written_value()) {
+            (Outcome::Indeterminate, Some(Some(v))) => sightings.get(v),
+            _ => None,
+        };
+        let optional = op.is_indeterminate() && sighting.is_none();
         let step = match (&op.kind, &op.result) {
             (_, Outcome::Failed) => continue,
             (OpKind::Read, Outcome::Read { value, .. }) => {
@@ -235,8 +286,14 @@ fn prepare(ops: &[Op]) -> (Vec<Entry>, HashSet<u32>, Interner) {
                 Step::Cas(e, interner.id(Some(new)))
             }
         };
-        let ret = if optional { u64::MAX } else { op.complete_ns.unwrap_or(u64::MAX) };
-        let revision = op.revision().unwrap_or(0);
+        let ret = match sighting {
+            // A read that returned before the write was invoked leaves no
+            // order for the two: the search reports it.
+            Some(s) => s.first_seen.max(op.invoke_ns),
+            None if optional => u64::MAX,
+            None => op.complete_ns.unwrap_or(u64::MAX),
+        };
+        let revision = sighting.map_or(op.revision().unwrap_or(0), |s| s.mod_revision);
         let strict = matches!(op.kind, OpKind::Write { .. } | OpKind::Cas { .. });
         entries.push(Entry { step, revision, strict, call: op.invoke_ns, ret, optional, op: i });
     }
@@ -694,7 +751,13 @@ mod tests {
     }
 
     fn read(v: Option<&str>, t: (u64, u64)) -> Op {
-        op(2, OpKind::Read, t.0, Some(t.1), Outcome::Read { value: v.map(str::to_string), revision: 0 })
+        op(
+            2,
+            OpKind::Read,
+            t.0,
+            Some(t.1),
+            Outcome::Read { value: v.map(str::to_string), revision: 0, mod_revision: 0 },
+        )
     }
 
     fn far() -> Instant {
@@ -716,6 +779,51 @@ mod tests {
         assert!(matches!(linearizable(&ops, 10_000, far()), Search::Violation(_)));
         let minimal = shrink(ops, &Budget::default(), far());
         assert_eq!(minimal.len(), 3, "{minimal:#?}");
+    }
+
+    fn timed_out_write(v: &str, invoke: u64) -> Op {
+        op(3, OpKind::Write { value: v.to_string() }, invoke, None, Outcome::Indeterminate)
+    }
+
+    fn read_at(v: &str, t: (u64, u64), revision: u64, mod_revision: u64) -> Op {
+        op(2, OpKind::Read, t.0, Some(t.1), Outcome::Read { value: Some(v.to_string()), revision, mod_revision })
+    }
+
+    /// 40 writes that all time out, then reads that see each of them in
+    /// turn, last sent first: with the values' mod_revisions each write has
+    /// its place, without them the search must try orders.
+    #[test]
+    fn reads_place_timed_out_writes_by_mod_revision() {
+        let writes = (0..40).map(|i| timed_out_write(&format!("v{i}"), 0));
+        let reads = |mod_revisions: bool| {
+            (0..40u64).map(move |i| {
+                let m = if mod_revisions { i + 1 } else { 0 };
+                read_at(&format!("v{}", 39 - i), (100 + 2 * i, 101 + 2 * i), i + 1, m)
+            })
+        };
+        let with: Vec<Op> = writes.clone().chain(reads(true)).collect();
+        assert!(matches!(linearizable(&with, 20_000, far()), Search::Ok));
+        let without: Vec<Op> = writes.chain(reads(false)).collect();
+        assert!(matches!(linearizable(&without, 1_000_000, far()), Search::Unknown(_)));
+    }
+
+    #[test]
+    fn a_read_of_a_timed_out_write_is_checked_against_its_mod_revision() {
+        // The read saw "b" written at revision 2, after "a" at revision 3.
+        let ops = vec![timed_out_write("b", 0), write("a", (1, 2)), read_at("b", (10, 11), 3, 2)];
+        let ops: Vec<Op> = ops
+            .into_iter()
+            .map(|mut o| {
+                if o.kind == (OpKind::Write { value: "a".into() }) {
+                    o.result = Outcome::Ok { revision: 3 };
+                }
+                o
+            })
+            .collect();
+        assert!(matches!(linearizable(&ops, 1_000, far()), Search::Violation(_)));
+        // A read that saw the value before the write was sent.
+        let ops = vec![read_at("c", (0, 1), 1, 1), timed_out_write("c", 5)];
+        assert!(matches!(linearizable(&ops, 1_000, far()), Search::Violation(_)));
     }
 
     #[test]

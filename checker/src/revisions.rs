@@ -130,7 +130,7 @@ fn read_values(key: &str, ops: &[&Op], out: &mut Vec<Violation>) {
         .filter_map(|op| op.written_value().map(|v| (*op, v)))
         .collect();
     for read in ops {
-        let Outcome::Read { value, revision } = &read.result else { continue };
+        let Outcome::Read { value, revision, .. } = &read.result else { continue };
         if *revision == 0 {
             continue;
         }

@@ -12,7 +12,12 @@ fn write(v: &str, invoke: u64, complete: u64, revision: u64) -> Op {
 }
 
 fn read(v: Option<&str>, invoke: u64, complete: u64, revision: u64) -> Op {
-    op(2, OpKind::Read, (invoke, Some(complete)), Outcome::Read { value: v.map(str::to_string), revision })
+    op(
+        2,
+        OpKind::Read,
+        (invoke, Some(complete)),
+        Outcome::Read { value: v.map(str::to_string), revision, mod_revision: 0 },
+    )
 }
 
 fn indeterminate_write(v: &str, invoke: u64) -> Op {
@@ -40,7 +45,7 @@ fn without_revisions(history: &[Op]) -> Vec<Op> {
         .map(|mut op| {
             op.result = match op.result {
                 Outcome::Ok { .. } => Outcome::Ok { revision: 0 },
-                Outcome::Read { value, .. } => Outcome::Read { value, revision: 0 },
+                Outcome::Read { value, .. } => Outcome::Read { value, revision: 0, mod_revision: 0 },
                 other => other,
             };
             op
@@ -197,7 +202,7 @@ fn malformed_ops_are_errors_not_verdicts() {
     assert!(matches!(check_kv(&[backwards], &Budget::default()), Err(CheckerError::MalformedOp { .. })));
     let read_with_write_outcome = op(1, OpKind::Read, (0, Some(1)), Outcome::Ok { revision: 1 });
     assert!(check_kv(&[read_with_write_outcome], &Budget::default()).is_err());
-    let unfinished = op(1, OpKind::Read, (0, None), Outcome::Read { value: None, revision: 1 });
+    let unfinished = op(1, OpKind::Read, (0, None), Outcome::Read { value: None, revision: 1, mod_revision: 0 });
     assert!(check_kv(&[unfinished], &Budget::default()).is_err());
 }
 

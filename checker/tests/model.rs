@@ -43,6 +43,8 @@ struct Generated {
 fn generate(seed: u64, n: usize, keys: u64, overlap: u64, faults: bool) -> Generated {
     let mut rng = Rng(seed);
     let mut store: BTreeMap<String, String> = BTreeMap::new();
+    // The revision each key's current value was written at (its mod_revision).
+    let mut written_at: BTreeMap<String, u64> = BTreeMap::new();
     let mut revision = 1u64;
     let mut history = Vec::new();
     // (key, value, revision, existed before) of every revision, in order.
@@ -69,7 +71,11 @@ fn generate(seed: u64, n: usize, keys: u64, overlap: u64, faults: bool) -> Gener
         let rejected = faults && !timed_out && kind != OpKind::Read && rng.chance(4);
         let applies = !rejected && (!timed_out || rng.chance(50));
         let mut result = match &kind {
-            OpKind::Read => Outcome::Read { value: current.clone(), revision },
+            OpKind::Read => Outcome::Read {
+                value: current.clone(),
+                revision,
+                mod_revision: current.as_ref().map_or(0, |_| written_at[&key]),
+            },
             OpKind::Cas { expected, .. } if *expected != current => Outcome::CasFailed,
             OpKind::Delete if current.is_none() => Outcome::Ok { revision },
             _ if !applies => Outcome::Failed,
@@ -83,6 +89,7 @@ fn generate(seed: u64, n: usize, keys: u64, overlap: u64, faults: bool) -> Gener
                     Some(v) => store.insert(key.clone(), v.clone()),
                     None => store.remove(&key),
                 };
+                written_at.insert(key.clone(), revision);
                 changes.push((key.clone(), value, revision, current.is_some()));
                 Outcome::Ok { revision }
             }
@@ -190,7 +197,7 @@ proptest! {
                 _ => OpKind::Delete,
             };
             let result = match rng.below(5) {
-                0 => Outcome::Read { value: value(&mut rng), revision: rng.below(8) },
+                0 => Outcome::Read { value: value(&mut rng), revision: rng.below(8), mod_revision: rng.below(8) },
                 1 => Outcome::Ok { revision: rng.below(8) },
                 2 => Outcome::Failed,
                 3 => Outcome::CasFailed,
@@ -229,7 +236,8 @@ fn without_revisions(history: &[Op]) -> Vec<Op> {
     let mut history = history.to_vec();
     for op in &mut history {
         match &mut op.result {
-            Outcome::Ok { revision } | Outcome::Read { revision, .. } => *revision = 0,
+            Outcome::Ok { revision } => *revision = 0,
+            Outcome::Read { revision, mod_revision, .. } => (*revision, *mod_revision) = (0, 0),
             _ => {}
         }
     }
