@@ -12,7 +12,9 @@
 //!   with each other, never with a put);
 //! - a read at revision `R` returns the value of the latest acknowledged
 //!   mutation with revision `<= R`, unless an indeterminate (or unrevisioned)
-//!   mutation of that very value could have landed in between.
+//!   mutation of that very value could have landed in between;
+//! - a read that reports the revision its value was written at (etcd's
+//!   `mod_revision`) agrees with the revision the write was acknowledged at.
 //!
 //! Revision `0` means "not recorded"; such ops are skipped here.
 
@@ -32,8 +34,43 @@ pub fn check_revisions(key: &str, ops: &[Op]) -> Vec<Violation> {
     duplicate_revisions(key, &ops, &mut out);
     real_time_order(key, &ops, &mut out);
     read_values(key, &ops, &mut out);
+    written_at(key, &ops, &mut out);
     out.truncate(MAX_REPORTED);
     out
+}
+
+/// Reads that say when their value was written (`mod_revision`) against the
+/// revisions its writes were acknowledged at: one of them must match.
+fn written_at(key: &str, ops: &[&Op], out: &mut Vec<Violation>) {
+    let mut acked: HashMap<&str, Vec<(u64, &Op)>> = HashMap::new();
+    // Values also written by an op without a known revision: no evidence.
+    let mut unknown = std::collections::HashSet::new();
+    for op in ops {
+        match (acked_mutation(op), op.written_value()) {
+            (Some((revision, Some(v))), _) => acked.entry(v).or_default().push((revision, *op)),
+            (None, Some(Some(v))) => {
+                unknown.insert(v);
+            }
+            _ => {}
+        }
+    }
+    for read in ops {
+        let Outcome::Read { value: Some(v), mod_revision: m @ 1.., .. } = &read.result else { continue };
+        let Some(writes) = acked.get(v.as_str()) else { continue };
+        if unknown.contains(v.as_str()) || writes.iter().any(|(r, _)| r == m) {
+            continue;
+        }
+        let (r, write) = writes[0];
+        let explanation = format!(
+            "a read returned {} as written at revision {m}, but its write was acknowledged at revision {r}",
+            show(Some(v))
+        );
+        out.push(
+            Violation::new(ViolationKind::RevisionOrder, key, explanation)
+                .with_revision(*m)
+                .with_history(vec![(*read).clone(), write.clone()]),
+        );
+    }
 }
 
 /// A mutation that took effect with a recorded revision.

@@ -95,6 +95,22 @@ fn revisions_that_contradict_real_time_are_reported() {
 }
 
 #[test]
+fn a_read_that_misdates_its_value_is_reported() {
+    let seen_at = |m: u64| {
+        op(
+            2,
+            OpKind::Read,
+            (20, Some(30)),
+            Outcome::Read { value: Some("a".to_string()), revision: 5, mod_revision: m },
+        )
+    };
+    let v = violation(&[write("a", 0, 10, 5), seen_at(4)]);
+    assert_eq!(v.kind, ViolationKind::RevisionOrder, "{v}");
+    assert!(v.explanation.contains("written at revision 4"), "{v}");
+    assert!(verdict(&[write("a", 0, 10, 5), seen_at(5)]).is_ok());
+}
+
+#[test]
 fn a_read_of_a_value_never_written_is_reported() {
     let v = violation(&[write("a", 0, 10, 2), read(Some("zzz"), 20, 30, 2)]);
     assert_eq!(v.kind, ViolationKind::StaleRead, "{v}");
