@@ -28,6 +28,7 @@ pub mod http;
 pub mod metrics;
 pub mod registry;
 pub mod rest;
+mod serve;
 pub mod storage;
 pub mod watch;
 
@@ -154,15 +155,14 @@ pub async fn start_with(
     let peer = tonic::transport::Server::builder()
         .add_service(PeerService::server(store.clone()))
         .serve_with_incoming_shutdown(incoming(listeners.peer), stopped(stop_rx.clone()));
-    let client = tonic::transport::Server::builder()
-        .add_service(KvService::server(store.clone()))
+    let routes = tonic::service::Routes::new(KvService::server(store.clone()))
         .add_service(WatchService::server(store.clone(), config.watch_progress_interval))
         .add_service(LeaseService::server(store.clone()))
         .add_service(ClusterService::server(store.clone()))
         .add_service(MaintenanceService::server(store.clone()))
         .add_service(ControlService::server(store.clone()))
-        .add_service(grpc::ResourceService::server(registry.clone()))
-        .serve_with_incoming_shutdown(incoming(listeners.client), stopped(stop_rx.clone()));
+        .add_service(grpc::ResourceService::server(registry.clone()));
+    let client = serve::serve(listeners.client, routes, stop_rx.clone());
     let address = listeners.http.local_addr().map(|a| a.to_string()).unwrap_or_default();
     let rest =
         axum::Router::new().fallback(rest::handle).with_state(rest::RestState { registry: registry.clone(), address });
@@ -171,7 +171,7 @@ pub async fn start_with(
 
     let servers = vec![
         tokio::spawn(async move { peer.await.map_err(|e| e.to_string()) }),
-        tokio::spawn(async move { client.await.map_err(|e| e.to_string()) }),
+        tokio::spawn(client),
         tokio::spawn(async move { http.await.map_err(|e| e.to_string()) }),
     ];
     let running = Running { store: store.clone(), stop, servers };

@@ -24,15 +24,16 @@ async fn channel(addr: &str) -> Channel {
 }
 
 async fn watch(addr: &str, create: WatchCreateRequest) -> tonic::Streaming<WatchResponse> {
+    watch_on(channel(addr).await, create).await
+}
+
+async fn watch_on(channel: Channel, create: WatchCreateRequest) -> tonic::Streaming<WatchResponse> {
     let (tx, rx) = tokio::sync::mpsc::channel(4);
     tx.send(WatchRequest { request_union: Some(watch_request::RequestUnion::CreateRequest(create)) }).await.unwrap();
     // Keep the request side open for the life of the test.
     std::mem::forget(tx);
-    let mut stream = WatchClient::new(channel(addr).await)
-        .watch(tokio_stream::wrappers::ReceiverStream::new(rx))
-        .await
-        .unwrap()
-        .into_inner();
+    let mut stream =
+        WatchClient::new(channel).watch(tokio_stream::wrappers::ReceiverStream::new(rx)).await.unwrap().into_inner();
     let created = stream.message().await.unwrap().unwrap();
     assert!(created.created);
     stream
@@ -263,6 +264,89 @@ async fn a_stopping_member_ends_its_watches_and_keep_alives() {
     let read = tokio::time::timeout(Duration::from_secs(10), rest_watch.read_to_end(&mut rest)).await;
     assert!(matches!(read, Ok(Ok(_))), "the Kubernetes watch response did not end: {read:?}");
     drop(tx);
+    for m in cluster.members {
+        m.stop().await.unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_connection_carries_hundreds_of_concurrent_calls_and_watches() {
+    let cluster = InProcessCluster::spawn(3).await;
+    let (follower, _) = cluster.follower_clients().await;
+    for addr in [cluster.clients[(cluster.must_leader().await - 1) as usize].clone(), follower] {
+        // One HTTP/2 connection; more streams than hyper's default limit
+        // of 200 concurrent streams, which a server must not impose.
+        let shared = channel(&addr).await;
+        let key = format!("/many/{addr}/watched");
+        let mut watches = Vec::new();
+        for i in 0..300 {
+            let create = WatchCreateRequest { key: key.clone().into(), ..Default::default() };
+            let created = tokio::time::timeout(Duration::from_secs(10), watch_on(shared.clone(), create)).await;
+            watches.push(created.unwrap_or_else(|_| panic!("watch {i} was never created on the shared connection")));
+        }
+        let puts = (0..300).map(|i| {
+            let mut kv = KvClient::new(shared.clone());
+            let key = format!("/many/{addr}/{i}");
+            async move { kv.put(put(&key, "v")).await.unwrap().into_inner().header.unwrap().revision }
+        });
+        let revisions: std::collections::BTreeSet<i64> = futures::future::join_all(puts).await.into_iter().collect();
+        assert_eq!(revisions.len(), 300, "every concurrent put has a revision of its own");
+
+        let written = KvClient::new(shared.clone()).put(put(&key, "seen")).await.unwrap().into_inner();
+        let revision = written.header.unwrap().revision;
+        for (i, w) in watches.iter_mut().enumerate() {
+            let Ok(got) = tokio::time::timeout(Duration::from_secs(10), w.message()).await else {
+                panic!("watch {i} saw nothing");
+            };
+            let got = got.unwrap().unwrap();
+            assert_eq!(got.events.len(), 1, "watch {i}: {got:?}");
+            assert_eq!(got.events[0].kv.as_ref().unwrap().mod_revision, revision, "watch {i}");
+        }
+    }
+    for m in cluster.members {
+        m.stop().await.unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_ends_at_its_grpc_timeout_with_deadline_exceeded() {
+    use http_body_util::BodyExt;
+    use prost::Message;
+
+    let mut cluster = InProcessCluster::spawn(3).await;
+    let addr = cluster.clients[0].clone();
+    // Without a quorum a put is retried until the member's own request
+    // timeout (10 s); the caller's 300 ms deadline must end it first.
+    for m in cluster.members.drain(1..) {
+        m.stop().await.unwrap();
+    }
+    // A raw HTTP/2 call, because tonic's client would give up on its own at
+    // the same deadline and hide what the server answers.
+    let io = hyper_util::rt::TokioIo::new(tokio::net::TcpStream::connect(&addr).await.unwrap());
+    let (mut sender, conn) =
+        hyper::client::conn::http2::handshake(hyper_util::rt::TokioExecutor::new(), io).await.unwrap();
+    tokio::spawn(conn);
+    let message = put("/deadline", "v").encode_to_vec();
+    let mut framed = vec![0u8];
+    framed.extend_from_slice(&(message.len() as u32).to_be_bytes());
+    framed.extend_from_slice(&message);
+    let request = hyper::Request::post(format!("http://{addr}/etcdserverpb.KV/Put"))
+        .header("content-type", "application/grpc")
+        .header("te", "trailers")
+        .header("grpc-timeout", "300m")
+        .body(http_body_util::Full::new(hyper::body::Bytes::from(framed)))
+        .unwrap();
+    let started = std::time::Instant::now();
+    let response = tokio::time::timeout(Duration::from_secs(5), sender.send_request(request))
+        .await
+        .expect("the server ignored the caller's deadline")
+        .unwrap();
+    let elapsed = started.elapsed();
+    let (parts, body) = response.into_parts();
+    let trailers = body.collect().await.unwrap().trailers().cloned();
+    let status = parts.headers.get("grpc-status").or_else(|| trailers.as_ref()?.get("grpc-status"));
+    assert_eq!(status.map(|s| s.to_str().unwrap()), Some("4"), "{parts:?} {trailers:?}");
+    assert!(elapsed >= Duration::from_millis(300), "{elapsed:?}");
     for m in cluster.members {
         m.stop().await.unwrap();
     }

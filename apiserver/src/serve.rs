@@ -1,0 +1,259 @@
+//! The client listener's gRPC server: tonic's services on hyper's HTTP/2
+//! server, with every request of a connection run inside that connection's
+//! own task instead of a task of its own.
+//!
+//! Why not `tonic::transport::Server`: it spawns one tokio task per request.
+//! When a Raft batch commits, all its waiting requests wake at once, and
+//! tokio's LIFO slot runs the connection's task right after each request
+//! task that answers, so the answers leave one `writev` each. Here the
+//! connection's task first runs every request that woke, then lets the
+//! connection flush what they wrote: a batch answers in one `writev` per
+//! connection, and no task is spawned per request. A lone request takes no
+//! more hand-offs than before (the connection's task polls it as soon as
+//! its frames arrive).
+//!
+//! The cost: the requests of one connection share one task, so one of them
+//! doing slow synchronous work holds up the others on that connection
+//! (never those of other connections).
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use futures::stream::{FuturesUnordered, StreamExt};
+use futures::task::AtomicWaker;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tonic::codegen::Service;
+use tonic::service::Routes;
+
+type Request = Pin<Box<dyn Future<Output = ()> + Send>>;
+
+/// Serves `routes` on `listener` until `stop` turns true, then lets every
+/// connection finish the requests it has (HTTP/2 GOAWAY) before returning.
+pub async fn serve(listener: TcpListener, routes: Routes, mut stop: watch::Receiver<bool>) -> Result<(), String> {
+    let routes = routes.prepare();
+    // Every connection holds a receiver; `closed` waits for the last one.
+    let (open, _) = watch::channel(());
+    loop {
+        let accepted = tokio::select! {
+            accepted = listener.accept() => accepted,
+            _ = stop.wait_for(|s| *s) => break,
+        };
+        let stream = match accepted {
+            Ok((stream, _)) => stream,
+            Err(e) => {
+                // Out of file descriptors, or a connection reset before it
+                // was accepted: keep serving the connections we have.
+                tracing::debug!(error = %e, "accepting a client connection");
+                tokio::time::sleep(Duration::from_millis(10)).await;
+                continue;
+            }
+        };
+        // Nagle's algorithm off: gRPC's small frames would otherwise wait
+        // out delayed ACKs (~40 ms).
+        if let Err(e) = stream.set_nodelay(true) {
+            tracing::debug!(error = %e, "setting TCP_NODELAY");
+        }
+        let routes = routes.clone();
+        let service = hyper::service::service_fn(move |r: hyper::Request<hyper::body::Incoming>| {
+            let expiry = grpc_timeout(r.headers()).map(tokio::time::sleep);
+            Deadline { answer: routes.clone().call(r.map(tonic::body::boxed)), expiry }
+        });
+        let spawner = Spawner::default();
+        let conn = hyper::server::conn::http2::Builder::new(spawner.clone())
+            .timer(TokioTimer::new())
+            // As tonic's server: no limit on concurrent streams (a client
+            // may hold thousands of watches on one connection).
+            .max_concurrent_streams(None)
+            .serve_connection(TokioIo::new(stream), service);
+        let task = ConnectionTask { conn: Box::pin(conn), spawner, requests: FuturesUnordered::new(), closed: false };
+        let mut stop = stop.clone();
+        let open = open.subscribe();
+        tokio::spawn(async move {
+            let mut task = std::pin::pin!(task);
+            tokio::select! {
+                () = task.as_mut() => return,
+                _ = stop.wait_for(|s| *s) => {}
+            }
+            task.as_mut().conn.as_mut().graceful_shutdown();
+            task.await;
+            drop(open);
+        });
+    }
+    open.closed().await;
+    Ok(())
+}
+
+pin_project_lite::pin_project! {
+    /// A call bounded by its caller's deadline, as in grpc-go's server: the
+    /// `grpc-timeout` header bounds the call until its response headers (a
+    /// stream's messages may follow later), and the caller hears why it
+    /// ended.
+    struct Deadline<F> {
+        #[pin]
+        answer: F,
+        #[pin]
+        expiry: Option<tokio::time::Sleep>,
+    }
+}
+
+type Answer = Result<hyper::Response<tonic::body::BoxBody>, tonic::codegen::StdError>;
+
+impl<F: Future<Output = Answer>> Future for Deadline<F> {
+    type Output = Answer;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Answer> {
+        let this = self.project();
+        if let Poll::Ready(answer) = this.answer.poll(cx) {
+            return Poll::Ready(answer);
+        }
+        match this.expiry.as_pin_mut().map(|expiry| expiry.poll(cx)) {
+            Some(Poll::Ready(())) => {
+                Poll::Ready(Ok(tonic::Status::deadline_exceeded("context deadline exceeded").into_http()))
+            }
+            _ => Poll::Pending,
+        }
+    }
+}
+
+/// hyper's executor for a connection's request futures: it queues them for
+/// the connection's task, which polls them (see [`ConnectionTask`]).
+#[derive(Clone, Default)]
+struct Spawner(Arc<Queue>);
+
+#[derive(Default)]
+struct Queue {
+    new: Mutex<Vec<Request>>,
+    /// Set while the connection's task is being polled: it looks at the
+    /// queue before it returns, so a request queued then needs no wake-up.
+    polling: AtomicBool,
+    task: AtomicWaker,
+}
+
+impl<F: Future<Output = ()> + Send + 'static> hyper::rt::Executor<F> for Spawner {
+    fn execute(&self, request: F) {
+        self.0.new.lock().expect("request queue lock").push(Box::pin(request));
+        if !self.0.polling.load(Ordering::Acquire) {
+            self.0.task.wake();
+        }
+    }
+}
+
+impl Spawner {
+    fn take(&self) -> Vec<Request> {
+        std::mem::take(&mut *self.0.new.lock().expect("request queue lock"))
+    }
+}
+
+/// One connection and the requests it carries, polled as one future.
+struct ConnectionTask<C> {
+    conn: Pin<Box<C>>,
+    spawner: Spawner,
+    requests: FuturesUnordered<Request>,
+    closed: bool,
+}
+
+/// How many times one poll may go round requests and connection before it
+/// yields to other tasks.
+const ROUNDS: usize = 8;
+
+impl<C, E> Future for ConnectionTask<C>
+where
+    C: Future<Output = Result<(), E>>,
+    E: std::fmt::Display,
+{
+    type Output = ();
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        let this = &mut *self;
+        this.spawner.0.task.register(cx.waker());
+        this.spawner.0.polling.store(true, Ordering::Release);
+        let mut rounds = 0;
+        loop {
+            // Requests first, so that every one of them that woke has
+            // written its answer before the connection flushes.
+            this.requests.extend(this.spawner.take());
+            while let Poll::Ready(Some(())) = this.requests.poll_next_unpin(cx) {}
+            if !this.closed {
+                if let Poll::Ready(result) = this.conn.as_mut().poll(cx) {
+                    if let Err(e) = result {
+                        tracing::debug!(error = %e, "client connection ended");
+                    }
+                    this.closed = true;
+                }
+            }
+            rounds += 1;
+            let more = !this.spawner.0.new.lock().expect("request queue lock").is_empty();
+            if !more {
+                break;
+            }
+            if rounds == ROUNDS {
+                cx.waker().wake_by_ref();
+                break;
+            }
+        }
+        this.spawner.0.polling.store(false, Ordering::Release);
+        // A request queued after the last look (from outside this poll)
+        // woke nobody while `polling` was set.
+        if !this.spawner.0.new.lock().expect("request queue lock").is_empty() {
+            cx.waker().wake_by_ref();
+        }
+        if this.closed && this.requests.is_empty() {
+            Poll::Ready(())
+        } else {
+            Poll::Pending
+        }
+    }
+}
+
+/// The caller's deadline from the `grpc-timeout` header: at most 8 digits
+/// and a unit (`H`, `M`, `S`, `m`, `u`, `n`). A malformed header is ignored,
+/// as if absent.
+fn grpc_timeout(headers: &hyper::HeaderMap) -> Option<Duration> {
+    let value = headers.get("grpc-timeout")?.to_str().ok()?;
+    let unit = value.chars().last()?;
+    let amount = &value[..value.len() - unit.len_utf8()];
+    if amount.is_empty() || amount.len() > 8 || !amount.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let amount: u64 = amount.parse().ok()?;
+    Some(match unit {
+        'H' => Duration::from_secs(amount * 3600),
+        'M' => Duration::from_secs(amount * 60),
+        'S' => Duration::from_secs(amount),
+        'm' => Duration::from_millis(amount),
+        'u' => Duration::from_micros(amount),
+        'n' => Duration::from_nanos(amount),
+        _ => return None,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn timeout_of(value: &str) -> Option<Duration> {
+        let mut headers = hyper::HeaderMap::new();
+        headers.insert("grpc-timeout", value.parse().unwrap());
+        grpc_timeout(&headers)
+    }
+
+    #[test]
+    fn grpc_timeouts_parse_every_unit_and_refuse_the_malformed() {
+        assert_eq!(timeout_of("2H"), Some(Duration::from_secs(7200)));
+        assert_eq!(timeout_of("3M"), Some(Duration::from_secs(180)));
+        assert_eq!(timeout_of("5S"), Some(Duration::from_secs(5)));
+        assert_eq!(timeout_of("4999m"), Some(Duration::from_millis(4999)));
+        assert_eq!(timeout_of("10u"), Some(Duration::from_micros(10)));
+        assert_eq!(timeout_of("99999999n"), Some(Duration::from_nanos(99_999_999)));
+        for bad in ["", "S", "123456789S", "5s", "-5S", "+5S", "5", "1.5S", "5 S"] {
+            assert_eq!(timeout_of(bad), None, "{bad:?}");
+        }
+        assert_eq!(grpc_timeout(&hyper::HeaderMap::new()), None);
+    }
+}
