@@ -269,11 +269,26 @@ async fn a_stopping_member_ends_its_watches_and_keep_alives() {
     }
 }
 
+/// Writes and calls a follower has sent on to the leader, from `/metrics`.
+async fn forward_batches(http: &str) -> (f64, f64) {
+    let metrics = http_get(http, "/metrics").await;
+    let value = |name: &str| {
+        metrics
+            .lines()
+            .find_map(|l| l.strip_prefix(name)?.trim().parse::<f64>().ok())
+            .unwrap_or_else(|| panic!("{name}"))
+    };
+    (value("skiff_forward_batch_size_sum "), value("skiff_forward_batch_size_count "))
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_connection_carries_hundreds_of_concurrent_calls_and_watches() {
     let cluster = InProcessCluster::spawn(3).await;
-    let (follower, _) = cluster.follower_clients().await;
-    for addr in [cluster.clients[(cluster.must_leader().await - 1) as usize].clone(), follower] {
+    let leader = (cluster.must_leader().await - 1) as usize;
+    let follower = (0..3).find(|&i| i != leader).unwrap();
+    for member in [leader, follower] {
+        let addr = cluster.clients[member].clone();
+        let forwarded_before = forward_batches(&cluster.https[member]).await;
         // One HTTP/2 connection; more streams than hyper's default limit
         // of 200 concurrent streams, which a server must not impose.
         let shared = channel(&addr).await;
@@ -291,6 +306,14 @@ async fn one_connection_carries_hundreds_of_concurrent_calls_and_watches() {
         });
         let revisions: std::collections::BTreeSet<i64> = futures::future::join_all(puts).await.into_iter().collect();
         assert_eq!(revisions.len(), 300, "every concurrent put has a revision of its own");
+        if member == follower {
+            // The follower sent them on to the leader in fewer calls than
+            // writes. (The registry is shared by this binary's tests; theirs
+            // add as many writes as calls or more, never fewer.)
+            let (writes, calls) = forward_batches(&cluster.https[member]).await;
+            let (writes, calls) = (writes - forwarded_before.0, calls - forwarded_before.1);
+            assert!(writes >= 300.0 && calls < writes, "{calls} forward calls for {writes} writes");
+        }
 
         let written = KvClient::new(shared.clone()).put(put(&key, "seen")).await.unwrap().into_inner();
         let revision = written.header.unwrap().revision;

@@ -16,6 +16,7 @@ pub struct Metrics {
     pub proposals_failed: IntCounter,
     pub proposals_pending: IntGauge,
     pub batch_size: Histogram,
+    pub forward_batch_size: Histogram,
     pub apply_seconds: Histogram,
     pub log_sync_seconds: Histogram,
     pub reads_linearized: IntCounter,
@@ -65,6 +66,12 @@ pub fn metrics() -> &'static Metrics {
                 &registry,
                 "skiff_batch_size",
                 "Writes per Raft entry proposed by the leader.",
+                exponential_buckets(1.0, 2.0, 13).expect("valid buckets"),
+            ),
+            forward_batch_size: histogram(
+                &registry,
+                "skiff_forward_batch_size",
+                "Writes per call a follower sends on to the leader.",
                 exponential_buckets(1.0, 2.0, 13).expect("valid buckets"),
             ),
             apply_seconds: histogram(

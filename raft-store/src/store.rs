@@ -268,6 +268,13 @@ struct PendingWrite {
     reply: oneshot::Sender<Result<ProposalResult, StoreError>>,
 }
 
+/// A write a follower sends on to the leader (see [`run_forwarder`]).
+struct PendingForward {
+    leader: NodeId,
+    write: PendingWrite,
+    deadline: Instant,
+}
+
 type ReadWaiter = oneshot::Sender<Result<u64, StoreError>>;
 
 struct Inner {
@@ -278,6 +285,7 @@ struct Inner {
     log: LogStore,
     peers: PeerClients,
     writes: mpsc::Sender<PendingWrite>,
+    forwards: mpsc::Sender<PendingForward>,
     reads: mpsc::Sender<ReadWaiter>,
     /// Whether this run created the data directory (so a failed bootstrap
     /// may remove it again, leaving nothing that would later pass for a
@@ -409,6 +417,7 @@ impl Store {
 
         let (writes, write_rx) = mpsc::channel(16 * 1024);
         let (reads, read_rx) = mpsc::channel(16 * 1024);
+        let (forwards, forward_rx) = mpsc::channel(16 * 1024);
         tokio::spawn(run_batcher(raft.clone(), write_rx, config.max_batch, config.max_in_flight));
         tokio::spawn(run_read_barrier(raft.clone(), peers.clone(), config.id, config.request_timeout, read_rx));
         tokio::spawn(run_election_watchdog(raft.clone(), config.election_timeout_max));
@@ -422,6 +431,7 @@ impl Store {
                 log,
                 peers,
                 writes,
+                forwards,
                 reads,
                 created_data_dir: created,
                 admin: Mutex::new(()),
@@ -430,6 +440,7 @@ impl Store {
                 raising_nospace: std::sync::atomic::AtomicBool::new(false),
             }),
         };
+        tokio::spawn(run_forwarder(Arc::downgrade(&store.inner), forward_rx));
         tokio::spawn(run_lease_expiry(Arc::downgrade(&store.inner)));
         tokio::spawn(run_compactor(Arc::downgrade(&store.inner)));
         tokio::spawn(run_alarm_clearer(Arc::downgrade(&store.inner)));
@@ -616,7 +627,7 @@ impl Store {
         loop {
             let attempt = match self.leader() {
                 Some(l) if l == self.id() => self.submit_local(vec![proposal.clone()]).await.pop(),
-                Some(l) => self.forward(l, vec![proposal.clone()], deadline).await.pop(),
+                Some(l) => Some(self.forward_one(l, proposal.clone(), deadline).await),
                 None => Some(Err(StoreError::NoLeader)),
             };
             let result = attempt.unwrap_or_else(|| Err(StoreError::Internal("empty response".into())));
@@ -709,6 +720,21 @@ impl Store {
             });
         }
         out
+    }
+
+    /// Sends one write on to the leader, together with the others waiting
+    /// at that moment (see [`run_forwarder`]).
+    async fn forward_one(
+        &self,
+        leader: NodeId,
+        proposal: Proposal,
+        deadline: Instant,
+    ) -> Result<ProposalResult, StoreError> {
+        let stopped = || StoreError::Unavailable("store is shutting down".into());
+        let (reply, rx) = oneshot::channel();
+        let forward = PendingForward { leader, write: PendingWrite { proposal, reply }, deadline };
+        self.inner.forwards.send(forward).await.map_err(|_| stopped())?;
+        rx.await.map_err(|_| stopped())?
     }
 
     async fn forward(
@@ -1234,6 +1260,53 @@ async fn run_batcher(raft: Raft, mut rx: mpsc::Receiver<PendingWrite>, max_batch
                         let _ = reply.send(Err(err.clone()));
                     }
                 }
+            }
+        });
+    }
+}
+
+/// A follower's side of write batching: every write waiting to go to the
+/// leader at that moment goes in one `Forward` call, which the leader's
+/// batcher drains into one entry, instead of one call per write (whose
+/// HTTP/2 framing and task hand-offs cost the leader more than the write
+/// itself). Calls do not wait for each other.
+async fn run_forwarder(inner: std::sync::Weak<Inner>, mut rx: mpsc::Receiver<PendingForward>) {
+    let mut carry: Option<PendingForward> = None;
+    loop {
+        let first = match carry.take() {
+            Some(f) => f,
+            None => match rx.recv().await {
+                Some(f) => f,
+                // The store is gone.
+                None => return,
+            },
+        };
+        // The writes woken together with this one (answers of a client
+        // connection's read, say) queue up first.
+        tokio::task::yield_now().await;
+        let Some(inner) = inner.upgrade() else { return };
+        let (leader, mut deadline) = (first.leader, first.deadline);
+        let mut bytes = proposal_size(&first.write.proposal);
+        let mut batch = vec![first.write];
+        while batch.len() < inner.config.max_batch {
+            let Ok(f) = rx.try_recv() else { break };
+            let size = proposal_size(&f.write.proposal);
+            if f.leader != leader || bytes + size > MAX_BATCH_BYTES {
+                carry = Some(f);
+                break;
+            }
+            bytes += size;
+            deadline = deadline.max(f.deadline);
+            batch.push(f.write);
+        }
+        crate::metrics::metrics().forward_batch_size.observe(batch.len() as f64);
+        let store = Store { inner };
+        tokio::spawn(async move {
+            let (proposals, replies): (Vec<_>, Vec<_>) = batch.into_iter().map(|w| (w.proposal, w.reply)).unzip();
+            let mut results = store.forward(leader, proposals, deadline).await.into_iter();
+            for reply in replies {
+                let _ =
+                    reply.send(results.next().unwrap_or_else(|| Err(StoreError::Internal("missing result".into()))));
             }
         });
     }
