@@ -44,6 +44,17 @@ pub struct CpuUsed {
     pub wall: f64,
 }
 
+impl CpuUsed {
+    /// Adds another sample of the same processes to this one.
+    pub fn absorb(&mut self, other: &CpuUsed) {
+        for (mine, theirs) in self.members.iter_mut().zip(&other.members) {
+            *mine += theirs;
+        }
+        self.harness += other.harness;
+        self.wall += other.wall;
+    }
+}
+
 impl Sampler {
     pub fn start(pids: Vec<u32>) -> Result<Sampler> {
         let members = pids.iter().map(|pid| cpu_ticks(&format!("/proc/{pid}/stat"))).collect::<Result<_>>()?;

@@ -51,6 +51,17 @@ pub struct LoadResult {
 }
 
 impl LoadResult {
+    /// Adds another run of the same load to this one.
+    pub fn absorb(&mut self, other: &LoadResult) {
+        self.ops += other.ops;
+        self.errors += other.errors;
+        self.elapsed += other.elapsed;
+        self.latency.merge(&other.latency);
+        if self.first_error.is_none() {
+            self.first_error.clone_from(&other.first_error);
+        }
+    }
+
     pub fn throughput(&self) -> f64 {
         self.ops as f64 / self.elapsed.as_secs_f64().max(1e-9)
     }
@@ -149,4 +160,37 @@ async fn client_loop(
         }
     }
     result
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(ops: u64, seconds: u64, latency_ms: u64, error: Option<&str>) -> LoadResult {
+        let mut latency = Latency::default();
+        for _ in 0..ops {
+            latency.record(Duration::from_millis(latency_ms));
+        }
+        LoadResult {
+            ops,
+            errors: error.is_some() as u64,
+            elapsed: Duration::from_secs(seconds),
+            latency,
+            first_error: error.map(str::to_string),
+        }
+    }
+
+    #[test]
+    fn rounds_add_up_to_one_run_over_their_whole_time() {
+        let mut total = run(1000, 10, 1, None);
+        total.absorb(&run(3000, 10, 3, Some("first")));
+        total.absorb(&run(2000, 10, 2, Some("second")));
+        assert_eq!(total.ops, 6000);
+        assert_eq!(total.errors, 2);
+        assert!((total.throughput() - 200.0).abs() < 1e-9, "{}", total.throughput());
+        // Half the requests took 3 ms: the median is 2-3 ms, p99 3 ms.
+        assert!((total.latency.quantile_ms(0.5) - 2.0).abs() < 0.01, "{}", total.latency.quantile_ms(0.5));
+        assert!((total.latency.quantile_ms(0.99) - 3.0).abs() < 0.01);
+        assert_eq!(total.first_error.as_deref(), Some("first"));
+    }
 }

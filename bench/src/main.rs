@@ -230,6 +230,10 @@ struct SuiteArgs {
     put_clients: Vec<usize>,
     #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
     put_duration: Duration,
+    /// Rounds of the put scenarios: each round runs every concurrency level
+    /// against each system in turn, and the figures are over all rounds.
+    #[arg(long, default_value_t = 3)]
+    put_rounds: usize,
     #[arg(long, value_enum, default_value = "leader")]
     put_target: Target,
     #[arg(long, default_value_t = 100_000)]
@@ -357,6 +361,7 @@ async fn run(cli: Cli) -> Result<()> {
                 etcd_args: args.cluster.etcd_args.clone(),
                 put_clients: args.put_clients.clone(),
                 put_duration: args.put_duration,
+                put_rounds: args.put_rounds,
                 put_target: args.put_target,
                 key_space: args.key_space,
                 value_size: args.value_size,

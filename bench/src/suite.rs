@@ -4,6 +4,7 @@
 //! system, spreads load from elsewhere on the machine over both alike; the
 //! cluster that is not being measured only exchanges heartbeats meanwhile.
 
+use std::collections::HashMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -11,9 +12,9 @@ use anyhow::{Context, Result};
 
 use crate::client::Target;
 use crate::cluster::{Cluster, ClusterSpec, EtcdTiming, SkiffTiming, System};
-use crate::cpu::Sampler;
+use crate::cpu::{CpuUsed, Sampler};
 use crate::failover::{self, FailoverConfig};
-use crate::load::{self, LoadConfig, Op};
+use crate::load::{self, LoadConfig, LoadResult, Op};
 use crate::report::{Better, Report};
 use crate::watch::{self, WatchConfig};
 
@@ -33,6 +34,8 @@ pub struct SuiteConfig {
     /// Concurrency levels of the put scenario.
     pub put_clients: Vec<usize>,
     pub put_duration: Duration,
+    /// Rounds of the put scenarios (see [`PutTotals`]).
+    pub put_rounds: usize,
     pub put_target: Target,
     pub key_space: u64,
     pub value_size: usize,
@@ -53,6 +56,7 @@ pub struct SuiteConfig {
 enum Scenario {
     Put {
         clients: usize,
+        round: usize,
     },
     Range {
         serializable: bool,
@@ -65,8 +69,8 @@ enum Scenario {
 impl Scenario {
     fn name(&self, config: &SuiteConfig) -> String {
         match self {
-            Scenario::Put { clients: 1 } => "put, 1 client".into(),
-            Scenario::Put { clients } => format!("put, {clients} clients"),
+            Scenario::Put { clients: 1, .. } => "put, 1 client".into(),
+            Scenario::Put { clients, .. } => format!("put, {clients} clients"),
             Scenario::Range { serializable } => format!(
                 "range 1 key, {}, {} clients",
                 if *serializable { "serializable" } else { "linearizable" },
@@ -96,17 +100,21 @@ pub async fn run(config: &SuiteConfig, report: &mut Report) -> Result<()> {
             Err(e) => return Err(keep_logs(running, e)),
         }
     }
-    let mut scenarios: Vec<Scenario> = config.put_clients.iter().map(|&clients| Scenario::Put { clients }).collect();
+    let rounds = config.put_rounds.max(1);
+    let mut scenarios: Vec<Scenario> = (1..=rounds)
+        .flat_map(|round| config.put_clients.iter().map(move |&clients| Scenario::Put { clients, round }))
+        .collect();
     scenarios.push(Scenario::Range { serializable: false });
     scenarios.push(Scenario::Range { serializable: true });
     scenarios.extend(config.watches.iter().cloned().map(Scenario::Watch));
     scenarios.push(Scenario::Failover);
+    let mut puts = HashMap::new();
     for scenario in &scenarios {
         let name = scenario.name(config);
         for r in &mut running {
             let system = r.cluster.system();
             eprintln!("  {name} ({})", system.name());
-            if let Err(e) = measure(&mut r.cluster, scenario, &name, config, report).await {
+            if let Err(e) = measure(&mut r.cluster, scenario, &name, config, &mut puts, report).await {
                 let e = e.context(format!("{name} against {}", system.name()));
                 return Err(keep_logs(running, e));
             }
@@ -162,17 +170,43 @@ async fn launch(system: System, config: &SuiteConfig) -> Result<Running> {
     }
 }
 
+fn put_summary(result: &LoadResult, used: &CpuUsed) -> String {
+    let per_op = |seconds: f64| seconds * 1e6 / result.ops.max(1) as f64;
+    let mut members: Vec<f64> = used.members.iter().map(|&s| per_op(s)).collect();
+    members.sort_by(|a, b| b.total_cmp(a));
+    let members: Vec<String> = members.iter().map(|us| format!("{us:.1}")).collect();
+    format!(
+        "{}; CPU per write: members {} us (busiest first, the leader), harness {:.1} us; {:.2} of {} cores busy",
+        result.summary(),
+        members.join(" / "),
+        per_op(used.harness),
+        (used.members.iter().sum::<f64>() + used.harness) / used.wall,
+        std::thread::available_parallelism().map_or(0, |n| n.get()),
+    )
+}
+
+/// A put scenario's figures summed over its rounds so far. The rounds run
+/// every concurrency level against each system in turn, so a drift in the
+/// machine's speed (10-30% within minutes on a shared VM) weighs on both
+/// systems alike instead of on whichever ran during a slow spell; the
+/// report gives throughput, latency and CPU over all rounds together.
+struct PutTotals {
+    result: LoadResult,
+    used: CpuUsed,
+}
+
 async fn measure(
     cluster: &mut Cluster,
     scenario: &Scenario,
     name: &str,
     config: &SuiteConfig,
+    puts: &mut HashMap<(System, usize), PutTotals>,
     report: &mut Report,
 ) -> Result<()> {
     let system = cluster.system();
     let endpoints = cluster.endpoints();
     let summary = match scenario {
-        Scenario::Put { clients } => {
+        Scenario::Put { clients, round } => {
             let load = LoadConfig {
                 clients: *clients,
                 conns: 0,
@@ -186,22 +220,31 @@ async fn measure(
             let sampler = Sampler::start(pids)?;
             let result = load::run(&endpoints, &load, Op::Put { key_space: config.key_space }).await?;
             let used = sampler.finish()?;
-            report.record(system, name, "throughput ops/s", Better::Higher, result.throughput());
-            report.record(system, name, "p50 ms", Better::Lower, result.latency.quantile_ms(0.50));
-            report.record(system, name, "p99 ms", Better::Lower, result.latency.quantile_ms(0.99));
-            let per_op = |seconds: f64| seconds * 1e6 / result.ops.max(1) as f64;
-            report.record(system, name, "members' CPU us/write", Better::Lower, per_op(used.members.iter().sum()));
-            let mut members: Vec<f64> = used.members.iter().map(|&s| per_op(s)).collect();
-            members.sort_by(|a, b| b.total_cmp(a));
-            let members: Vec<String> = members.iter().map(|us| format!("{us:.1}")).collect();
-            format!(
-                "{}; CPU per write: members {} us (busiest first, the leader), harness {:.1} us; {:.2} of {} cores busy",
-                result.summary(),
-                members.join(" / "),
-                per_op(used.harness),
-                (used.members.iter().sum::<f64>() + used.harness) / used.wall,
-                std::thread::available_parallelism().map_or(0, |n| n.get()),
-            )
+            let summary = put_summary(&result, &used);
+            let totals = match puts.remove(&(system, *clients)) {
+                None => PutTotals { result, used },
+                Some(mut t) => {
+                    t.result.absorb(&result);
+                    t.used.absorb(&used);
+                    t
+                }
+            };
+            let rounds = config.put_rounds.max(1);
+            if *round == rounds {
+                let (result, used) = (&totals.result, &totals.used);
+                report.record(system, name, "throughput ops/s", Better::Higher, result.throughput());
+                report.record(system, name, "p50 ms", Better::Lower, result.latency.quantile_ms(0.50));
+                report.record(system, name, "p99 ms", Better::Lower, result.latency.quantile_ms(0.99));
+                let per_op = used.members.iter().sum::<f64>() * 1e6 / result.ops.max(1) as f64;
+                report.record(system, name, "members' CPU us/write", Better::Lower, per_op);
+            } else {
+                puts.insert((system, *clients), totals);
+            }
+            if rounds == 1 {
+                summary
+            } else {
+                format!("round {round} of {rounds}: {summary}")
+            }
         }
         Scenario::Range { serializable } => {
             let load = LoadConfig {
@@ -263,8 +306,11 @@ fn settings(config: &SuiteConfig) -> Vec<String> {
         ),
         format!("extra flags: Skiff {:?}, etcd {:?}", config.skiff_args, config.etcd_args),
         format!(
-            "put: {} each, to {}, {}-byte values over {} keys, connections = min(clients, 16)",
+            "put: {} each, {} round(s) (each round runs every concurrency level against each system in \
+             turn; the figures are over all rounds together), to {}, {}-byte values over {} keys, \
+             connections = min(clients, 16)",
             d(config.put_duration),
+            config.put_rounds.max(1),
             config.put_target.describe(),
             config.value_size,
             config.key_space
