@@ -1281,8 +1281,8 @@ async fn run_forwarder(inner: std::sync::Weak<Inner>, mut rx: mpsc::Receiver<Pen
                 None => return,
             },
         };
-        // The writes woken together with this one (answers of a client
-        // connection's read, say) queue up first.
+        // The writes arriving with this one (the calls of a client
+        // connection, which are polled together) queue up first.
         tokio::task::yield_now().await;
         let Some(inner) = inner.upgrade() else { return };
         let (leader, mut deadline) = (first.leader, first.deadline);
@@ -1299,6 +1299,9 @@ async fn run_forwarder(inner: std::sync::Weak<Inner>, mut rx: mpsc::Receiver<Pen
             deadline = deadline.max(f.deadline);
             batch.push(f.write);
         }
+        // The call may run until the latest deadline of its writes: one
+        // with an earlier deadline gets its answer late rather than a
+        // spurious failure.
         crate::metrics::metrics().forward_batch_size.observe(batch.len() as f64);
         let store = Store { inner };
         tokio::spawn(async move {
