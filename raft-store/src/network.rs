@@ -8,6 +8,8 @@
 //! `Timeout`, an error raised by the remote Raft is `RemoteError`.
 
 use std::collections::{HashMap, HashSet};
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -24,9 +26,10 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use skiff_proto::peer::peer_client::PeerClient;
 use skiff_proto::peer::{Frame, Payload};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::mpsc;
 use tokio_stream::StreamExt;
 use tonic::transport::{Channel, Endpoint};
+use tonic::Streaming;
 
 use crate::types::{Node, NodeId, TypeConfig};
 
@@ -78,105 +81,125 @@ pub struct PeerClients {
 }
 
 /// One AppendEntries stream to a peer: requests go out in order on one
-/// HTTP/2 stream and replies are matched back by id. A driver task reads the
-/// replies; when the stream breaks it fails every waiting request as
-/// unreachable and the next call opens a new stream. A request that times
-/// out closes the stream too, as a unary call would be reset, so nothing
-/// queues behind a peer that stopped reading.
+/// HTTP/2 stream and replies are matched back by id. No task sits between
+/// the caller and the connection: the caller itself reads the reply stream
+/// (under a lock, so that concurrent callers take turns), and a reply read
+/// for another caller is left for it. When the stream breaks every caller
+/// on it fails as unreachable and the next call opens a new stream. A
+/// request that times out closes the stream too, as a unary call would be
+/// reset, so nothing queues behind a peer that stopped reading.
 #[derive(Clone)]
 struct AppendStream {
     outbound: mpsc::UnboundedSender<Frame>,
-    shared: Arc<Mutex<StreamState>>,
+    replies: Arc<tokio::sync::Mutex<Replies>>,
+    /// Set once the stream ended; nothing is sent on it after.
+    closed: Arc<Mutex<Option<PeerError>>>,
     next_id: Arc<AtomicU64>,
-    driver: Arc<tokio::task::AbortHandle>,
 }
 
-#[derive(Default)]
-struct StreamState {
-    waiting: HashMap<u64, oneshot::Sender<Result<Vec<u8>, PeerError>>>,
-    /// Set by the driver when the stream ended; nothing is sent on it after.
-    closed: Option<PeerError>,
+type Opening = Pin<Box<dyn Future<Output = Result<tonic::Response<Streaming<Frame>>, tonic::Status>> + Send>>;
+
+/// The receiving half of an [`AppendStream`].
+struct Replies {
+    /// The call that opens the stream, until the peer has answered it.
+    opening: Option<Opening>,
+    stream: Option<Streaming<Frame>>,
+    /// Replies read by one caller for another, by request id.
+    early: HashMap<u64, Result<Vec<u8>, PeerError>>,
 }
 
 impl AppendStream {
-    /// Opens a stream on `client`; requests sent before the peer answers
-    /// wait in the channel.
-    fn open(mut client: PeerClient<Channel>, addr: &str) -> AppendStream {
+    /// Opens a stream on `client`. The first caller drives the opening
+    /// call; requests sent before the peer answers wait in the channel.
+    fn open(mut client: PeerClient<Channel>) -> AppendStream {
         let (outbound, requests) = mpsc::unbounded_channel();
-        let shared = Arc::new(Mutex::new(StreamState::default()));
-        let driver_state = Arc::clone(&shared);
-        let addr = addr.to_string();
-        let driver = tokio::spawn(async move {
-            let shared = driver_state;
-            let requests = tokio_stream::wrappers::UnboundedReceiverStream::new(requests);
-            let ended = match client.append_stream(requests).await {
-                Err(status) => stream_error(&addr, &status),
-                Ok(replies) => {
-                    let mut replies = replies.into_inner();
-                    loop {
-                        match replies.next().await {
-                            None => break PeerError::Unreachable { addr, reason: "stream ended".into() },
-                            Some(Err(status)) => break stream_error(&addr, &status),
-                            Some(Ok(frame)) => {
-                                let reply = if frame.error.is_empty() {
-                                    Ok(frame.data)
-                                } else {
-                                    Err(PeerError::Failed { addr: addr.clone(), reason: frame.error })
-                                };
-                                let waiter = lock(&shared).waiting.remove(&frame.id);
-                                if let Some(waiter) = waiter {
-                                    let _ = waiter.send(reply);
-                                }
-                            }
-                        }
-                    }
-                }
-            };
-            close(&shared, ended);
-        });
-        AppendStream { outbound, shared, next_id: Arc::new(AtomicU64::new(1)), driver: Arc::new(driver.abort_handle()) }
+        let requests = tokio_stream::wrappers::UnboundedReceiverStream::new(requests);
+        let opening: Opening = Box::pin(async move { client.append_stream(requests).await });
+        AppendStream {
+            outbound,
+            replies: Arc::new(tokio::sync::Mutex::new(Replies {
+                opening: Some(opening),
+                stream: None,
+                early: HashMap::new(),
+            })),
+            closed: Arc::new(Mutex::new(None)),
+            next_id: Arc::new(AtomicU64::new(1)),
+        }
     }
 
     fn is_open(&self) -> bool {
-        lock(&self.shared).closed.is_none() && !self.outbound.is_closed()
+        lock(&self.closed).is_none() && !self.outbound.is_closed()
+    }
+
+    /// Marks the stream closed, for every caller on it.
+    fn close(&self, why: PeerError) {
+        lock(&self.closed).get_or_insert(why);
     }
 
     /// Sends one request and waits for its reply, at most `timeout`.
     async fn call(&self, addr: &str, data: Vec<u8>, timeout: Duration) -> Result<Vec<u8>, PeerError> {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        let (tx, rx) = oneshot::channel();
-        {
-            let mut state = lock(&self.shared);
-            if let Some(ended) = &state.closed {
-                return Err(ended.clone());
-            }
-            state.waiting.insert(id, tx);
+        if let Some(ended) = lock(&self.closed).clone() {
+            return Err(ended);
         }
         if self.outbound.send(Frame { id, data, error: String::new() }).is_err() {
-            lock(&self.shared).waiting.remove(&id);
             return Err(PeerError::Unreachable { addr: addr.to_string(), reason: "stream closed".into() });
         }
-        match tokio::time::timeout(timeout, rx).await {
-            Ok(Ok(reply)) => reply,
-            Ok(Err(_)) => Err(PeerError::Unreachable { addr: addr.to_string(), reason: "stream closed".into() }),
+        match tokio::time::timeout(timeout, self.reply(addr, id)).await {
+            Ok(reply) => reply,
             Err(_) => {
                 let error = PeerError::Timeout { addr: addr.to_string(), timeout };
-                close(&self.shared, error.clone());
-                self.driver.abort();
+                self.close(error.clone());
                 Err(error)
             }
         }
     }
-}
 
-/// Marks a stream closed and fails every request still waiting on it.
-fn close(shared: &Mutex<StreamState>, why: PeerError) {
-    let mut state = lock(shared);
-    for (_, waiter) in state.waiting.drain() {
-        let _ = waiter.send(Err(why.clone()));
-    }
-    if state.closed.is_none() {
-        state.closed = Some(why);
+    /// Reads the stream until the reply to request `id` comes.
+    async fn reply(&self, addr: &str, id: u64) -> Result<Vec<u8>, PeerError> {
+        let mut replies = self.replies.lock().await;
+        let replies = &mut *replies;
+        loop {
+            if let Some(reply) = replies.early.remove(&id) {
+                return reply;
+            }
+            if let Some(ended) = lock(&self.closed).clone() {
+                return Err(ended);
+            }
+            let stream = match (&mut replies.stream, &mut replies.opening) {
+                (Some(stream), _) => stream,
+                (None, Some(opening)) => match opening.await {
+                    Ok(response) => {
+                        replies.opening = None;
+                        replies.stream.insert(response.into_inner())
+                    }
+                    Err(status) => {
+                        replies.opening = None;
+                        self.close(stream_error(addr, &status));
+                        continue;
+                    }
+                },
+                (None, None) => {
+                    self.close(PeerError::Unreachable { addr: addr.to_string(), reason: "stream ended".into() });
+                    continue;
+                }
+            };
+            match stream.next().await {
+                None => self.close(PeerError::Unreachable { addr: addr.to_string(), reason: "stream ended".into() }),
+                Some(Err(status)) => self.close(stream_error(addr, &status)),
+                Some(Ok(frame)) => {
+                    let reply = if frame.error.is_empty() {
+                        Ok(frame.data)
+                    } else {
+                        Err(PeerError::Failed { addr: addr.to_string(), reason: frame.error })
+                    };
+                    if frame.id == id {
+                        return reply;
+                    }
+                    replies.early.insert(frame.id, reply);
+                }
+            }
+        }
     }
 }
 
@@ -291,7 +314,7 @@ impl PeerClients {
         if let Some(stream) = streams.get(addr).filter(|s| s.is_open()) {
             return Ok(stream.clone());
         }
-        let stream = AppendStream::open(self.client(addr)?, addr);
+        let stream = AppendStream::open(self.client(addr)?);
         streams.insert(addr.to_string(), stream.clone());
         Ok(stream)
     }
@@ -421,6 +444,10 @@ mod tests {
             let mut requests = request.into_inner();
             tokio::spawn(async move {
                 while let Some(Ok(frame)) = requests.next().await {
+                    if bincode::deserialize::<Envelope<u64>>(&frame.data).expect("an envelope").body == BREAK {
+                        let _ = tx.send(Err(Status::unavailable("going away"))).await;
+                        return;
+                    }
                     // Concurrently, so that replies can overtake each other.
                     let tx = tx.clone();
                     tokio::spawn(async move {
@@ -471,6 +498,9 @@ mod tests {
 
     const SECOND: Duration = Duration::from_secs(1);
 
+    /// A request that makes the doubler end its stream with an error.
+    const BREAK: u64 = 1000;
+
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn concurrent_requests_on_one_stream_get_their_own_replies() {
         let (addr, peer) = serve(true).await;
@@ -503,6 +533,25 @@ mod tests {
         let clients = PeerClients::default();
         let slow = clients.append::<u64, u64>(&addr, 7, &0, Duration::from_millis(100)).await;
         assert!(matches!(slow, Err(PeerError::Timeout { .. })), "{slow:?}");
+        assert_eq!(clients.append::<u64, u64>(&addr, 7, &4, SECOND * 5).await.expect("reply"), 8);
+        assert_eq!(peer.opened.load(Ordering::SeqCst), 2);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_broken_stream_fails_its_callers_as_unreachable_and_the_next_call_opens_another() {
+        let (addr, peer) = serve(true).await;
+        let clients = PeerClients::default();
+        assert_eq!(clients.append::<u64, u64>(&addr, 7, &3, SECOND * 5).await.expect("reply"), 6);
+        // A slow request is waiting when the stream breaks under it.
+        let waiting = tokio::spawn({
+            let (clients, addr) = (clients.clone(), addr.clone());
+            async move { clients.append::<u64, u64>(&addr, 7, &0, SECOND * 5).await }
+        });
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let broken = clients.append::<u64, u64>(&addr, 7, &BREAK, SECOND * 5).await;
+        assert!(matches!(broken, Err(PeerError::Unreachable { .. })), "{broken:?}");
+        let waiting = waiting.await.expect("task");
+        assert!(matches!(waiting, Err(PeerError::Unreachable { .. })), "{waiting:?}");
         assert_eq!(clients.append::<u64, u64>(&addr, 7, &4, SECOND * 5).await.expect("reply"), 8);
         assert_eq!(peer.opened.load(Ordering::SeqCst), 2);
     }

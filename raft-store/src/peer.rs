@@ -8,7 +8,7 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 use skiff_proto::peer::peer_server::{Peer, PeerServer};
 use skiff_proto::peer::{Frame, Payload};
-use tokio::sync::{mpsc, watch};
+use tokio::sync::watch;
 use tokio_stream::StreamExt;
 use tonic::{Request, Response, Status, Streaming};
 
@@ -40,29 +40,28 @@ fn open_envelope<T: DeserializeOwned>(me: NodeId, data: &[u8]) -> Result<T, Stat
     Ok(envelope.body)
 }
 
-/// Serves one AppendEntries stream: each request in turn (openraft sends a
-/// peer one at a time), each reply tagged with its request's id. Ends when
-/// the sender closes the stream or goes away, or this member shuts down
-/// (between requests; the sender then reconnects or times out).
-async fn serve_append_stream(
+/// The replies of one AppendEntries stream: each request in turn (openraft
+/// sends a peer one at a time), each reply tagged with its request's id.
+/// The reply stream itself reads and serves the requests, so a request goes
+/// from the connection to Raft and its reply back without passing through a
+/// task of its own. Ends when the sender closes the stream or goes away, or
+/// this member shuts down (between requests; the sender then reconnects or
+/// times out).
+fn append_replies(
     store: Store,
-    mut requests: Streaming<Frame>,
-    replies: mpsc::Sender<Result<Frame, Status>>,
-    mut stopping: watch::Receiver<bool>,
-) {
-    loop {
+    requests: Streaming<Frame>,
+    stopping: watch::Receiver<bool>,
+) -> impl Stream<Item = Result<Frame, Status>> + Send {
+    futures::stream::unfold((store, requests, stopping), |(store, mut requests, mut stopping)| async move {
         let frame = tokio::select! {
             frame = requests.next() => frame,
-            _ = stopping.wait_for(|stopping| *stopping) => return,
+            _ = stopping.wait_for(|stopping| *stopping) => return None,
         };
-        let Some(frame) = frame else {
-            return;
-        };
-        let frame = match frame {
+        let frame = match frame? {
             Ok(frame) => frame,
             Err(status) => {
                 tracing::debug!(%status, "AppendEntries stream from a peer broke");
-                return;
+                return None;
             }
         };
         let reply = match open_envelope(store.id(), &frame.data) {
@@ -71,10 +70,8 @@ async fn serve_append_stream(
                 .unwrap_or_else(|e| Frame { id: frame.id, data: Vec::new(), error: e.to_string() }),
             Err(status) => Frame { id: frame.id, data: Vec::new(), error: status.message().to_string() },
         };
-        if replies.send(Ok(reply)).await.is_err() {
-            return;
-        }
-    }
+        Some((Ok(reply), (store, requests, stopping)))
+    })
 }
 
 fn check_target(me: NodeId, target: NodeId) -> Result<(), Status> {
@@ -99,11 +96,10 @@ impl Peer for PeerService {
         &self,
         request: Request<Streaming<Frame>>,
     ) -> Result<Response<Self::AppendStreamStream>, Status> {
-        let (tx, rx) = mpsc::channel(16);
         // A long-lived AppendEntries stream ends when the member stops, so
         // that the listener's graceful shutdown does not wait for it.
-        tokio::spawn(serve_append_stream(self.store.clone(), request.into_inner(), tx, self.store.stopping()));
-        Ok(Response::new(Box::pin(tokio_stream::wrappers::ReceiverStream::new(rx))))
+        let replies = append_replies(self.store.clone(), request.into_inner(), self.store.stopping());
+        Ok(Response::new(Box::pin(replies)))
     }
 
     async fn append_entries(&self, request: Request<Payload>) -> Result<Response<Payload>, Status> {
