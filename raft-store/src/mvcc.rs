@@ -1135,6 +1135,17 @@ fn dedup_key(id: RequestId) -> Vec<u8> {
 /// 4 MiB flushed and compacted enough to give some of it back.
 const HIST_MEMTABLE_BYTES: usize = 8 << 20;
 
+/// RocksDB keeps a WAL file until every column family with data in it has
+/// flushed. `hist` flushes every few megabytes, but `rev` and `dedup` take a
+/// few dozen bytes per write into 64 MiB memtables, so at 20k writes/s they
+/// kept about a minute of WAL: 300-500 MB on disk, replayed by a restarting
+/// member (a second and more before it was ready). Past this total RocksDB
+/// flushes the families that hold the oldest WAL file.
+const SM_WAL_BYTES: u64 = 64 << 20;
+
+/// WAL files reused instead of created and deleted, as for the Raft log.
+const SM_WAL_RECYCLE_FILES: usize = 4;
+
 /// The key part of a `hist` key (the encoded key with its terminator, without
 /// the revision): all versions of one key share it. The name is stored with
 /// each table; tables written under another extractor just go unfiltered.
@@ -1159,6 +1170,8 @@ pub fn open_db(path: &std::path::Path) -> Result<DB, rocksdb::Error> {
     // fsyncs on the same disk for tens of ms (RocksDB's tuning guide
     // recommends 1 MiB).
     opts.set_bytes_per_sync(1 << 20);
+    opts.set_max_total_wal_size(SM_WAL_BYTES);
+    opts.set_recycle_log_file_num(SM_WAL_RECYCLE_FILES);
     let families = COLUMN_FAMILIES.iter().map(|name| {
         let mut cf_opts = opts.clone();
         if *name == CF_HIST {
@@ -1257,6 +1270,39 @@ mod tests {
         for key in [&b""[..], b"\0", b"a\0\xffb", b"plain/key"] {
             assert_eq!(decode_hist_key(&hist_key(key, 42)).unwrap(), (key.to_vec(), 42));
         }
+    }
+
+    /// Total size of the WAL files in `dir`.
+    fn wal_bytes(dir: &std::path::Path) -> u64 {
+        std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap())
+            .filter(|e| e.path().extension().is_some_and(|x| x == "log"))
+            .map(|e| e.metadata().unwrap().len())
+            .sum()
+    }
+
+    #[test]
+    fn the_wal_stays_bounded_when_small_families_are_written_with_hist() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = open_db(dir.path()).unwrap();
+        let value = vec![7u8; 4096];
+        // 200 MB through `hist`, a little through `rev` and `dedup` each time,
+        // as the applier writes them.
+        for revision in 1..=50_000i64 {
+            let mut batch = rocksdb::WriteBatch::default();
+            batch.put_cf(cf(&db, CF_HIST), hist_key(format!("k{}", revision % 1000).as_bytes(), revision), &value);
+            batch.put_cf(cf(&db, CF_REV), rev_key(revision), [1u8; 40]);
+            batch.put_cf(cf(&db, CF_DEDUP), revision.to_be_bytes(), [2u8; 40]);
+            db.write(batch).unwrap();
+        }
+        // Flushes run in the background: give them a moment.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while wal_bytes(dir.path()) > 2 * SM_WAL_BYTES && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        let wal = wal_bytes(dir.path());
+        assert!(wal <= 2 * SM_WAL_BYTES, "{wal} bytes of WAL after 200 MB of writes");
     }
 
     #[test]
