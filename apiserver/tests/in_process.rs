@@ -374,3 +374,37 @@ async fn a_call_ends_at_its_grpc_timeout_with_deadline_exceeded() {
         m.stop().await.unwrap();
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn members_snapshot_after_enough_bytes_of_log_however_few_entries() {
+    let cluster = InProcessCluster::spawn_configured(3, Default::default(), |store| {
+        store.snapshot_logs = 1_000_000;
+        store.snapshot_log_bytes = 1 << 20;
+    })
+    .await;
+    let mut kv = KvClient::new(channel(&cluster.clients[0]).await);
+    let value = "x".repeat(60 * 1024);
+    let snapshotted = |cluster: &InProcessCluster| {
+        cluster.members.iter().all(|m| m.store.raft().metrics().borrow().snapshot.is_some_and(|s| s.index > 0))
+    };
+    // Far fewer entries than `snapshot_logs`, but (with the database's own
+    // size, which also counts) tens of megabytes of them.
+    let mut written = 0;
+    while !snapshotted(&cluster) && written < 1500 {
+        kv.put(put(&format!("big/{}", written % 100), &value)).await.unwrap();
+        written += 1;
+        if written % 100 == 0 {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+    }
+    for _ in 0..100 {
+        if snapshotted(&cluster) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(snapshotted(&cluster), "no snapshot on every member after {written} writes of 60 KiB");
+    for m in cluster.members {
+        m.stop().await.unwrap();
+    }
+}

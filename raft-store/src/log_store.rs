@@ -47,6 +47,7 @@ use std::fmt::Debug;
 use std::io;
 use std::ops::{Bound, RangeBounds};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, Weak};
 
 use openraft::storage::{LogFlushed, LogState, RaftLogReader, RaftLogStorage};
@@ -117,6 +118,8 @@ pub struct LogStore {
     /// The vote last saved or read, to recognize the leader's own appends.
     vote: Arc<Mutex<Option<Vote<NodeId>>>>,
     durability: Arc<Durability>,
+    /// Bytes of entries appended since the store was opened.
+    appended: Arc<AtomicU64>,
 }
 
 /// How much of the log is known to be on disk; shared by every clone of the
@@ -311,7 +314,14 @@ impl LogStore {
             node,
             vote: Arc::new(Mutex::new(vote)),
             durability,
+            appended: Arc::new(AtomicU64::new(0)),
         })
+    }
+
+    /// Bytes of entries appended (as leader or follower) since the store was
+    /// opened; what drives snapshots besides the entry count.
+    pub fn appended_bytes(&self) -> u64 {
+        self.appended.load(Ordering::Relaxed)
     }
 
     /// The durable index of the log, updated as the WAL-sync thread and
@@ -418,6 +428,7 @@ impl LogStore {
         let Some(batch) = self.entries_batch(entries).map_err(StorageIOError::write_logs)? else {
             return Ok(None);
         };
+        self.appended.fetch_add(batch.size_in_bytes() as u64, Ordering::Relaxed);
         if own {
             self.write_unsynced(batch).await.map_err(StorageIOError::write_logs)?;
             self.durability.written(last);

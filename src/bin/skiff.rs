@@ -92,9 +92,11 @@ struct ApiserverArgs {
     /// Upper bound of the randomized election timeout (at least 2x the lower bound).
     #[arg(long, default_value = "400ms", value_parser = parse_duration)]
     election_timeout_max: Duration,
-    /// Take a snapshot and purge the log after this many entries (member N
-    /// waits (N mod 8)/16 longer, so that members do not all snapshot at once).
-    #[arg(long, default_value_t = 20_000)]
+    /// Take a snapshot and purge the log after this many entries, or after
+    /// 64 MiB of entries (or the database's size, if larger), whichever comes
+    /// first (member N waits (N mod 8)/16 longer, so that members do not all
+    /// snapshot at once).
+    #[arg(long, default_value_t = 100_000)]
     snapshot_count: u64,
     /// Interval of progress notifications to watchers that ask for them.
     #[arg(long, default_value = "10m", value_parser = parse_duration)]

@@ -23,6 +23,11 @@ impl InProcessCluster {
 
     /// A cluster whose members run `security`'s layers.
     pub async fn spawn_with(n: u64, security: Security) -> Self {
+        Self::spawn_configured(n, security, |_| {}).await
+    }
+
+    /// A cluster whose members' store settings `tweak` adjusts.
+    pub async fn spawn_configured(n: u64, security: Security, tweak: impl Fn(&mut StoreConfig)) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let mut listeners = Vec::new();
         for _ in 0..n {
@@ -41,6 +46,7 @@ impl InProcessCluster {
             let mut store = StoreConfig::new(id, dir.path().join(format!("m{id}")), peer.to_string());
             store.initial_cluster = initial.clone();
             store.client_urls = vec![format!("http://{client}")];
+            tweak(&mut store);
             let config = ApiserverConfig {
                 store,
                 peer_listen: peer.to_string(),
