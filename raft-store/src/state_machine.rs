@@ -279,9 +279,12 @@ impl StateMachine {
     /// etcd calls defragmentation). Blocking: run it off the async workers.
     pub fn reclaim_space(&self) -> Result<(), rocksdb::Error> {
         let db = self.db();
-        for name in mvcc::COLUMN_FAMILIES {
-            db.flush_cf(cf(&db, name))?;
-            db.compact_range_cf(cf(&db, name), None::<&[u8]>, None::<&[u8]>);
+        // All families in one flush: applies bypass the WAL, so the families
+        // on disk must always be at the same point (see `mvcc::open_db`).
+        let families: Vec<_> = mvcc::COLUMN_FAMILIES.iter().map(|name| cf(&db, name)).collect();
+        db.flush_cfs_opt(&families, &rocksdb::FlushOptions::default())?;
+        for family in families {
+            db.compact_range_cf(family, None::<&[u8]>, None::<&[u8]>);
         }
         self.refresh_db_size();
         Ok(())
@@ -397,10 +400,10 @@ impl StateMachine {
         let (mut batch, events, revision) = applier.finish();
         batch.put_cf(cf(&db, CF_META), META_LAST_APPLIED, encode(&last_applied));
         batch.put_cf(cf(&db, CF_META), META_MEMBERSHIP, encode(&membership));
-        // No fsync here: the log holds every applied entry until a snapshot
-        // (a checkpoint, which is durable) covers it, and openraft re-applies
-        // `(last_applied, committed]` after a crash. The WAL survives SIGKILL.
-        db.write(batch).map_err(sm_error)?;
+        // Neither fsynced nor in RocksDB's WAL: the log holds every applied
+        // entry until a snapshot (a checkpoint, which is durable) covers it,
+        // and openraft re-applies `(last_applied, committed]` after a crash.
+        db.write_opt(batch, &mvcc::apply_write_options()).map_err(sm_error)?;
         for (key, record) in written {
             match record {
                 Some(record) => latest.insert(key, record),
