@@ -43,6 +43,7 @@
 //! reach the disk in the order openraft issued them. Synced writes run on
 //! tokio's blocking pool so that an fsync never stalls an async worker.
 
+use std::collections::VecDeque;
 use std::fmt::Debug;
 use std::io;
 use std::ops::{Bound, RangeBounds};
@@ -120,6 +121,77 @@ pub struct LogStore {
     durability: Arc<Durability>,
     /// Bytes of entries appended since the store was opened.
     appended: Arc<AtomicU64>,
+    /// The newest entries, which openraft reads back at once.
+    tail: Arc<Mutex<Tail>>,
+}
+
+/// Most bytes of encoded entries [`Tail`] keeps.
+const TAIL_BYTES: usize = 16 << 20;
+
+/// The newest entries of the log, in memory. openraft reads every entry
+/// back right after it is appended: on every member to apply it, and on the
+/// leader once more per follower to replicate it. From RocksDB each read
+/// cost an iterator step and a decode of every write in the entry; from
+/// here it costs a reference count (a batch's proposals are shared).
+///
+/// Holds a run of consecutive entries ending at the last one appended, as
+/// they are in the database: appends add to it after their write, and
+/// truncations and purges remove from it before theirs. Anything else is
+/// read from the database.
+#[derive(Default)]
+struct Tail {
+    /// Entries with their encoded size.
+    entries: VecDeque<(Entry, usize)>,
+    bytes: usize,
+}
+
+impl Tail {
+    fn push(&mut self, entry: Entry, size: usize) {
+        let index = entry.log_id.index;
+        // An entry replaces whatever the log held from its index on; after a
+        // gap the run starts again.
+        self.truncate(index);
+        if self.entries.back().is_some_and(|(last, _)| last.log_id.index + 1 != index) {
+            self.entries.clear();
+            self.bytes = 0;
+        }
+        self.entries.push_back((entry, size));
+        self.bytes += size;
+        while self.bytes > TAIL_BYTES && self.entries.len() > 1 {
+            if let Some((_, size)) = self.entries.pop_front() {
+                self.bytes -= size;
+            }
+        }
+    }
+
+    /// Forgets the entries from index `since` on.
+    fn truncate(&mut self, since: u64) {
+        while self.entries.back().is_some_and(|(last, _)| last.log_id.index >= since) {
+            if let Some((_, size)) = self.entries.pop_back() {
+                self.bytes -= size;
+            }
+        }
+    }
+
+    /// Forgets the entries up to index `upto`.
+    fn purge(&mut self, upto: u64) {
+        while self.entries.front().is_some_and(|(first, _)| first.log_id.index <= upto) {
+            if let Some((_, size)) = self.entries.pop_front() {
+                self.bytes -= size;
+            }
+        }
+    }
+
+    /// The entries with index in `[start, end)`, if this holds all of them.
+    fn get(&self, start: u64, end: u64) -> Option<Vec<Entry>> {
+        let first = self.entries.front()?.0.log_id.index;
+        let last = self.entries.back()?.0.log_id.index;
+        if start < first || end > last + 1 {
+            return None;
+        }
+        let range = (start - first) as usize..end.saturating_sub(first).max(start - first) as usize;
+        Some(self.entries.range(range).map(|(entry, _)| entry.clone()).collect())
+    }
 }
 
 /// How much of the log is known to be on disk; shared by every clone of the
@@ -315,6 +387,7 @@ impl LogStore {
             vote: Arc::new(Mutex::new(vote)),
             durability,
             appended: Arc::new(AtomicU64::new(0)),
+            tail: Arc::default(),
         })
     }
 
@@ -380,6 +453,10 @@ impl LogStore {
         read_last_log_id(&self.db)
     }
 
+    fn tail(&self) -> std::sync::MutexGuard<'_, Tail> {
+        self.tail.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
     fn read_entries<RB: RangeBounds<u64>>(&self, range: RB) -> Result<Vec<Entry>, AnyError> {
         let start = match range.start_bound() {
             Bound::Included(&index) => index,
@@ -389,6 +466,14 @@ impl LogStore {
             },
             Bound::Unbounded => 0,
         };
+        let end = match range.end_bound() {
+            Bound::Included(&index) => index.checked_add(1),
+            Bound::Excluded(&index) => Some(index),
+            Bound::Unbounded => None,
+        };
+        if let Some(entries) = end.and_then(|end| self.tail().get(start, end)) {
+            return Ok(entries);
+        }
         let logs = column_family(&self.db, LOGS_CF)?;
         let start_key = index_key(start);
         let mode = IteratorMode::From(&start_key, Direction::Forward);
@@ -405,18 +490,18 @@ impl LogStore {
         Ok(entries)
     }
 
-    /// Serializes `entries` into one batch; `None` if there are none.
-    fn entries_batch<I>(&self, entries: I) -> Result<Option<WriteBatch>, AnyError>
-    where
-        I: IntoIterator<Item = Entry>,
-    {
+    /// Serializes `entries` into one batch; `None` if there are none. Also
+    /// returns each entry's encoded size.
+    fn entries_batch(&self, entries: &[Entry]) -> Result<Option<(WriteBatch, Vec<usize>)>, AnyError> {
         let logs = column_family(&self.db, LOGS_CF)?;
         let mut batch = WriteBatch::default();
+        let mut sizes = Vec::with_capacity(entries.len());
         for entry in entries {
-            let value = bincode::serialize(&entry).map_err(any)?;
+            let value = bincode::serialize(entry).map_err(any)?;
+            sizes.push(value.len());
             batch.put_cf(logs, index_key(entry.log_id.index), value);
         }
-        Ok((!batch.is_empty()).then_some(batch))
+        Ok((!batch.is_empty()).then_some((batch, sizes)))
     }
 
     /// Writes `entries`; returns the index of the last one, if any.
@@ -425,15 +510,24 @@ impl LogStore {
         let Some(last) = entries.last().map(|entry| entry.log_id.index) else {
             return Ok(None);
         };
-        let Some(batch) = self.entries_batch(entries).map_err(StorageIOError::write_logs)? else {
+        let Some((batch, sizes)) = self.entries_batch(&entries).map_err(StorageIOError::write_logs)? else {
             return Ok(None);
         };
         self.appended.fetch_add(batch.size_in_bytes() as u64, Ordering::Relaxed);
         if own {
             self.write_unsynced(batch).await.map_err(StorageIOError::write_logs)?;
-            self.durability.written(last);
         } else {
             self.write_synced(batch).await.map_err(StorageIOError::write_logs)?;
+        }
+        {
+            let mut tail = self.tail();
+            for (entry, size) in entries.into_iter().zip(sizes) {
+                tail.push(entry, size);
+            }
+        }
+        if own {
+            self.durability.written(last);
+        } else {
             self.durability.synced(last);
         }
         Ok(Some(last))
@@ -562,6 +656,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         // Everything from `log_id.index` on goes in one synced write, so the
         // log never has a hole. Indexes never reach `u64::MAX`, so an
         // exclusive end at `u64::MAX` covers the whole tail.
+        self.tail().truncate(log_id.index);
         let batch = self.delete_logs_batch(log_id.index, u64::MAX).map_err(StorageIOError::write_logs)?;
         self.write_synced(batch).await.map_err(StorageIOError::write_logs)?;
         self.durability.truncated(log_id.index);
@@ -578,6 +673,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         // The deletion is synced too: entries that came back after a crash
         // could sit below `last_purged_log_id` and make the log state go
         // backwards. Purges are rare, so the second fsync is cheap.
+        self.tail().purge(log_id.index);
         let batch = self.delete_logs_batch(0, log_id.index.saturating_add(1)).map_err(StorageIOError::write_logs)?;
         self.write_synced(batch).await.map_err(StorageIOError::write_logs)?;
         Ok(())
@@ -659,7 +755,7 @@ mod tests {
     fn entry(term: u64, index: u64) -> Entry {
         Entry {
             log_id: log_id(term, 1, index),
-            payload: EntryPayload::Normal(Batch { timestamp_ms: index, proposals: Vec::new() }),
+            payload: EntryPayload::Normal(Batch { timestamp_ms: index, proposals: Arc::from([]) }),
         }
     }
 
@@ -670,6 +766,87 @@ mod tests {
     /// Appends entries `1..=last` in term 1.
     async fn append_up_to(store: &mut LogStore, last: u64) -> anyhow::Result<()> {
         store.blocking_append((1..=last).map(|index| entry(1, index))).await?;
+        Ok(())
+    }
+
+    /// An entry whose one proposal carries `value_bytes` bytes.
+    fn sized_entry(term: u64, index: u64, value_bytes: usize) -> Entry {
+        use crate::types::{Command, Op, Proposal, PutRequest, RequestId, Txn};
+        let put = PutRequest { key: index.to_be_bytes().to_vec(), value: vec![7; value_bytes], ..Default::default() };
+        let proposal = Proposal {
+            id: RequestId::at(index, term),
+            command: Command::Txn(Txn { success: vec![Op::Put(put)], ..Default::default() }),
+        };
+        Entry {
+            log_id: log_id(term, 1, index),
+            payload: EntryPayload::Normal(Batch { timestamp_ms: index, proposals: Arc::from([proposal]) }),
+        }
+    }
+
+    /// Bounded reads (what openraft asks for) are served from the in-memory
+    /// tail when it holds them: they must read exactly what the log holds
+    /// through appends, truncations, purges and tails longer than the
+    /// memory bound. Checked against a model of the log.
+    #[tokio::test]
+    async fn bounded_reads_match_the_log_through_appends_truncations_and_purges() -> anyhow::Result<()> {
+        use rand::{Rng, SeedableRng};
+        let dir = tempfile::tempdir()?;
+        let mut store = LogStore::open(dir.path(), 1)?;
+        let mut model: std::collections::BTreeMap<u64, Entry> = Default::default();
+        let mut rng = rand::rngs::StdRng::seed_from_u64(11);
+        let (mut term, mut next) = (1, 1);
+        for _ in 0..400 {
+            match rng.gen_range(0..12) {
+                0 if !model.is_empty() => {
+                    let first = *model.keys().next().unwrap();
+                    let at = rng.gen_range(first..next);
+                    term += 1;
+                    store.truncate(log_id(term, 1, at)).await?;
+                    model.split_off(&at);
+                    next = at;
+                }
+                1 if !model.is_empty() => {
+                    let at = rng.gen_range(*model.keys().next().unwrap()..next);
+                    store.purge(log_id(term, 1, at)).await?;
+                    model = model.split_off(&(at + 1));
+                }
+                _ => {
+                    let n = rng.gen_range(1..20);
+                    // Now and then entries big enough to push the oldest out
+                    // of the tail's memory bound.
+                    let size = if rng.gen_range(0..8) == 0 { 3 << 20 } else { 100 };
+                    let entries: Vec<Entry> = (next..next + n).map(|i| sized_entry(term, i, size)).collect();
+                    store.blocking_append(entries.clone()).await?;
+                    model.extend(entries.into_iter().map(|e| (e.log_id.index, e)));
+                    next += n;
+                }
+            }
+            for _ in 0..4 {
+                let start = rng.gen_range(next.saturating_sub(40)..=next);
+                let end = rng.gen_range(start..=next + 1);
+                let want: Vec<Entry> = model.range(start..end).map(|(_, e)| e.clone()).collect();
+                assert_eq!(store.try_get_log_entries(start..end).await?, want, "entries {start}..{end}");
+                let got = store.try_get_log_entries(start..=end).await?;
+                assert_eq!(got, model.range(start..=end).map(|(_, e)| e.clone()).collect::<Vec<_>>());
+            }
+        }
+        Ok(())
+    }
+
+    /// What openraft reads back right after an append comes from memory,
+    /// not the database; older entries beyond the bound come from disk.
+    #[tokio::test]
+    async fn the_newest_entries_are_read_from_memory() -> anyhow::Result<()> {
+        let dir = tempfile::tempdir()?;
+        let mut store = LogStore::open(dir.path(), 1)?;
+        let big = TAIL_BYTES / 4 + 1;
+        store.blocking_append((1..=8).map(|i| sized_entry(1, i, big))).await?;
+        // Remove every entry from the database behind the store's back.
+        store.db.write(store.delete_logs_batch(0, u64::MAX)?)?;
+        // The newest entries are still read; the oldest ones were beyond
+        // the bound and are gone with the database's copy.
+        assert_eq!(indexes(&store.try_get_log_entries(6..9).await?), [6, 7, 8]);
+        assert!(store.try_get_log_entries(1..9).await?.is_empty());
         Ok(())
     }
 

@@ -1240,7 +1240,7 @@ async fn run_batcher(raft: Raft, mut rx: mpsc::Receiver<PendingWrite>, max_batch
         tokio::spawn(async move {
             // The proposals move into the entry; only the reply channels stay.
             let (proposals, replies): (Vec<_>, Vec<_>) = pending.into_iter().map(|p| (p.proposal, p.reply)).unzip();
-            let outcome = raft.client_write(Batch { timestamp_ms: now_ms(), proposals }).await;
+            let outcome = raft.client_write(Batch { timestamp_ms: now_ms(), proposals: proposals.into() }).await;
             drop(slot);
             let m = crate::metrics::metrics();
             m.proposals_pending.sub(replies.len() as i64);

@@ -7,6 +7,7 @@
 
 use std::fmt;
 use std::io::Cursor;
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
@@ -82,7 +83,11 @@ pub struct Batch {
     /// Wall-clock milliseconds on the leader when it proposed the batch: the
     /// commit time recorded for every revision the batch creates.
     pub timestamp_ms: u64,
-    pub proposals: Vec<Proposal>,
+    /// Shared, not owned: openraft reads every entry back from the log to
+    /// apply and to replicate it, and the log's in-memory tail hands out
+    /// entries by reference count (`log_store.rs`). Encoded as a plain
+    /// sequence, as the `Vec` it once was.
+    pub proposals: Arc<[Proposal]>,
 }
 
 impl fmt::Display for Batch {
@@ -358,4 +363,38 @@ pub type ProposalResult = Result<Output, ApplyError>;
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct BatchResponse {
     pub results: Vec<ProposalResult>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Logs and snapshots written while `proposals` was a `Vec` read back
+    /// the same, and new entries encode as they did.
+    #[test]
+    fn a_batch_encodes_its_proposals_as_the_vec_it_once_was() {
+        #[derive(Serialize, Deserialize)]
+        struct VecBatch {
+            timestamp_ms: u64,
+            proposals: Vec<Proposal>,
+        }
+        let proposals: Vec<Proposal> = (0..3u64)
+            .map(|n| Proposal {
+                id: RequestId::at(n, n),
+                command: Command::Txn(Txn {
+                    success: vec![Op::Put(PutRequest {
+                        key: format!("k{n}").into_bytes(),
+                        value: vec![n as u8; 10],
+                        ..Default::default()
+                    })],
+                    ..Default::default()
+                }),
+            })
+            .collect();
+        let shared = Batch { timestamp_ms: 7, proposals: proposals.clone().into() };
+        let owned = VecBatch { timestamp_ms: 7, proposals };
+        assert_eq!(bincode::serialize(&shared).unwrap(), bincode::serialize(&owned).unwrap());
+        let back: Batch = bincode::deserialize(&bincode::serialize(&owned).unwrap()).unwrap();
+        assert_eq!(back, shared);
+    }
 }
