@@ -640,6 +640,15 @@ fn lease_attachment_key(id: i64, key: &[u8]) -> Vec<u8> {
     k
 }
 
+/// A transaction's writes so far: each key's new record, with the live
+/// record it replaces (for the event's `prev_kv` and the lease index).
+type Changes = BTreeMap<Vec<u8>, Change>;
+
+struct Change {
+    now: KvRecord,
+    prev: Option<KvRecord>,
+}
+
 /// A request id's remembered result, with its application time for expiry.
 #[derive(Serialize, Deserialize)]
 struct DedupRecord {
@@ -740,9 +749,9 @@ impl<'a> Applier<'a> {
     /// The newest record of `key` including this batch's and this txn's
     /// writes. A deleted key may come back as its tombstone or as `None`;
     /// every caller treats them alike.
-    fn latest(&self, key: &[u8], txn: &BTreeMap<Vec<u8>, KvRecord>) -> Result<Option<KvRecord>, EngineError> {
-        if let Some(r) = txn.get(key) {
-            return Ok(Some(r.clone()));
+    fn latest(&self, key: &[u8], txn: &Changes) -> Result<Option<KvRecord>, EngineError> {
+        if let Some(c) = txn.get(key) {
+            return Ok(Some(c.now.clone()));
         }
         if let Some(r) = self.pending.get(key).and_then(|v| v.last()) {
             return Ok(Some(r.clone()));
@@ -766,8 +775,17 @@ impl<'a> Applier<'a> {
             .filter_map(|(k, versions)| versions.last().map(|r| (k.as_slice(), Some(r).filter(|r| !r.deleted))))
     }
 
+    /// Moves out what [`Applier::latest_records`] lists, leaving this
+    /// batch's pending versions empty: for the caller that is done applying.
+    pub fn take_latest_records(&mut self) -> Vec<(Vec<u8>, Option<KvRecord>)> {
+        std::mem::take(&mut self.pending)
+            .into_iter()
+            .filter_map(|(k, mut versions)| versions.pop().map(|r| (k, Some(r).filter(|r| !r.deleted))))
+            .collect()
+    }
+
     fn apply_txn(&mut self, txn: &Txn, timestamp_ms: u64) -> Result<ProposalResult, EngineError> {
-        let mut changes = BTreeMap::new();
+        let mut changes = Changes::new();
         let revision = self.revision + 1;
         let result = match self.exec_txn(txn, revision, &mut changes)? {
             Ok(r) => r,
@@ -783,7 +801,7 @@ impl<'a> Applier<'a> {
         &mut self,
         txn: &Txn,
         revision: i64,
-        changes: &mut BTreeMap<Vec<u8>, KvRecord>,
+        changes: &mut Changes,
     ) -> Result<Result<TxnResult, ApplyError>, EngineError> {
         let mut succeeded = true;
         for c in &txn.compare {
@@ -809,7 +827,7 @@ impl<'a> Applier<'a> {
         Ok(Ok(TxnResult { succeeded, responses }))
     }
 
-    fn compare(&self, c: &Compare, changes: &BTreeMap<Vec<u8>, KvRecord>) -> Result<bool, EngineError> {
+    fn compare(&self, c: &Compare, changes: &Changes) -> Result<bool, EngineError> {
         let keys: Vec<(Vec<u8>, Option<KvRecord>)> = if c.range_end.is_empty() {
             vec![(c.key.clone(), self.latest(&c.key, changes)?.filter(|r| !r.deleted))]
         } else {
@@ -850,7 +868,7 @@ impl<'a> Applier<'a> {
         start: &[u8],
         end: &[u8],
         at: i64,
-        changes: &BTreeMap<Vec<u8>, KvRecord>,
+        changes: &Changes,
     ) -> Result<BTreeMap<Vec<u8>, KvRecord>, EngineError> {
         let mut found = self.reader.scan_at(start, end, at)?;
         for (k, versions) in &self.pending {
@@ -860,9 +878,9 @@ impl<'a> Applier<'a> {
                 }
             }
         }
-        for (k, r) in changes {
-            if in_range(k, start, end) && r.mod_revision <= at {
-                found.insert(k.clone(), r.clone());
+        for (k, c) in changes {
+            if in_range(k, start, end) && c.now.mod_revision <= at {
+                found.insert(k.clone(), c.now.clone());
             }
         }
         Ok(found)
@@ -872,7 +890,7 @@ impl<'a> Applier<'a> {
         &self,
         req: &RangeRequest,
         revision: i64,
-        changes: &BTreeMap<Vec<u8>, KvRecord>,
+        changes: &Changes,
     ) -> Result<Result<RangeResult, ApplyError>, EngineError> {
         // Reads inside a txn see its earlier writes, as in etcd.
         let current = if changes.is_empty() { self.revision } else { revision };
@@ -888,7 +906,7 @@ impl<'a> Applier<'a> {
         &self,
         p: &PutRequest,
         revision: i64,
-        changes: &mut BTreeMap<Vec<u8>, KvRecord>,
+        changes: &mut Changes,
     ) -> Result<Result<OpResult, ApplyError>, EngineError> {
         if changes.contains_key(&p.key) {
             return Ok(Err(ApplyError::DuplicateKey));
@@ -921,8 +939,8 @@ impl<'a> Applier<'a> {
             value,
             deleted: false,
         };
-        changes.insert(p.key.clone(), rec);
-        let prev_kv = if p.prev_kv { prev.map(|r| r.to_kv(&p.key)) } else { None };
+        let prev_kv = if p.prev_kv { prev.as_ref().map(|r| r.to_kv(&p.key)) } else { None };
+        changes.insert(p.key.clone(), Change { now: rec, prev });
         Ok(Ok(OpResult::Put { prev_kv }))
     }
 
@@ -930,36 +948,31 @@ impl<'a> Applier<'a> {
         &self,
         d: &DeleteRequest,
         revision: i64,
-        changes: &mut BTreeMap<Vec<u8>, KvRecord>,
+        changes: &mut Changes,
     ) -> Result<Result<OpResult, ApplyError>, EngineError> {
         let live: Vec<(Vec<u8>, KvRecord)> =
             self.view_range(&d.key, &d.range_end, i64::MAX, changes)?.into_iter().filter(|(_, r)| !r.deleted).collect();
         let mut prev_kvs = Vec::new();
         for (k, r) in &live {
-            if changes.get(k).is_some_and(|c| c.mod_revision == revision) {
+            if changes.get(k).is_some_and(|c| c.now.mod_revision == revision) {
                 return Ok(Err(ApplyError::DuplicateKey));
             }
             if d.prev_kv {
                 prev_kvs.push(r.to_kv(k));
             }
         }
-        for (k, _) in &live {
-            changes.insert(k.clone(), KvRecord::tombstone(revision));
+        let deleted = live.len() as i64;
+        for (k, r) in live {
+            changes.insert(k, Change { now: KvRecord::tombstone(revision), prev: Some(r) });
         }
-        Ok(Ok(OpResult::DeleteRange { deleted: live.len() as i64, prev_kvs }))
+        Ok(Ok(OpResult::DeleteRange { deleted, prev_kvs }))
     }
 
-    fn commit_revision(
-        &mut self,
-        revision: i64,
-        timestamp_ms: u64,
-        changes: BTreeMap<Vec<u8>, KvRecord>,
-    ) -> Result<(), EngineError> {
+    fn commit_revision(&mut self, revision: i64, timestamp_ms: u64, changes: Changes) -> Result<(), EngineError> {
         let db = self.db();
         let mut events = Vec::with_capacity(changes.len());
         let mut keys = Vec::with_capacity(changes.len());
-        for (k, rec) in changes {
-            let prev = self.latest(&k, &BTreeMap::new())?;
+        for (k, Change { now: rec, prev }) in changes {
             let old_lease = prev.as_ref().filter(|p| !p.deleted).map_or(0, |p| p.lease);
             let new_lease = if rec.deleted { 0 } else { rec.lease };
             if old_lease != new_lease {
@@ -1025,10 +1038,10 @@ impl<'a> Applier<'a> {
             }
         }
         let revision = self.revision + 1;
-        let mut changes = BTreeMap::new();
+        let mut changes = Changes::new();
         for key in keys {
-            if self.latest(&key, &changes)?.is_some_and(|r| !r.deleted && r.lease == id) {
-                changes.insert(key, KvRecord::tombstone(revision));
+            if let Some(live) = self.latest(&key, &changes)?.filter(|r| !r.deleted && r.lease == id) {
+                changes.insert(key, Change { now: KvRecord::tombstone(revision), prev: Some(live) });
             }
         }
         if !changes.is_empty() {

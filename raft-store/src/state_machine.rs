@@ -391,10 +391,11 @@ impl StateMachine {
         // Records with big values are not worth a copy: they are dropped
         // from the cache instead (a later write to the key seeks once).
         let written: Vec<(Vec<u8>, Option<Option<mvcc::KvRecord>>)> = applier
-            .latest_records()
+            .take_latest_records()
+            .into_iter()
             .map(|(k, r)| match r {
-                Some(r) if r.value.len() > LATEST_CACHE_MAX_VALUE => (k.to_vec(), None),
-                r => (k.to_vec(), Some(r.cloned())),
+                Some(r) if r.value.len() > LATEST_CACHE_MAX_VALUE => (k, None),
+                r => (k, Some(r)),
             })
             .collect();
         let (mut batch, events, revision) = applier.finish();

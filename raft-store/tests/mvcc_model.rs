@@ -353,3 +353,50 @@ fn a_raised_nospace_alarm_refuses_only_what_adds_data_until_cleared() {
     apply(put(b"c")).unwrap();
     assert_eq!(Reader::live(&db).revision().unwrap(), 4);
 }
+
+/// A revoked lease deletes its keys in one revision whose events carry the
+/// deleted values, and leaves no attachment behind: a lease granted later
+/// under the same id starts with no keys.
+#[test]
+fn revoking_a_lease_deletes_its_keys_with_their_previous_values_and_forgets_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = open_db(dir.path()).unwrap();
+    let cache = LatestCache::new(1 << 20);
+    let apply = |cmd: Command| {
+        let mut a = Applier::new(&db, &cache).unwrap();
+        let result = a.apply(RequestId::fresh(), &cmd, 1).unwrap();
+        let (wb, events, _) = a.finish();
+        db.write(wb).unwrap();
+        (result, events)
+    };
+    let put = |k: &[u8], lease: i64| {
+        Command::Txn(Txn {
+            success: vec![Op::Put(PutRequest { key: k.to_vec(), value: b"v".to_vec(), lease, ..Default::default() })],
+            ..Default::default()
+        })
+    };
+    apply(Command::LeaseGrant { id: 9, ttl_seconds: 60 }).0.unwrap();
+    apply(put(b"a", 9)).0.unwrap();
+    apply(put(b"b", 9)).0.unwrap();
+    apply(put(b"c", 0)).0.unwrap();
+    let (revoked, events) = apply(Command::LeaseRevoke { id: 9 });
+    assert!(matches!(revoked, Ok(Output::LeaseRevoked { revision: 4 })), "{revoked:?}");
+    let deleted: Vec<(EventKind, Vec<u8>, Option<Vec<u8>>)> = events
+        .iter()
+        .flat_map(|r| &r.events)
+        .map(|e| (e.kind, e.kv.key.clone(), e.prev_kv.as_ref().map(|p| p.value.clone())))
+        .collect();
+    assert_eq!(
+        deleted,
+        [
+            (EventKind::Delete, b"a".to_vec(), Some(b"v".to_vec())),
+            (EventKind::Delete, b"b".to_vec(), Some(b"v".to_vec()))
+        ]
+    );
+    let reader = Reader::live(&db);
+    assert_eq!(reader.lease(9).unwrap(), None);
+    assert!(reader.lease_keys(9).unwrap().is_empty(), "attachments left behind: {:?}", reader.lease_keys(9));
+    drop(reader);
+    apply(Command::LeaseGrant { id: 9, ttl_seconds: 60 }).0.unwrap();
+    assert!(Reader::live(&db).lease_keys(9).unwrap().is_empty());
+}
