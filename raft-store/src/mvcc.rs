@@ -1209,19 +1209,6 @@ pub fn open_db(path: &std::path::Path) -> Result<DB, rocksdb::Error> {
             // memtable and a seek in every table that may hold the key.
             // Blooms over the key part of `hist` keys answer it instead.
             cf_opts.set_write_buffer_size(HIST_MEMTABLE_BYTES);
-            // Every put adds a version of a key anywhere in the key space,
-            // so with leveled compaction each L0 file overlaps the whole of
-            // the bottom level, and while the history is under a few hundred
-            // MB that level is also the base level: every L0 compaction
-            // rewrote all of history, a cost per write that grew with it.
-            // Universal compaction merges sorted runs of similar size
-            // instead, so a version is rewritten a few times, whatever the
-            // history's size. 5 runs of 10 s at 256 clients on one cluster
-            // (history growing to ~1M versions), twice each way: leveled
-            // 23.4k -> 18.2k writes/s from the first run to the fifth and
-            // 5.3 s of compaction CPU per member; universal 23.7k -> 21.0k
-            // and 3.4 s.
-            cf_opts.set_compaction_style(rocksdb::DBCompactionStyle::Universal);
             cf_opts.set_prefix_extractor(hist_key_prefix());
             cf_opts.set_memtable_prefix_bloom_ratio(0.05);
             let mut table = rocksdb::BlockBasedOptions::default();
