@@ -5,11 +5,7 @@
 //!   configured by flags or a YAML file.
 //! - [`up`]: `skiff up`, a local cluster of master processes on loopback,
 //!   with a kubeconfig and a live status line.
-//! - [`ctl`]: `skiffctl`, the user CLI (gRPC only; links no RocksDB code).
-//! - [`objects`]: `skiffctl`'s Kubernetes object commands.
 
-pub mod ctl;
-pub mod objects;
 pub mod server;
 pub mod up;
 

@@ -22,7 +22,7 @@ use support::*;
 const KINDS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/manifests/kinds.yaml");
 
 fn skiffctl(server: &str, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_skiffctl")).args(["--server", server]).args(args).output().unwrap()
+    Command::new(skiffctl_path()).args(["--server", server]).args(args).output().unwrap()
 }
 
 fn stderr(o: &Output) -> String {

@@ -7,7 +7,7 @@ use std::process::Command;
 use support::*;
 
 fn skiffctl(server: &str, args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_skiffctl")).args(["--server", server]).args(args).output().unwrap()
+    Command::new(skiffctl_path()).args(["--server", server]).args(args).output().unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

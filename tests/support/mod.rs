@@ -17,6 +17,15 @@ pub mod netns;
 
 pub const SKIFF: &str = env!("CARGO_BIN_EXE_skiff");
 
+/// `skiffctl`, built beside `skiff` by `cargo build --workspace --bins`
+/// (it is a package of its own, so cargo names no `CARGO_BIN_EXE_` for it
+/// here; `make test` builds every binary first).
+pub fn skiffctl_path() -> PathBuf {
+    let path = std::path::Path::new(SKIFF).with_file_name("skiffctl");
+    assert!(path.exists(), "{} is missing: run `cargo build --release --workspace --bins` first", path.display());
+    path
+}
+
 /// A free loopback port for a member to listen on. Taken below Linux's
 /// ephemeral range (32768+), so that no outgoing connection's source port
 /// can take it between this check and the member's bind; tests in one

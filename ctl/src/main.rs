@@ -5,9 +5,9 @@ use std::process::ExitCode;
 use clap::Parser;
 
 fn main() -> ExitCode {
-    let cli = skiff::ctl::Cli::parse();
+    let cli = skiff_ctl::Cli::parse();
     let runtime = tokio::runtime::Runtime::new().expect("cannot start the tokio runtime");
-    match runtime.block_on(skiff::ctl::run(cli)) {
+    match runtime.block_on(skiff_ctl::run(cli)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("skiffctl: {e}");

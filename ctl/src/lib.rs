@@ -3,6 +3,17 @@
 //!
 //! Servers come from `--server HOST:PORT,...`, else `SKIFF_SERVER`, else
 //! `127.0.0.1:2379`; each command tries them in order until one answers.
+//!
+//! A crate of its own that depends on `proto`, `api` and `client` only, so
+//! the binary people copy to their laptops carries no RocksDB.
+//!
+//! # Layout
+//! - this module: the command line and the etcd-level commands (`member`,
+//!   `status`, `kv`, `compact`).
+//! - [`objects`]: the Kubernetes object commands (`get`, `apply`,
+//!   `delete`, `watch`, `history`, `diff`).
+
+pub mod objects;
 
 use std::time::Duration;
 
