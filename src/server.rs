@@ -12,11 +12,11 @@
 //! [`run`] then runs the master's components in this process until shutdown.
 
 use std::ffi::{OsStr, OsString};
-use std::future::Future;
 use std::path::{Path, PathBuf};
 
 use serde_yaml::Value;
 use skiff_apiserver::{ApiserverConfig, RunError};
+use skiff_shutdown::Shutdown;
 
 /// Where k3s users expect a server's configuration.
 pub const DEFAULT_CONFIG: &str = "/etc/skiff/config.yaml";
@@ -130,13 +130,15 @@ fn scalar(v: &Value) -> Result<String, String> {
     }
 }
 
-/// Runs a master host's components in this process until `shutdown`.
+/// Runs a master host's components in this process until `shutdown` is
+/// cancelled, and returns once every one of them has stopped.
 ///
 /// Today that is the apiserver alone. The controller manager and the
-/// scheduler start here beside it once they exist, as tasks of this
-/// process that talk gRPC to this apiserver's client address
-/// (`config.client_listen`) and stop on the same shutdown.
-pub async fn run(config: ApiserverConfig, shutdown: impl Future<Output = ()> + Send + 'static) -> Result<(), RunError> {
+/// scheduler start here beside it once they exist, each with
+/// `run(config, shutdown.child())` as tasks of this process that talk gRPC
+/// to this apiserver's client address (`config.client_listen`), so that
+/// one signal stops them all.
+pub async fn run(config: ApiserverConfig, shutdown: Shutdown) -> Result<(), RunError> {
     skiff_apiserver::run(config, shutdown).await
 }
 

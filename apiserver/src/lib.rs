@@ -14,7 +14,8 @@
 //! - [`http`]: the HTTP listener: health, readiness and Prometheus metrics.
 //! - [`metrics`]: request and watcher metrics.
 //! - [`run`]: opens the store, serves the peer, client and HTTP listeners,
-//!   bootstraps or rejoins the cluster, and stops cleanly on shutdown.
+//!   bootstraps or rejoins the cluster, and stops cleanly when its
+//!   [`Shutdown`] is cancelled, waiting for every task it started.
 
 // tonic's `Status` is the framework's own error type; boxing it at every
 // call would only add noise.
@@ -32,15 +33,15 @@ mod serve;
 pub mod storage;
 pub mod watch;
 
-use std::future::Future;
 use std::net::SocketAddr;
 
 use skiff_raft_store::etcd::{cluster::ClusterService, control::ControlService, kv::KvService, lease::LeaseService};
 use skiff_raft_store::etcd::{maintenance::MaintenanceService, watch::WatchService};
 use skiff_raft_store::peer::PeerService;
 use skiff_raft_store::Store;
+use skiff_shutdown::Shutdown;
 use tokio::net::TcpListener;
-use tokio::sync::watch as signal;
+use tokio::task::JoinHandle;
 
 pub use config::ApiserverConfig;
 
@@ -51,8 +52,26 @@ pub enum RunError {
     Listen { addr: String, source: std::io::Error },
     #[error(transparent)]
     Start(#[from] skiff_raft_store::store::StartError),
-    #[error("{0}")]
-    Serve(String),
+    #[error("the {listener} listener failed: {source}")]
+    Serve {
+        listener: &'static str,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+    #[error("the {listener} listener's task panicked or was cancelled: {source}")]
+    Task {
+        listener: &'static str,
+        #[source]
+        source: tokio::task::JoinError,
+    },
+}
+
+/// What a listener's server future returns, as a [`RunError::Serve`].
+fn failed<E>(listener: &'static str) -> impl FnOnce(E) -> RunError
+where
+    E: std::error::Error + Send + Sync + 'static,
+{
+    move |e| RunError::Serve { listener, source: Box::new(e) }
 }
 
 /// Accepted connections with Nagle's algorithm off: gRPC's small
@@ -96,44 +115,54 @@ impl Listeners {
 /// keep-alives do not wait for it: they end as soon as the member stops.
 const GRACE: std::time::Duration = std::time::Duration::from_secs(2);
 
-/// A running apiserver, for in-process tests.
+/// A running apiserver: its store and the tasks serving its listeners.
 pub struct Running {
     pub store: Store,
-    stop: signal::Sender<bool>,
-    servers: Vec<tokio::task::JoinHandle<Result<(), String>>>,
+    /// A child of the shutdown it was started under: cancelling that one
+    /// stops this member too, and [`Running::stop`] stops it alone.
+    shutdown: Shutdown,
+    servers: Vec<(&'static str, JoinHandle<Result<(), RunError>>)>,
 }
 
 impl Running {
     /// Stops the listeners (giving open streams one short grace period,
-    /// shared by all of them), then shuts Raft down.
+    /// shared by all of them), then shuts Raft down and waits for every
+    /// task the store started.
     pub async fn stop(self) -> Result<(), RunError> {
         self.store.begin_stop();
-        let _ = self.stop.send(true);
+        self.shutdown.cancel();
         let mut result = Ok(());
         let deadline = tokio::time::Instant::now() + GRACE;
-        for mut server in self.servers {
+        for (listener, mut server) in self.servers {
             match tokio::time::timeout_at(deadline, &mut server).await {
-                Ok(Ok(Err(e))) => result = Err(RunError::Serve(e)),
-                Ok(Err(e)) => result = Err(RunError::Serve(e.to_string())),
+                Ok(Ok(Err(e))) => result = Err(e),
+                Ok(Err(source)) => result = Err(RunError::Task { listener, source }),
                 Ok(Ok(Ok(()))) => {}
                 // Streams still open after the grace period are cut.
                 Err(_) => server.abort(),
             }
+        }
+        // Connections cut above end their tasks with them; what is left
+        // (a namespace write in flight) ends within the same grace.
+        if !self.shutdown.stop_within(GRACE).await {
+            tracing::warn!("some apiserver tasks did not stop within {GRACE:?}");
         }
         self.store.shutdown().await;
         result
     }
 }
 
-/// Serves until `shutdown` completes.
-pub async fn run(config: ApiserverConfig, shutdown: impl Future<Output = ()> + Send + 'static) -> Result<(), RunError> {
+/// Serves until `shutdown` is cancelled, then stops and waits for every
+/// task it started.
+pub async fn run(config: ApiserverConfig, shutdown: Shutdown) -> Result<(), RunError> {
     let listeners = Listeners::bind(&config).await?;
-    let running = start(config, listeners).await?;
-    shutdown.await;
+    let running = start_under(config, listeners, admission::Security::default(), &shutdown).await?;
+    shutdown.cancelled().await;
     running.stop().await
 }
 
-/// Opens the store, starts serving on `listeners` and bootstraps.
+/// Opens the store, starts serving on `listeners` and bootstraps, under a
+/// shutdown of its own (in-process tests stop it with [`Running::stop`]).
 pub async fn start(config: ApiserverConfig, listeners: Listeners) -> Result<Running, RunError> {
     start_with(config, listeners, admission::Security::default()).await
 }
@@ -144,17 +173,24 @@ pub async fn start_with(
     listeners: Listeners,
     security: admission::Security,
 ) -> Result<Running, RunError> {
+    start_under(config, listeners, security, &Shutdown::new()).await
+}
+
+/// [`start_with`], stopped with `parent` as well as by [`Running::stop`].
+pub async fn start_under(
+    config: ApiserverConfig,
+    listeners: Listeners,
+    security: admission::Security,
+    parent: &Shutdown,
+) -> Result<Running, RunError> {
+    let shutdown = parent.child();
     let store = Store::open(config.store.clone()).await?;
     let fanout = watch::Fanout::new(store.clone(), config.watch_bookmark_interval);
     let registry = registry::Registry::new(store.clone(), security, fanout);
-    let (stop, stop_rx) = signal::channel(false);
-    let stopped = |mut rx: signal::Receiver<bool>| async move {
-        let _ = rx.wait_for(|s| *s).await;
-    };
 
     let peer = tonic::transport::Server::builder()
         .add_service(PeerService::server(store.clone()))
-        .serve_with_incoming_shutdown(incoming(listeners.peer), stopped(stop_rx.clone()));
+        .serve_with_incoming_shutdown(incoming(listeners.peer), shutdown.cancelled_owned());
     let routes = tonic::service::Routes::new(KvService::server(store.clone()))
         .add_service(WatchService::server(store.clone(), config.watch_progress_interval))
         .add_service(LeaseService::server(store.clone()))
@@ -162,19 +198,25 @@ pub async fn start_with(
         .add_service(MaintenanceService::server(store.clone()))
         .add_service(ControlService::server(store.clone()))
         .add_service(grpc::ResourceService::server(registry.clone()));
-    let client = serve::serve(listeners.client, routes, stop_rx.clone());
+    let client = serve::serve(listeners.client, routes, shutdown.clone());
     let address = listeners.http.local_addr().map(|a| a.to_string()).unwrap_or_default();
     let rest =
         axum::Router::new().fallback(rest::handle).with_state(rest::RestState { registry: registry.clone(), address });
     let http = axum::serve(listeners.http, http::router(store.clone()).merge(rest))
-        .with_graceful_shutdown(stopped(stop_rx.clone()));
+        .with_graceful_shutdown(shutdown.cancelled_owned());
 
     let servers = vec![
-        tokio::spawn(async move { peer.await.map_err(|e| e.to_string()) }),
-        tokio::spawn(client),
-        tokio::spawn(async move { http.await.map_err(|e| e.to_string()) }),
+        ("peer", shutdown.spawn(async move { peer.await.map_err(failed("peer")) })),
+        (
+            "client",
+            shutdown.spawn(async move {
+                client.await;
+                Ok(())
+            }),
+        ),
+        ("http", shutdown.spawn(async move { http.await.map_err(failed("http")) })),
     ];
-    let running = Running { store: store.clone(), stop, servers };
+    let running = Running { store: store.clone(), shutdown: shutdown.clone(), servers };
 
     if let Err(e) = store.bootstrap().await {
         let _ = running.stop().await;
@@ -185,22 +227,26 @@ pub async fn start_with(
         return Err(e.into());
     }
     tracing::info!(id = store.id(), "member started");
-    tokio::spawn(ensure_default_namespaces(registry, running.stop.subscribe()));
+    shutdown.spawn(ensure_default_namespaces(registry, shutdown.clone()));
     Ok(running)
 }
 
 /// Creates the default namespaces once the cluster can take writes; every
 /// master tries, the first write wins and the others find them present.
-async fn ensure_default_namespaces(registry: registry::Registry, mut stop: signal::Receiver<bool>) {
+async fn ensure_default_namespaces(registry: registry::Registry, shutdown: Shutdown) {
     let mut delay = std::time::Duration::from_millis(200);
     loop {
-        match registry.ensure_default_namespaces().await {
+        let attempt = tokio::select! {
+            attempt = registry.ensure_default_namespaces() => attempt,
+            () = shutdown.cancelled() => return,
+        };
+        match attempt {
             Ok(()) => return,
             Err(e) => tracing::debug!(error = %e, "default namespaces not created yet"),
         }
         tokio::select! {
             _ = tokio::time::sleep(delay) => {}
-            _ = stop.wait_for(|s| *s) => return,
+            () = shutdown.cancelled() => return,
         }
         delay = (delay * 2).min(std::time::Duration::from_secs(5));
     }

@@ -26,23 +26,24 @@ use std::time::Duration;
 use futures::stream::{FuturesUnordered, StreamExt};
 use futures::task::AtomicWaker;
 use hyper_util::rt::{TokioIo, TokioTimer};
+use skiff_shutdown::Shutdown;
 use tokio::net::TcpListener;
-use tokio::sync::watch;
 use tonic::codegen::Service;
 use tonic::service::Routes;
 
 type Request = Pin<Box<dyn Future<Output = ()> + Send>>;
 
-/// Serves `routes` on `listener` until `stop` turns true, then lets every
-/// connection finish the requests it has (HTTP/2 GOAWAY) before returning.
-pub async fn serve(listener: TcpListener, routes: Routes, mut stop: watch::Receiver<bool>) -> Result<(), String> {
+/// Serves `routes` on `listener` until `shutdown` is cancelled, then lets
+/// every connection finish the requests it has (HTTP/2 GOAWAY) before
+/// returning. Each connection's task is a task of a child of `shutdown`,
+/// so whoever stops `shutdown` also waits for the connections.
+pub async fn serve(listener: TcpListener, routes: Routes, shutdown: Shutdown) {
     let routes = routes.prepare();
-    // Every connection holds a receiver; `closed` waits for the last one.
-    let (open, _) = watch::channel(());
+    let connections = shutdown.child();
     loop {
         let accepted = tokio::select! {
             accepted = listener.accept() => accepted,
-            _ = stop.wait_for(|s| *s) => break,
+            () = shutdown.cancelled() => break,
         };
         let stream = match accepted {
             Ok((stream, _)) => stream,
@@ -72,21 +73,18 @@ pub async fn serve(listener: TcpListener, routes: Routes, mut stop: watch::Recei
             .max_concurrent_streams(None)
             .serve_connection(TokioIo::new(stream), service);
         let task = ConnectionTask { conn: Box::pin(conn), spawner, requests: FuturesUnordered::new(), closed: false };
-        let mut stop = stop.clone();
-        let open = open.subscribe();
-        tokio::spawn(async move {
+        let stop = connections.clone();
+        connections.spawn(async move {
             let mut task = std::pin::pin!(task);
             tokio::select! {
                 () = task.as_mut() => return,
-                _ = stop.wait_for(|s| *s) => {}
+                () = stop.cancelled() => {}
             }
             task.as_mut().conn.as_mut().graceful_shutdown();
             task.await;
-            drop(open);
         });
     }
-    open.closed().await;
-    Ok(())
+    connections.wait().await
 }
 
 pin_project_lite::pin_project! {

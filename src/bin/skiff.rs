@@ -10,6 +10,7 @@ use clap::{Args, CommandFactory, Parser, Subcommand};
 use skiff::parse_duration;
 use skiff_apiserver::ApiserverConfig;
 use skiff_raft_store::StoreConfig;
+use skiff_shutdown::Shutdown;
 
 /// A write allocates and frees a few dozen small buffers on every member
 /// (decoded entries, MVCC records, events, gRPC frames), from many threads;
@@ -174,14 +175,16 @@ impl ApiserverArgs {
     }
 }
 
-async fn shutdown_signal() {
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-        .expect("installing a SIGTERM handler cannot fail");
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        _ = term.recv() => {}
-    }
-    tracing::info!("shutting down");
+/// The process's one shutdown, cancelled by SIGINT, SIGTERM or SIGHUP.
+fn shutdown_on_signals() -> Result<Shutdown, String> {
+    let shutdown = Shutdown::new();
+    skiff_shutdown::signals::cancel_on_signals(&shutdown).map_err(|e| format!("cannot install signal handlers: {e}"))?;
+    let logged = shutdown.clone();
+    tokio::spawn(async move {
+        logged.cancelled().await;
+        tracing::info!("shutting down");
+    });
+    Ok(shutdown)
 }
 
 fn main() -> ExitCode {
@@ -207,11 +210,11 @@ fn main() -> ExitCode {
         match cli.command {
             Command::Apiserver(args) => {
                 let config = (*args).into_config()?;
-                skiff_apiserver::run(config, shutdown_signal()).await.map_err(|e| e.to_string())
+                skiff_apiserver::run(config, shutdown_on_signals()?).await.map_err(|e| e.to_string())
             }
             Command::Server(args) => {
                 let config = args.apiserver.into_config()?;
-                skiff::server::run(config, shutdown_signal()).await.map_err(|e| e.to_string())
+                skiff::server::run(config, shutdown_on_signals()?).await.map_err(|e| e.to_string())
             }
             Command::Up(args) => skiff::up::run(args).await,
         }
