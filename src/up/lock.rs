@@ -6,14 +6,22 @@
 //! its descriptor has exited. So a second `skiff up` on DIR is refused as
 //! long as the first, or any master it started, still runs, and is told
 //! who they are (the file lists each process's pid, rewritten at every
-//! start), instead of failing later with "address already in use".
+//! start), instead of failing later with "address already in use". A lock
+//! whose holders are all exiting (a `skiff up` killed a moment ago) is
+//! waited for a little instead.
 
 use std::fs::{File, OpenOptions, TryLockError};
 use std::io;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 const LOCK_FILE: &str = "up.lock";
+
+/// How long a lock held only by exiting processes is waited for.
+const EXITING_WAIT: Duration = Duration::from_secs(10);
 
 /// `DIR/up.lock`, locked by this `skiff up`.
 #[derive(Debug)]
@@ -33,7 +41,10 @@ pub struct Holder {
 
 impl DirLock {
     /// Locks DIR, or says which processes of another `skiff up` hold it.
-    pub fn take(dir: &Path) -> Result<DirLock, String> {
+    /// Holders that are all exiting (a `skiff up` killed a moment ago,
+    /// its processes going down with it) are waited for, up to
+    /// [`EXITING_WAIT`].
+    pub async fn take(dir: &Path) -> Result<DirLock, String> {
         let path = dir.join(LOCK_FILE);
         let file = OpenOptions::new()
             .read(true)
@@ -42,13 +53,20 @@ impl DirLock {
             .truncate(false)
             .open(&path)
             .map_err(|e| format!("{}: {e}", path.display()))?;
-        match file.try_lock() {
-            Ok(()) => {}
-            Err(TryLockError::WouldBlock) => {
-                let text = std::fs::read_to_string(&path).unwrap_or_default();
-                return Err(in_use(dir, &parse(&text)));
+        let deadline = Instant::now() + EXITING_WAIT;
+        loop {
+            match file.try_lock() {
+                Ok(()) => break,
+                Err(TryLockError::WouldBlock) => {
+                    let text = std::fs::read_to_string(&path).unwrap_or_default();
+                    let running: Vec<Holder> = parse(&text).into_iter().filter(|h| running(h.pid)).collect();
+                    if !running.is_empty() || Instant::now() >= deadline {
+                        return Err(in_use(dir, &running));
+                    }
+                    tokio::time::sleep(EXITING_WAIT / 50).await;
+                }
+                Err(TryLockError::Error(e)) => return Err(format!("cannot lock {}: {e}", path.display())),
             }
-            Err(TryLockError::Error(e)) => return Err(format!("cannot lock {}: {e}", path.display())),
         }
         // Not close-on-exec: every process started from now on holds the
         // lock too, so that it outlives a `skiff up` killed before its
@@ -78,19 +96,19 @@ fn parse(text: &str) -> Vec<Holder> {
         .collect()
 }
 
-/// Whether `pid` runs (a zombie has exited: it only waits to be reaped).
-fn alive(pid: u32) -> bool {
+/// Whether `pid` runs and is not exiting. A zombie has exited, though its
+/// other threads may still be closing its files (and its lock).
+fn running(pid: u32) -> bool {
     let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { return false };
     // `pid (comm) state ...`; comm may itself hold spaces and parentheses.
     stat.rfind(')').and_then(|i| stat[i + 1..].split_whitespace().next()).is_some_and(|state| state != "Z")
 }
 
 /// The refusal, naming the holders that still run and how to stop them.
-fn in_use(dir: &Path, holders: &[Holder]) -> String {
-    let running: Vec<&Holder> = holders.iter().filter(|h| alive(h.pid)).collect();
+fn in_use(dir: &Path, running: &[Holder]) -> String {
     let mut out = format!("{} is in use by another skiff up", dir.display());
     if running.is_empty() {
-        out += " whose processes are exiting: try again in a moment";
+        out += &format!(" whose processes have not exited within {EXITING_WAIT:?}");
         return out;
     }
     let names: Vec<String> = running.iter().map(|h| format!("{} (pid {})", h.label, h.pid)).collect();
@@ -109,10 +127,10 @@ fn in_use(dir: &Path, holders: &[Holder]) -> String {
 mod tests {
     use super::*;
 
-    #[test]
-    fn a_locked_dir_is_refused_naming_the_running_holders() {
+    #[tokio::test]
+    async fn a_locked_dir_is_refused_naming_the_running_holders() {
         let dir = tempfile::tempdir().unwrap();
-        let lock = DirLock::take(dir.path()).unwrap();
+        let lock = DirLock::take(dir.path()).await.unwrap();
         let gone = u32::MAX / 2; // above any pid_max
         lock.record(&[
             Holder { label: "skiff up".into(), pid: std::process::id() },
@@ -121,13 +139,34 @@ mod tests {
         .unwrap();
         // Another open file description: flock refuses it as it would
         // another process.
-        let err = DirLock::take(dir.path()).unwrap_err();
+        let err = DirLock::take(dir.path()).await.unwrap_err();
         assert!(err.contains("in use by another skiff up"), "{err}");
         assert!(err.contains(&format!("skiff up (pid {})", std::process::id())), "{err}");
         assert!(err.contains(&format!("kill {}", std::process::id())), "{err}");
         assert!(!err.contains("master-1"), "a holder that has exited is not named: {err}");
         drop(lock);
-        DirLock::take(dir.path()).expect("the lock is free once its holder has closed it");
+        DirLock::take(dir.path()).await.expect("the lock is free once its holder has closed it");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_lock_whose_holders_are_all_exiting_is_waited_for() {
+        let dir = tempfile::tempdir().unwrap();
+        let lock = DirLock::take(dir.path()).await.unwrap();
+        let gone = u32::MAX / 2; // above any pid_max
+        lock.record(&[Holder { label: "skiff up".into(), pid: gone }]).unwrap();
+        let second = DirLock::take(dir.path());
+        tokio::pin!(second);
+        assert!(
+            tokio::time::timeout(EXITING_WAIT / 2, &mut second).await.is_err(),
+            "gave up before the holders had time to exit"
+        );
+        drop(lock);
+        second.await.expect("taken once the last holder has closed it");
+
+        let lock = DirLock::take(dir.path()).await.unwrap();
+        lock.record(&[Holder { label: "skiff up".into(), pid: gone }]).unwrap();
+        let err = DirLock::take(dir.path()).await.unwrap_err();
+        assert!(err.contains("have not exited within 10s"), "{err}");
     }
 
     #[test]

@@ -477,7 +477,7 @@ pub async fn run(args: UpArgs) -> Result<(), String> {
     let dir = args.dir.canonicalize().map_err(|e| format!("{}: {e}", args.dir.display()))?;
     let args = UpArgs { dir, ..args };
     // Before anything in DIR is touched: another `skiff up` may run on it.
-    let lock = DirLock::take(&args.dir)?;
+    let lock = DirLock::take(&args.dir).await?;
     check_shape(&args)?;
     let masters: Vec<MasterAddrs> = (1..=args.masters).map(|i| master_addrs(&args, i)).collect();
 
@@ -592,11 +592,11 @@ mod tests {
 
     /// A cluster of one process that has been started, without starting
     /// it: `exe` does not exist.
-    fn one_started_process(dir: &Path) -> Cluster {
+    async fn one_started_process(dir: &Path) -> Cluster {
         let process = Process { label: "master-1".into(), args: vec![], log: dir.join("member-1.log") };
         let mut supervisor = Supervisor::new();
         supervisor.step(Event::Started, Instant::now());
-        let lock = DirLock::take(dir).unwrap();
+        let lock = DirLock::take(dir).await.unwrap();
         Cluster {
             exe: dir.join("no-such-skiff"),
             processes: vec![Supervised { process, supervisor, child: None }],
@@ -607,7 +607,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_process_that_exits_is_started_again_after_its_back_off_and_retried_if_that_fails() {
         let dir = tempfile::tempdir().unwrap();
-        let mut cluster = one_started_process(dir.path());
+        let mut cluster = one_started_process(dir.path()).await;
         std::fs::write(dir.path().join("member-1.log"), "first run\n").unwrap();
 
         let line = cluster.on_wake(0, Wake::Exited(Ok(ExitStatus::from_raw(9))));
@@ -635,7 +635,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_stopped_cluster_has_nothing_left_to_wake_for() {
         let dir = tempfile::tempdir().unwrap();
-        let mut cluster = one_started_process(dir.path());
+        let mut cluster = one_started_process(dir.path()).await;
         cluster.on_wake(0, Wake::Exited(Ok(ExitStatus::from_raw(9))));
         assert!(cluster.stop().await.is_empty(), "a process in back-off has nothing to stop");
         assert_eq!(cluster.processes[0].supervisor.state(), State::Stopped);
