@@ -1,8 +1,10 @@
 //! Real-process tests of the whole-cluster commands: `skiff up` (a
 //! kubeconfig that kubectl uses, a status line, a clean stop of every
 //! process on SIGINT/SIGTERM, a restart on the same directory that resumes
-//! the same data, five masters) and `skiff server` started from a YAML
-//! config file.
+//! the same data, five masters, a master killed with SIGKILL and restarted,
+//! processes that end with a `skiff up` killed with SIGKILL, a second
+//! `skiff up` refused on a directory in use) and `skiff server` started
+//! from a YAML config file.
 
 mod support;
 
@@ -181,6 +183,41 @@ fn children_of(pid: u32) -> Vec<u32> {
     out
 }
 
+/// Whether `pid` runs: a zombie has exited (an orphan's may wait a while
+/// for a reaper that never comes in a container).
+fn alive(pid: u32) -> bool {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { return false };
+    stat.rfind(')').and_then(|i| stat[i + 1..].split_whitespace().next()).is_some_and(|state| state != "Z")
+}
+
+/// The pid of master `id` among the processes of `skiff up` `up_pid`.
+#[track_caller]
+fn master_pid(up_pid: u32, id: u64) -> u32 {
+    let name = format!("\0--name\0master-{id}\0");
+    let found = children_of(up_pid).into_iter().find(|pid| {
+        std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| String::from_utf8_lossy(&c).contains(&name))
+    });
+    found.unwrap_or_else(|| panic!("skiff up {up_pid} runs no master-{id}"))
+}
+
+/// Runs `cmd` to its end, failing the test if that takes a minute.
+#[track_caller]
+fn must_exit_within_a_minute(cmd: &mut Command) -> Output {
+    let child = cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    let pid = child.id();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(child.wait_with_output());
+    });
+    match rx.recv_timeout(Duration::from_secs(60)) {
+        Ok(output) => output.unwrap(),
+        Err(_) => {
+            let _ = Command::new("kill").args(["-TERM", &pid.to_string()]).status();
+            panic!("{cmd:?} did not exit within a minute");
+        }
+    }
+}
+
 #[track_caller]
 fn ok(o: Output) -> String {
     assert!(
@@ -278,6 +315,130 @@ fn up_runs_five_masters() {
     for i in 1..=5 {
         assert!(members.contains(&format!("started, master-{i},")), "{members}");
     }
+    let status = up.must_stop("INT");
+    assert!(status.success(), "skiff up exited with {status}:\n{}", up.logs());
+}
+
+/// What a user does to watch a failover: `kill -9` the leader. `skiff up`
+/// restarts it, appending to its log, while the other masters take writes.
+#[test]
+fn up_restarts_a_master_killed_with_sigkill_while_the_others_keep_serving() {
+    let root = tempfile::tempdir().unwrap();
+    let (base, http) = (free_span(25), free_span(25));
+    let client = |id: u64| format!("127.0.0.1:{}", base + 10 * (id as u16 - 1));
+    let mut up = Up::start(root.path(), 3, base, http, 1);
+    up.must_kubectl_show(&["get", "ns", "-o", "name"], "namespace/default", READY);
+    up.must_print("\nleader master-", READY);
+    let output = up.output();
+    let status = output.lines().rev().find(|l| l.starts_with("leader master-")).unwrap();
+    let victim: u64 = status["leader master-".len()..].split(' ').next().unwrap().parse().unwrap();
+    let other = victim % 3 + 1;
+    let log = up.dir.join(format!("member-{victim}.log"));
+    let old_pid = master_pid(up.pid(), victim);
+    let log_before = std::fs::read_to_string(&log).unwrap();
+    assert!(Command::new("kill").args(["-KILL", &old_pid.to_string()]).status().unwrap().success());
+    // Until its listeners are closed: its main thread may be a zombie
+    // while the others still exit.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while std::net::TcpStream::connect(client(victim)).is_ok() {
+        assert!(Instant::now() < deadline, "master-{victim} still serves 30s after SIGKILL:\n{}", up.logs());
+        std::thread::sleep(Duration::from_millis(10));
+    }
+
+    // Each round writes through another master, noting whether the killed
+    // one was down (its client port refusing connections) when the write
+    // began, until the killed one serves the write again. Its first
+    // restart comes a second after its death, long after the first round
+    // began.
+    let mut writes_while_down = 0;
+    let deadline = Instant::now() + READY;
+    for round in 0.. {
+        let down = std::net::TcpStream::connect(client(victim)).is_err();
+        let key = format!("while-master-{victim}-restarts-{round}");
+        must_succeed(etcdctl(&client(other), &["put", &key, "written"], None));
+        if down {
+            writes_while_down += 1;
+        } else if stdout(&etcdctl(&client(victim), &["get", &key], None)).contains("written") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "master-{victim} never served again:\n{}", up.logs());
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert!(writes_while_down > 0, "no write began while master-{victim} was down:\n{}", up.logs());
+
+    assert_ne!(master_pid(up.pid(), victim), old_pid, "a new process serves master-{victim}");
+    let out = up.output();
+    assert!(out.contains(&format!("master-{victim} exited (signal: 9")), "{}", up.logs());
+    assert!(out.contains(&format!("master-{victim} restarted (restart 1)")), "{}", up.logs());
+    up.must_print("masters up 3/3 · nodes ready 0/0 · restarts 1", READY);
+    let log_after = std::fs::read_to_string(&log).unwrap();
+    assert!(log_after.starts_with(&log_before), "the log of master-{victim} was not appended to");
+    assert!(log_after.contains(&format!("skiff up: master-{victim} exited")), "{log_after}");
+
+    let status = up.must_stop("INT");
+    assert!(status.success(), "skiff up exited with {status}:\n{}", up.logs());
+}
+
+/// `skiff up` killed with SIGKILL cannot stop its processes: they end with
+/// it anyway, and the next `skiff up` on the directory starts.
+#[test]
+fn processes_end_with_a_skiff_up_killed_with_sigkill_and_the_dir_starts_again() {
+    let root = tempfile::tempdir().unwrap();
+    let (base, http) = (free_span(25), free_span(25));
+    let mut up = Up::start(root.path(), 3, base, http, 1);
+    up.must_kubectl_show(&["get", "ns", "-o", "name"], "namespace/default", READY);
+    up.must_print("masters up 3/3", READY);
+    let members = children_of(up.pid());
+    assert_eq!(members.len(), 3, "{}", up.logs());
+    let mut child = up.child.take().unwrap();
+    child.kill().unwrap();
+    child.wait().unwrap();
+
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let left: Vec<u32> = members.iter().copied().filter(|&p| alive(p)).collect();
+        if left.is_empty() {
+            break;
+        }
+        if Instant::now() > deadline {
+            for pid in &left {
+                let _ = Command::new("kill").args(["-KILL", &pid.to_string()]).status();
+            }
+            panic!("processes {left:?} outlived skiff up killed with SIGKILL by 30s:\n{}", up.logs());
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+
+    let mut up = Up::start(root.path(), 3, base, http, 2);
+    up.must_kubectl_show(&["get", "ns", "-o", "name"], "namespace/default", READY);
+    up.must_print("masters up 3/3", READY);
+    let status = up.must_stop("TERM");
+    assert!(status.success(), "skiff up exited with {status}:\n{}", up.logs());
+}
+
+#[test]
+fn a_second_up_on_a_dir_in_use_names_the_running_processes_and_leaves_them_be() {
+    let root = tempfile::tempdir().unwrap();
+    let (base, http) = (free_span(5), free_span(5));
+    let mut up = Up::start(root.path(), 1, base, http, 1);
+    up.must_kubectl_show(&["get", "ns", "-o", "name"], "namespace/default", READY);
+    let master = master_pid(up.pid(), 1);
+
+    let second =
+        must_exit_within_a_minute(Command::new(SKIFF).args(["up", "--masters", "1", "--dir"]).arg(&up.dir).args([
+            "--base-port",
+            &base.to_string(),
+            "--http-base-port",
+            &http.to_string(),
+        ]));
+    assert!(!second.status.success());
+    let err = String::from_utf8_lossy(&second.stderr);
+    assert!(err.contains("is in use by another skiff up"), "{err}");
+    assert!(err.contains(&format!("skiff up (pid {})", up.pid())), "{err}");
+    assert!(err.contains(&format!("master-1 (pid {master})")), "{err}");
+
+    assert_eq!(master_pid(up.pid(), 1), master, "the running master was left alone");
+    up.must_kubectl_show(&["get", "ns", "-o", "name"], "namespace/default", READY);
     let status = up.must_stop("INT");
     assert!(status.success(), "skiff up exited with {status}:\n{}", up.logs());
 }

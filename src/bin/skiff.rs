@@ -188,6 +188,12 @@ fn shutdown_on_signals() -> Result<Shutdown, String> {
 }
 
 fn main() -> ExitCode {
+    // First: a process started by `skiff up` ends with it, even with one
+    // killed by SIGKILL (and does not start if it is already gone).
+    if let Err(e) = skiff::up::end_with_parent() {
+        eprintln!("skiff: {e}");
+        return ExitCode::FAILURE;
+    }
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()

@@ -11,26 +11,51 @@
 //! refused). `DIR/kubeconfig` points kubectl at it.
 //!
 //! While it runs, a status line ([`status`]) is refreshed every two
-//! seconds. Ctrl-C (or SIGTERM, or SIGHUP) sends SIGTERM to every process
-//! and waits for them; a process that exits on its own stops the others the same way.
+//! seconds. A process that exits on its own (a master killed with `kill -9`
+//! to watch a failover) is started again after a back-off of one second,
+//! doubling up to 30 ([`supervisor`]), its log appended to; the others keep
+//! serving, and the status line counts the restarts. Only Ctrl-C (or
+//! SIGTERM, or SIGHUP) stops the cluster: SIGTERM to every process, then a
+//! wait for each.
+//!
+//! A `skiff up` killed with SIGKILL cannot stop its processes: they end
+//! with it through `PR_SET_PDEATHSIG` ([`parent`]). DIR is locked by
+//! `skiff up` and its processes ([`lock`]), so a second `skiff up` on it
+//! names the processes still running instead of failing on their ports.
 //!
 //! # Layout
-//! - this module: the cluster's shape, starting and stopping processes.
+//! - this module: the cluster's shape, and the loop that starts, restarts
+//!   and stops its processes.
+//! - [`supervisor`]: when to restart a process, as a state machine.
+//! - [`parent`]: ending each process with `skiff up`.
+//! - [`lock`]: one `skiff up` per DIR.
 //! - [`kubeconfig`]: the kubeconfig written into DIR.
 //! - [`status`]: the live status line.
 
 pub mod kubeconfig;
+pub mod lock;
+pub mod parent;
 pub mod status;
+pub mod supervisor;
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::{ExitStatus, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Mutex;
 use std::time::Duration;
 
 use clap::Args;
+use rustix::process::{kill_process, Pid, Signal};
 use serde::{Deserialize, Serialize};
 use tokio::process::{Child, Command};
 use tokio::signal::unix::{signal, SignalKind};
+use tokio::time::Instant;
+
+use lock::{DirLock, Holder};
+use supervisor::{Action, Event, State, Supervisor};
+
+pub use parent::end_with_parent;
 
 #[derive(Args, Debug, Clone)]
 pub struct UpArgs {
@@ -198,69 +223,222 @@ fn processes(args: &UpArgs, masters: &[MasterAddrs]) -> Vec<Process> {
     out
 }
 
-/// The running processes, in start order.
-#[derive(Default)]
-struct Running {
-    children: Vec<(String, Child)>,
+/// Refuses to fork anywhere but on the main thread.
+///
+/// A child's `PR_SET_PDEATHSIG` ([`parent`]) fires when the thread that
+/// forked it exits, not the process. The main thread lives exactly as long
+/// as `skiff up`, whereas a tokio worker can be retired (by
+/// `block_in_place`) and a blocking-pool thread ends after ten idle
+/// seconds. `run` is driven by `block_on` on the binary's main thread and
+/// starts every process from its own future, never from a spawned task;
+/// this check keeps it so.
+fn on_main_thread() -> Result<(), String> {
+    if rustix::thread::gettid() == rustix::process::getpid() {
+        Ok(())
+    } else {
+        Err("skiff up must start its processes from the main thread (see `on_main_thread`)".into())
+    }
 }
 
-impl Running {
-    fn start(&mut self, exe: &Path, p: Process) -> Result<(), String> {
-        let log = std::fs::File::create(&p.log).map_err(|e| format!("{}: {e}", p.log.display()))?;
-        let err = log.try_clone().map_err(|e| format!("{}: {e}", p.log.display()))?;
-        let child = Command::new(exe)
-            .args(&p.args)
-            .stdin(Stdio::null())
-            .stdout(Stdio::from(log))
-            .stderr(Stdio::from(err))
-            // A group of its own: a terminal's Ctrl-C reaches `skiff up`
-            // alone, which then stops every process in its own order.
-            .process_group(0)
-            // Only a panic in `skiff up` itself leaves this to do.
-            .kill_on_drop(true)
-            .spawn()
-            .map_err(|e| format!("cannot start {}: {e}", p.label))?;
-        self.children.push((p.label, child));
-        Ok(())
+/// Starts `p`, its output going to its log: a new log at the first start,
+/// the same one appended to at a restart.
+fn start(exe: &Path, p: &Process, append: bool) -> Result<Child, String> {
+    on_main_thread()?;
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .write(true)
+        .append(append)
+        .truncate(!append)
+        .open(&p.log)
+        .map_err(|e| format!("{}: {e}", p.log.display()))?;
+    let err = log.try_clone().map_err(|e| format!("{}: {e}", p.log.display()))?;
+    Command::new(exe)
+        .args(&p.args)
+        .env(parent::PARENT_PID_ENV, std::process::id().to_string())
+        .stdin(Stdio::null())
+        .stdout(Stdio::from(log))
+        .stderr(Stdio::from(err))
+        // A group of its own: a terminal's Ctrl-C reaches `skiff up`
+        // alone, which then stops every process in its own order.
+        .process_group(0)
+        // Only a panic in `skiff up` itself leaves this to do.
+        .kill_on_drop(true)
+        .spawn()
+        .map_err(|e| format!("cannot start {}: {e}", p.label))
+}
+
+/// Appends a line of `skiff up`'s own to a process's log, between what
+/// its runs wrote.
+fn append_to_log(p: &Process, line: &str) {
+    use std::io::Write;
+    let file = std::fs::OpenOptions::new().append(true).open(&p.log);
+    // The same line goes to `skiff up`'s output; a log that cannot be
+    // written is not worth stopping for.
+    let _ = file.and_then(|mut f| writeln!(f, "skiff up: {line}"));
+}
+
+/// One process under supervision: what to run, its state machine, and
+/// the child while one runs.
+struct Supervised {
+    process: Process,
+    supervisor: Supervisor,
+    child: Option<Child>,
+}
+
+/// What woke the loop up for one process.
+#[derive(Debug)]
+enum Wake {
+    /// Its child exited, with this status.
+    Exited(std::io::Result<ExitStatus>),
+    /// Its back-off is over.
+    BackoffOver,
+}
+
+impl Supervised {
+    /// Resolves at the next event of this process: its exit while it
+    /// runs, the end of its back-off. Cancel-safe (waiting for a child and
+    /// sleeping can be dropped and begun again).
+    async fn next_wake(&mut self) -> Wake {
+        match (self.supervisor.state(), &mut self.child) {
+            (State::Running { .. }, Some(child)) => Wake::Exited(child.wait().await),
+            (State::Backoff { until }, _) => {
+                tokio::time::sleep_until(until).await;
+                Wake::BackoffOver
+            }
+            _ => futures::future::pending().await,
+        }
     }
 
-    /// Waits until one of the processes exits, and says which and how.
-    async fn first_exit(&mut self) -> String {
-        if self.children.is_empty() {
+    fn pid(&self) -> Option<u32> {
+        self.child.as_ref().and_then(Child::id)
+    }
+}
+
+/// Every process of the cluster under supervision, in start order.
+struct Cluster {
+    exe: PathBuf,
+    processes: Vec<Supervised>,
+    lock: DirLock,
+}
+
+impl Cluster {
+    /// Starts every process, in order; on an error stops those started.
+    async fn start(exe: PathBuf, processes: Vec<Process>, lock: DirLock) -> Result<Cluster, String> {
+        let mut cluster = Cluster { exe, processes: Vec::new(), lock };
+        for process in processes {
+            let mut s = Supervised { process, supervisor: Supervisor::new(), child: None };
+            match start(&cluster.exe, &s.process, false) {
+                Ok(child) => {
+                    s.child = Some(child);
+                    s.supervisor.step(Event::Started, Instant::now());
+                    cluster.processes.push(s);
+                }
+                Err(e) => {
+                    cluster.stop().await;
+                    return Err(e);
+                }
+            }
+        }
+        cluster.record_pids();
+        Ok(cluster)
+    }
+
+    /// Which process woke up, and why.
+    async fn next_wake(&mut self) -> (usize, Wake) {
+        if self.processes.is_empty() {
             return futures::future::pending().await;
         }
-        let waits = self.children.iter_mut().map(|(label, c)| {
-            Box::pin(async move {
-                let status = c.wait().await;
-                format!("{label} exited ({}); see its log", describe(status))
-            })
-        });
-        futures::future::select_all(waits).await.0
+        let wakes = self.processes.iter_mut().map(|s| Box::pin(s.next_wake()));
+        let (wake, i, _) = futures::future::select_all(wakes).await;
+        (i, wake)
     }
 
-    /// SIGTERM to every process, then waits for each (killing one that
-    /// takes longer than [`STOP_TIMEOUT`]). Returns what went wrong.
+    /// Feeds a wake-up to its supervisor and does what it says; returns
+    /// a line for the user, if any.
+    fn on_wake(&mut self, i: usize, wake: Wake) -> Option<String> {
+        let now = Instant::now();
+        let s = &mut self.processes[i];
+        let label = s.process.label.clone();
+        match wake {
+            Wake::Exited(status) => {
+                s.child = None;
+                s.supervisor.step(Event::Exited, now);
+                let State::Backoff { until } = s.supervisor.state() else { return None };
+                let line = format!(
+                    "{label} exited ({}); restarting it in {}",
+                    describe(status),
+                    humantime::format_duration(until - now)
+                );
+                append_to_log(&s.process, &line);
+                Some(format!("{line}; see its log"))
+            }
+            Wake::BackoffOver => {
+                if s.supervisor.step(Event::BackoffOver, now) != Action::Start {
+                    return None;
+                }
+                let line = match start(&self.exe, &s.process, true) {
+                    Ok(child) => {
+                        s.child = Some(child);
+                        s.supervisor.step(Event::Started, Instant::now());
+                        format!("{label} restarted (restart {})", s.supervisor.restarts())
+                    }
+                    Err(e) => {
+                        s.supervisor.step(Event::StartFailed, Instant::now());
+                        format!("{e}; trying again later")
+                    }
+                };
+                self.record_pids();
+                Some(line)
+            }
+        }
+    }
+
+    /// Restarts of every process so far.
+    fn restarts(&self) -> u32 {
+        self.processes.iter().map(|s| s.supervisor.restarts()).sum()
+    }
+
+    /// Lists the running processes in the lock file, for a second `skiff
+    /// up` on this DIR to name.
+    fn record_pids(&self) {
+        let mut holders = vec![Holder { label: "skiff up".into(), pid: std::process::id() }];
+        holders.extend(
+            self.processes.iter().filter_map(|s| s.pid().map(|pid| Holder { label: s.process.label.clone(), pid })),
+        );
+        // Only the message of a refused second `skiff up` depends on it.
+        let _ = self.lock.record(&holders);
+    }
+
+    /// SIGTERM to every running process, then waits for each (killing one
+    /// that takes longer than [`STOP_TIMEOUT`]). Returns what went wrong.
     async fn stop(&mut self) -> Vec<String> {
-        for (_, child) in &self.children {
-            if let Some(pid) = child.id() {
-                // SIGTERM lets each process close its listeners and Raft cleanly.
-                let _ = std::process::Command::new("kill").args(["-TERM", &pid.to_string()]).status();
-            }
-        }
-        let mut problems = Vec::new();
-        for (label, child) in &mut self.children {
-            match tokio::time::timeout(STOP_TIMEOUT, child.wait()).await {
-                Ok(Ok(status)) if status.success() => {}
-                Ok(status) => {
-                    problems.push(format!("{label} exited ({}) while stopping; see its log", describe(status)))
-                }
-                Err(_) => {
-                    let _ = child.kill().await;
-                    problems.push(format!("{label} did not stop within {STOP_TIMEOUT:?} of SIGTERM and was killed"));
+        let now = Instant::now();
+        for s in &mut self.processes {
+            if s.supervisor.step(Event::Stop, now) == Action::Terminate {
+                if let Some(pid) = s.pid().and_then(|p| Pid::from_raw(p as i32)) {
+                    // SIGTERM lets each process close its listeners and Raft cleanly.
+                    let _ = kill_process(pid, Signal::TERM);
                 }
             }
         }
-        problems
+        let waits = self.processes.iter_mut().filter_map(|s| {
+            let label = &s.process.label;
+            let supervisor = &mut s.supervisor;
+            let child = s.child.as_mut()?;
+            Some(async move {
+                let problem = match tokio::time::timeout(STOP_TIMEOUT, child.wait()).await {
+                    Ok(Ok(status)) if status.success() => None,
+                    Ok(status) => Some(format!("{label} exited ({}) while stopping; see its log", describe(status))),
+                    Err(_) => {
+                        let _ = child.kill().await;
+                        Some(format!("{label} did not stop within {STOP_TIMEOUT:?} of SIGTERM and was killed"))
+                    }
+                };
+                supervisor.step(Event::Exited, Instant::now());
+                problem
+            })
+        });
+        futures::future::join_all(waits).await.into_iter().flatten().collect()
     }
 }
 
@@ -279,6 +457,12 @@ fn print_endpoints(masters: &[MasterAddrs], dir: &Path) {
     }
 }
 
+/// Runs the cluster until Ctrl-C, SIGTERM or SIGHUP, restarting any
+/// process that exits on its own.
+///
+/// Must be driven on the main thread (the binary's `block_on`): every
+/// process is started from this future, and children die with the thread
+/// that started them (see [`on_main_thread`]).
 pub async fn run(args: UpArgs) -> Result<(), String> {
     if args.masters == 0 {
         return Err("--masters must be at least 1".into());
@@ -292,6 +476,8 @@ pub async fn run(args: UpArgs) -> Result<(), String> {
     // Absolute, so that the printed commands work from any directory.
     let dir = args.dir.canonicalize().map_err(|e| format!("{}: {e}", args.dir.display()))?;
     let args = UpArgs { dir, ..args };
+    // Before anything in DIR is touched: another `skiff up` may run on it.
+    let lock = DirLock::take(&args.dir).await?;
     check_shape(&args)?;
     let masters: Vec<MasterAddrs> = (1..=args.masters).map(|i| master_addrs(&args, i)).collect();
 
@@ -301,17 +487,11 @@ pub async fn run(args: UpArgs) -> Result<(), String> {
     // A closed terminal: the members, in groups of their own, would not hear it.
     let mut hangup = signal(SignalKind::hangup()).map_err(|e| e.to_string())?;
 
-    let mut running = Running::default();
-    for p in processes(&args, &masters) {
-        if let Err(e) = running.start(&exe, p) {
-            running.stop().await;
-            return Err(e);
-        }
-    }
+    let mut cluster = Cluster::start(exe, processes(&args, &masters), lock).await?;
 
     let kubeconfig_path = args.dir.join("kubeconfig");
     if let Err(e) = kubeconfig::write(&kubeconfig_path, &masters) {
-        running.stop().await;
+        cluster.stop().await;
         return Err(format!("{}: {e}", kubeconfig_path.display()));
     }
     println!("Skiff: {} masters on 127.0.0.1, data in {}\n", args.masters, args.dir.display());
@@ -321,43 +501,53 @@ pub async fn run(args: UpArgs) -> Result<(), String> {
     println!("  kubectl --kubeconfig {} get nodes", kubeconfig_path.display());
     println!("  etcdctl --endpoints={} member list", clients.join(","));
     println!("  skiffctl --server {} status", clients.join(","));
-    println!("Ctrl-C stops the cluster.\n");
+    println!("Ctrl-C stops the cluster; a process that exits is restarted.\n");
 
     let sampler = match status::Sampler::new(&masters) {
         Ok(s) => s,
         Err(e) => {
-            running.stop().await;
+            cluster.stop().await;
             return Err(e);
         }
     };
-    let mut printer = status::StatusPrinter::default();
-    let failure = tokio::select! {
-        biased;
-        _ = interrupt.recv() => None,
-        _ = terminate.recv() => None,
-        _ = hangup.recv() => None,
-        exited = running.first_exit() => Some(exited),
-        _ = printer.run(&sampler, STATUS_EVERY) => None,
-    };
-    printer.finish();
-    match &failure {
-        Some(f) => println!("{f}: stopping the cluster"),
-        None => println!("stopping the cluster"),
+    let printer = Mutex::new(status::StatusPrinter::default());
+    let restarts = AtomicU32::new(0);
+    // Polled by the loop below, never spawned: it shares the printer
+    // with the lines about exits and restarts.
+    let status_line = status::show_every(&sampler, &printer, &restarts, STATUS_EVERY);
+    tokio::pin!(status_line);
+    loop {
+        tokio::select! {
+            biased;
+            _ = interrupt.recv() => break,
+            _ = terminate.recv() => break,
+            _ = hangup.recv() => break,
+            (i, wake) = cluster.next_wake() => {
+                if let Some(line) = cluster.on_wake(i, wake) {
+                    status::lock(&printer).note(&line);
+                }
+                restarts.store(cluster.restarts(), Ordering::Relaxed);
+            }
+            _ = &mut status_line => {}
+        }
     }
-    let problems = running.stop().await;
-    let mut errors: Vec<String> = failure.into_iter().chain(problems).collect();
-    if errors.is_empty() {
+    status::lock(&printer).finish();
+    println!("stopping the cluster");
+    let mut problems = cluster.stop().await;
+    if problems.is_empty() {
         println!("cluster stopped");
         Ok(())
     } else {
-        errors.dedup();
-        Err(errors.join("; "))
+        problems.dedup();
+        Err(problems.join("; "))
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use super::supervisor::{FIRST_DELAY, MAX_DELAY};
     use super::*;
+    use std::os::unix::process::ExitStatusExt;
 
     fn args(masters: u64, dir: &Path) -> UpArgs {
         UpArgs { masters, dir: dir.to_path_buf(), base_port: 2379, http_base_port: 6443 }
@@ -398,5 +588,58 @@ mod tests {
         assert!(err.contains("3 masters on base port 2379"), "{err}");
         let moved = UpArgs { base_port: 3000, ..args(3, dir.path()) };
         assert!(check_shape(&moved).is_err());
+    }
+
+    /// A cluster of one process that has been started, without starting
+    /// it: `exe` does not exist.
+    async fn one_started_process(dir: &Path) -> Cluster {
+        let process = Process { label: "master-1".into(), args: vec![], log: dir.join("member-1.log") };
+        let mut supervisor = Supervisor::new();
+        supervisor.step(Event::Started, Instant::now());
+        let lock = DirLock::take(dir).await.unwrap();
+        Cluster {
+            exe: dir.join("no-such-skiff"),
+            processes: vec![Supervised { process, supervisor, child: None }],
+            lock,
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_process_that_exits_is_started_again_after_its_back_off_and_retried_if_that_fails() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut cluster = one_started_process(dir.path()).await;
+        std::fs::write(dir.path().join("member-1.log"), "first run\n").unwrap();
+
+        let line = cluster.on_wake(0, Wake::Exited(Ok(ExitStatus::from_raw(9))));
+        let line = line.expect("an exit is reported");
+        assert!(line.starts_with("master-1 exited (signal: 9"), "{line}");
+        assert!(line.contains("restarting it in 1s"), "{line}");
+        let log = std::fs::read_to_string(dir.path().join("member-1.log")).unwrap();
+        assert!(log.starts_with("first run\nskiff up: master-1 exited"), "appended to the log: {log}");
+
+        let exited = Instant::now();
+        let not_yet = tokio::time::timeout(FIRST_DELAY - Duration::from_millis(1), cluster.next_wake()).await;
+        assert!(not_yet.is_err(), "woke before the back-off was over: {not_yet:?}");
+        let (i, wake) = cluster.next_wake().await;
+        assert!(matches!(wake, Wake::BackoffOver), "{wake:?}");
+        assert_eq!(Instant::now() - exited, FIRST_DELAY);
+
+        // The start fails (a test thread is not the main thread, and there
+        // is no such binary), so it is tried again later.
+        let line = cluster.on_wake(i, wake).expect("a failed start is reported");
+        assert!(line.contains("trying again later"), "{line}");
+        assert_eq!(cluster.processes[0].supervisor.state(), State::Backoff { until: Instant::now() + 2 * FIRST_DELAY });
+        assert_eq!(cluster.restarts(), 0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_stopped_cluster_has_nothing_left_to_wake_for() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut cluster = one_started_process(dir.path()).await;
+        cluster.on_wake(0, Wake::Exited(Ok(ExitStatus::from_raw(9))));
+        assert!(cluster.stop().await.is_empty(), "a process in back-off has nothing to stop");
+        assert_eq!(cluster.processes[0].supervisor.state(), State::Stopped);
+        let woke = tokio::time::timeout(MAX_DELAY, cluster.next_wake()).await;
+        assert!(woke.is_err(), "a stopped process must not be started again: {woke:?}");
     }
 }

@@ -1,5 +1,7 @@
 //! `skiff up`'s live status line: who leads, the revision, how many masters
-//! answer and how many nodes are ready, sampled every two seconds.
+//! answer, how many nodes are ready and how many times `skiff up` has
+//! restarted a process, sampled every two seconds; and the lines about
+//! exits and restarts printed among the status lines.
 //!
 //! Leader and revision come from each master's etcd Maintenance `Status`
 //! (the revision is the leader's own), the leader's name from `MemberList`,
@@ -7,6 +9,8 @@
 
 use std::fmt;
 use std::io::{IsTerminal, Write};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
 use futures::future::join_all;
@@ -36,6 +40,9 @@ pub struct ClusterStatus {
     /// Nodes whose Ready condition is True, and all nodes; `None` when no
     /// master could list them.
     pub nodes: Option<(usize, usize)>,
+    /// Processes `skiff up` has started again after they exited; shown
+    /// once there is one.
+    pub restarts: u32,
 }
 
 impl fmt::Display for ClusterStatus {
@@ -47,9 +54,13 @@ impl fmt::Display for ClusterStatus {
         }
         write!(f, " · revision {} · masters up {}/{}", self.revision, self.masters_answering, self.masters)?;
         match self.nodes {
-            Some((ready, all)) => write!(f, " · nodes ready {ready}/{all}"),
-            None => write!(f, " · nodes ready ?"),
+            Some((ready, all)) => write!(f, " · nodes ready {ready}/{all}")?,
+            None => write!(f, " · nodes ready ?")?,
         }
+        if self.restarts > 0 {
+            write!(f, " · restarts {}", self.restarts)?;
+        }
+        Ok(())
     }
 }
 
@@ -107,6 +118,7 @@ impl Sampler {
             masters_answering: answering.len(),
             masters: self.masters.len(),
             nodes: self.nodes().await,
+            restarts: 0,
         }
     }
 
@@ -161,14 +173,35 @@ impl StatusPrinter {
         }
     }
 
-    /// Samples `sampler` every `every` and shows the result, forever.
-    pub async fn run(&mut self, sampler: &Sampler, every: Duration) {
-        let mut tick = tokio::time::interval(every);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            tick.tick().await;
-            self.show(sampler.sample().await.to_string());
+    /// Prints `message` on a line of its own; on a terminal the status
+    /// line stays below it.
+    pub fn note(&mut self, message: &str) {
+        let mut out = std::io::stdout().lock();
+        if self.terminal {
+            let _ = write!(out, "\r\x1b[K{message}\n{}", self.last.as_deref().unwrap_or_default());
+        } else {
+            let _ = writeln!(out, "{message}");
         }
+        let _ = out.flush();
+    }
+}
+
+/// Locks the printer that the status loop and `skiff up`'s notes share
+/// (never held across an await); a panic while printing left nothing
+/// half-done worth refusing for.
+pub fn lock(printer: &Mutex<StatusPrinter>) -> MutexGuard<'_, StatusPrinter> {
+    printer.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// Samples `sampler` every `every` and shows the result, with the count of
+/// `restarts`, forever.
+pub async fn show_every(sampler: &Sampler, printer: &Mutex<StatusPrinter>, restarts: &AtomicU32, every: Duration) {
+    let mut tick = tokio::time::interval(every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        let status = ClusterStatus { restarts: restarts.load(Ordering::Relaxed), ..sampler.sample().await };
+        lock(printer).show(status.to_string());
     }
 }
 
@@ -197,6 +230,7 @@ mod tests {
             masters_answering: 3,
             masters: 3,
             nodes: Some((0, 0)),
+            restarts: 0,
         };
         assert_eq!(s.to_string(), "leader master-2 · revision 1234 · masters up 3/3 · nodes ready 0/0");
         s.leader = Some((2, String::new()));
@@ -205,5 +239,7 @@ mod tests {
         s.leader = None;
         s.masters_answering = 1;
         assert_eq!(s.to_string(), "no leader · revision 1234 · masters up 1/3 · nodes ready ?");
+        s.restarts = 2;
+        assert_eq!(s.to_string(), "no leader · revision 1234 · masters up 1/3 · nodes ready ? · restarts 2");
     }
 }
