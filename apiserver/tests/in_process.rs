@@ -15,9 +15,7 @@ use skiff_proto::etcdserverpb::{
 };
 use tonic::transport::Channel;
 
-mod common;
-
-use common::InProcessCluster;
+use skiff_testing::InProcessCluster;
 
 async fn channel(addr: &str) -> Channel {
     Channel::from_shared(format!("http://{addr}")).unwrap().connect().await.unwrap()
@@ -56,9 +54,7 @@ async fn writes_through_a_follower_are_read_linearizably_on_the_other() {
         assert_eq!(got.kvs[0].value, i.to_string().into_bytes());
         assert!(got.header.unwrap().revision >= r.header.unwrap().revision);
     }
-    for m in cluster.members {
-        m.stop().await.unwrap();
-    }
+    cluster.shutdown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -78,9 +74,7 @@ async fn a_watch_on_one_member_sees_writes_made_through_another() {
         seen.extend(r.events.iter().map(|e| e.kv.as_ref().unwrap().mod_revision));
     }
     assert_eq!(seen, revisions);
-    for m in cluster.members {
-        m.stop().await.unwrap();
-    }
+    cluster.shutdown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -115,9 +109,7 @@ async fn count_only_progress_notify_and_history_work_over_grpc() {
     let p = tokio::time::timeout(Duration::from_secs(5), stream.message()).await.unwrap().unwrap().unwrap();
     assert!(p.events.is_empty() && !p.created && !p.canceled);
     assert_eq!(p.header.unwrap().revision, current);
-    for m in cluster.members {
-        m.stop().await.unwrap();
-    }
+    cluster.shutdown().await;
 }
 
 /// A plain HTTP/1.0 GET; returns the whole response.
@@ -166,12 +158,10 @@ async fn health_readiness_and_metrics_are_served_over_http() {
     assert!(value("skiff_batch_size_count") >= 1.0, "batches were observed");
     assert!(value("skiff_batch_size_sum") >= 10.0, "every write was counted in a batch");
     assert_eq!(value("skiff_proposals_pending"), 0.0);
-    let revision = cluster.members[leader - 1].store.state_machine().revision();
+    let revision = cluster.store(leader as u64).state_machine().revision();
     assert!(value("skiff_mvcc_revision") >= 10.0 && value("skiff_mvcc_revision") <= revision as f64);
     assert!(value("skiff_log_fsync_duration_seconds_count") >= 1.0);
-    for m in cluster.members {
-        m.stop().await.unwrap();
-    }
+    cluster.shutdown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -204,9 +194,7 @@ async fn a_watcher_that_stops_reading_falls_behind_and_still_gets_every_revision
     }
     assert_eq!(seen.len(), writes + 1);
     assert!(seen.windows(2).all(|w| w[1] == w[0] + 1), "revisions delivered in order, each once, no gaps");
-    for m in cluster.members {
-        m.stop().await.unwrap();
-    }
+    cluster.shutdown().await;
 }
 
 /// Sends a plain HTTP/1.0 GET and reads the response head; the body is
@@ -255,7 +243,7 @@ async fn a_stopping_member_ends_its_watches_and_keep_alives() {
     let (mut rest_watch, head) = http_open(&http, "/api/v1/namespaces/default/configmaps?watch=true").await;
     assert!(head.starts_with("HTTP/1.0 200"), "{head}");
 
-    cluster.members.remove(0).stop().await.unwrap();
+    cluster.stop(1).await.unwrap();
 
     for ended in [stream_end(&mut etcd_watch).await, stream_end(&mut keep_alive).await] {
         assert_eq!(ended, (tonic::Code::Unavailable, "etcdserver: server stopped".to_string()));
@@ -264,9 +252,7 @@ async fn a_stopping_member_ends_its_watches_and_keep_alives() {
     let read = tokio::time::timeout(Duration::from_secs(10), rest_watch.read_to_end(&mut rest)).await;
     assert!(matches!(read, Ok(Ok(_))), "the Kubernetes watch response did not end: {read:?}");
     drop(tx);
-    for m in cluster.members {
-        m.stop().await.unwrap();
-    }
+    cluster.shutdown().await;
 }
 
 /// Writes and calls a follower has sent on to the leader, from `/metrics`.
@@ -326,9 +312,7 @@ async fn one_connection_carries_hundreds_of_concurrent_calls_and_watches() {
             assert_eq!(got.events[0].kv.as_ref().unwrap().mod_revision, revision, "watch {i}");
         }
     }
-    for m in cluster.members {
-        m.stop().await.unwrap();
-    }
+    cluster.shutdown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -340,8 +324,8 @@ async fn a_call_ends_at_its_grpc_timeout_with_deadline_exceeded() {
     let addr = cluster.clients[0].clone();
     // Without a quorum a put is retried until the member's own request
     // timeout (10 s); the caller's 300 ms deadline must end it first.
-    for m in cluster.members.drain(1..) {
-        m.stop().await.unwrap();
+    for id in [2, 3] {
+        cluster.stop(id).await.unwrap();
     }
     // A raw HTTP/2 call, because tonic's client would give up on its own at
     // the same deadline and hide what the server answers.
@@ -370,9 +354,7 @@ async fn a_call_ends_at_its_grpc_timeout_with_deadline_exceeded() {
     let status = parts.headers.get("grpc-status").or_else(|| trailers.as_ref()?.get("grpc-status"));
     assert_eq!(status.map(|s| s.to_str().unwrap()), Some("4"), "{parts:?} {trailers:?}");
     assert!(elapsed >= Duration::from_millis(300), "{elapsed:?}");
-    for m in cluster.members {
-        m.stop().await.unwrap();
-    }
+    cluster.shutdown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -385,7 +367,7 @@ async fn members_snapshot_after_enough_bytes_of_log_however_few_entries() {
     let mut kv = KvClient::new(channel(&cluster.clients[0]).await);
     let value = "x".repeat(60 * 1024);
     let snapshotted = |cluster: &InProcessCluster| {
-        cluster.members.iter().all(|m| m.store.raft().metrics().borrow().snapshot.is_some_and(|s| s.index > 0))
+        cluster.stores().all(|store| store.raft().metrics().borrow().snapshot.is_some_and(|s| s.index > 0))
     };
     // Far fewer entries than `snapshot_logs`, but (with the database's own
     // size, which also counts) tens of megabytes of them.
@@ -404,7 +386,5 @@ async fn members_snapshot_after_enough_bytes_of_log_however_few_entries() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     assert!(snapshotted(&cluster), "no snapshot on every member after {written} writes of 60 KiB");
-    for m in cluster.members {
-        m.stop().await.unwrap();
-    }
+    cluster.shutdown().await;
 }

@@ -2,13 +2,10 @@
 //! client: CRUD on every kind, conflicts, finalizers, bad input, selectors
 //! and paging, watch semantics, history, and the security layers.
 
-mod common;
-
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::InProcessCluster;
 use futures::StreamExt;
 use serde_json::{json, Value};
 use skiff_api::resources::{by_kind, of};
@@ -16,6 +13,7 @@ use skiff_api::{meta, ApiError, Kind, Reason};
 use skiff_apiserver::admission::{AdmissionPlugin, AlwaysAllow, Anonymous, Attributes, Authorizer, Security};
 use skiff_client::resources::{DeleteParams, ListParams, WatchEvent, WatchParams};
 use skiff_client::{Client, ClientError};
+use skiff_testing::InProcessCluster;
 
 fn manifests() -> Vec<Value> {
     let text = include_str!("../../tests/manifests/kinds.yaml");

@@ -6,12 +6,17 @@
 //! it inline). Failures are sorted by what the caller should do: a refused
 //! or broken connection is `Unreachable` (back off), a deadline is
 //! `Timeout`, an error raised by the remote Raft is `RemoteError`.
+//!
+//! Every outgoing call first passes this member's [`PeerFilter`], which lets
+//! everything through unless a test has blocked some pairs of members: a
+//! blocked call fails as `Unreachable` without being sent, so that tests can
+//! partition members of one process without root or network namespaces.
 
 use std::collections::{HashMap, HashSet};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use openraft::error::{
@@ -70,9 +75,44 @@ pub enum PeerError {
     Failed { addr: String, reason: String },
 }
 
+/// Which peer calls may be sent: every call, unless a test has blocked
+/// some (from, to) pairs of members. One filter is shared by every member
+/// of an in-process cluster; cheap to clone. A blocked call fails as
+/// [`PeerError::Unreachable`] before it is sent, so openraft backs off as it
+/// would from a real partition. Block both directions for a partition.
+#[derive(Clone, Debug, Default)]
+pub struct PeerFilter {
+    blocked: Arc<RwLock<HashSet<(NodeId, NodeId)>>>,
+}
+
+impl PeerFilter {
+    /// Blocks calls from member `from` to member `to` (one direction).
+    pub fn block(&self, from: NodeId, to: NodeId) {
+        self.blocked.write().unwrap_or_else(|poisoned| poisoned.into_inner()).insert((from, to));
+    }
+
+    /// Replaces the blocked pairs with `pairs`, in one step.
+    pub fn set_blocked(&self, pairs: impl IntoIterator<Item = (NodeId, NodeId)>) {
+        *self.blocked.write().unwrap_or_else(|poisoned| poisoned.into_inner()) = pairs.into_iter().collect();
+    }
+
+    /// Lets every call through again.
+    pub fn heal(&self) {
+        self.set_blocked([]);
+    }
+
+    /// Whether member `from` may call member `to`.
+    pub fn allows(&self, from: NodeId, to: NodeId) -> bool {
+        !self.blocked.read().unwrap_or_else(|poisoned| poisoned.into_inner()).contains(&(from, to))
+    }
+}
+
 /// Shared, lazily connected clients to peers, by address.
 #[derive(Clone, Default)]
 pub struct PeerClients {
+    /// This member, the sender of every call (for the filter).
+    me: NodeId,
+    filter: PeerFilter,
     clients: Arc<Mutex<HashMap<String, PeerClient<Channel>>>>,
     /// The open AppendEntries stream to each peer, by address.
     streams: Arc<Mutex<HashMap<String, AppendStream>>>,
@@ -231,6 +271,20 @@ fn stream_error(addr: &str, status: &tonic::Status) -> PeerError {
 const UNIMPLEMENTED: &str = "peer does not serve AppendStream";
 
 impl PeerClients {
+    /// Clients for member `me`, whose calls pass `filter`.
+    pub fn new(me: NodeId, filter: PeerFilter) -> PeerClients {
+        PeerClients { me, filter, ..PeerClients::default() }
+    }
+
+    /// Fails a call to member `target` that the filter blocks.
+    fn check_filter(&self, addr: &str, target: NodeId) -> Result<(), PeerError> {
+        if self.filter.allows(self.me, target) {
+            return Ok(());
+        }
+        let reason = format!("calls from member {} to member {target} are blocked by the peer filter", self.me);
+        Err(PeerError::Unreachable { addr: addr.to_string(), reason })
+    }
+
     fn client(&self, addr: &str) -> Result<PeerClient<Channel>, PeerError> {
         let mut clients = self.clients.lock().expect("peer client cache poisoned");
         if let Some(c) = clients.get(addr) {
@@ -259,6 +313,7 @@ impl PeerClients {
         body: &Req,
         timeout: Duration,
     ) -> Result<Resp, PeerError> {
+        self.check_filter(addr, target)?;
         let data = bincode::serialize(&Envelope { target, body })
             .map_err(|e| PeerError::Failed { addr: addr.to_string(), reason: e.to_string() })?;
         let mut client = self.client(addr)?;
@@ -291,6 +346,7 @@ impl PeerClients {
         body: &Req,
         timeout: Duration,
     ) -> Result<Resp, PeerError> {
+        self.check_filter(addr, target)?;
         if lock(&self.unary_only).contains(addr) {
             return self.call(addr, target, PeerMethod::AppendEntries, body, timeout).await;
         }
@@ -554,6 +610,22 @@ mod tests {
         assert!(matches!(waiting, Err(PeerError::Unreachable { .. })), "{waiting:?}");
         assert_eq!(clients.append::<u64, u64>(&addr, 7, &4, SECOND * 5).await.expect("reply"), 8);
         assert_eq!(peer.opened.load(Ordering::SeqCst), 2);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_blocked_peer_is_unreachable_without_a_call_being_sent_until_healed() {
+        let (addr, peer) = serve(true).await;
+        let filter = PeerFilter::default();
+        let clients = PeerClients::new(1, filter.clone());
+        filter.block(1, 7);
+        assert!(filter.allows(7, 1), "a block has one direction");
+        let append = clients.append::<u64, u64>(&addr, 7, &1, SECOND * 5).await;
+        assert!(matches!(append, Err(PeerError::Unreachable { .. })), "{append:?}");
+        let vote = clients.call::<u64, u64>(&addr, 7, PeerMethod::Vote, &1, SECOND * 5).await;
+        assert!(matches!(vote, Err(PeerError::Unreachable { .. })), "{vote:?}");
+        assert_eq!((peer.opened.load(Ordering::SeqCst), peer.unary.load(Ordering::SeqCst)), (0, 0));
+        filter.heal();
+        assert_eq!(clients.append::<u64, u64>(&addr, 7, &2, SECOND * 5).await.expect("reply"), 4);
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

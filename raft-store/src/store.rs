@@ -27,7 +27,7 @@ use crate::error::StoreError;
 use crate::lessor::{Lessor, EXPIRY_CHECK, MIN_TTL_SECONDS};
 use crate::log_store::LogStore;
 use crate::mvcc::{ReadError, Reader};
-use crate::network::{PeerClients, PeerMethod};
+use crate::network::{PeerClients, PeerFilter, PeerMethod};
 use crate::state_machine::{write_durably, StateMachine};
 use crate::types::{
     now_ms, Alarm, AlarmKind, ApplyError, Batch, Command, MemberInfo, Node, NodeId, Output, Proposal, ProposalResult,
@@ -80,6 +80,9 @@ pub struct StoreConfig {
     pub quota_backend_bytes: u64,
     /// Seed a fresh data dir from this backup before founding a cluster.
     pub restore_from: Option<PathBuf>,
+    /// Which outgoing peer calls are let through: all, unless a test
+    /// partitions members of one process (skiff-testing's cluster).
+    pub peer_filter: PeerFilter,
 }
 
 /// Automatic compaction policy.
@@ -149,6 +152,7 @@ impl StoreConfig {
             history_retention: Retention::Unlimited,
             quota_backend_bytes: 8 * 1024 * 1024 * 1024,
             restore_from: None,
+            peer_filter: PeerFilter::default(),
         }
     }
 }
@@ -414,7 +418,7 @@ impl Store {
         }
         .validate()
         .map_err(|e| StartError::Config(e.to_string()))?;
-        let peers = PeerClients::default();
+        let peers = PeerClients::new(config.id, config.peer_filter.clone());
         let raft = Raft::new(config.id, Arc::new(raft_config), peers.clone(), log.clone(), sm.clone())
             .await
             .map_err(|e| StartError::Storage(e.to_string()))?;

@@ -26,22 +26,7 @@ pub fn skiffctl_path() -> PathBuf {
     path
 }
 
-/// A free loopback port for a member to listen on. Taken below Linux's
-/// ephemeral range (32768+), so that no outgoing connection's source port
-/// can take it between this check and the member's bind; tests in one
-/// process share a counter, and each process starts elsewhere in the range.
-pub fn free_port() -> u16 {
-    use std::sync::atomic::{AtomicU32, Ordering};
-    static NEXT: AtomicU32 = AtomicU32::new(0);
-    let start = 20_000 + (std::process::id() * 97) % 10_000;
-    loop {
-        let port = (start + NEXT.fetch_add(1, Ordering::Relaxed) % 12_000) as u16;
-        let port = if port >= 32_000 { port - 12_000 } else { port };
-        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
-            return port;
-        }
-    }
-}
+pub use skiff_testing::free_port;
 
 pub struct Member {
     pub id: u64,

@@ -1,0 +1,284 @@
+//! [`InProcessCluster`]: n apiserver members in the test's own process.
+//!
+//! Each member listens on loopback ports of its own ([`free_port`]) and
+//! keeps its data dir in the cluster's temporary directory, so a member that
+//! was stopped or killed restarts on the same data and the same addresses.
+//! All members share one [`PeerFilter`]: a partition blocks the peer calls
+//! between two groups of members in both directions, and openraft sees those
+//! calls fail as an unreachable peer, as in a real partition. Client calls
+//! (gRPC, HTTP) are never filtered: a test reaches every running member.
+//!
+//! Members still running when the cluster is dropped are not stopped
+//! cleanly; their tasks end with the test's runtime. [`InProcessCluster::shutdown`]
+//! stops them and checks that each one stopped cleanly.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use skiff_apiserver::admission::Security;
+use skiff_apiserver::{ApiserverConfig, Listeners, RunError, Running};
+use skiff_raft_store::network::PeerFilter;
+use skiff_raft_store::store::StartError;
+use skiff_raft_store::types::NodeId;
+use skiff_raft_store::{Store, StoreConfig};
+
+use crate::port::free_port;
+use crate::wait::must_eventually;
+
+/// How long members may take to agree on a leader. Generous: elections
+/// take about a second, but the machines tests run on are slow and shared.
+const LEADER_WITHIN: Duration = Duration::from_secs(60);
+
+/// How long a member may take to start, while the ports or the RocksDB
+/// files of its previous run in this process are being released.
+const START_WITHIN: Duration = Duration::from_secs(30);
+
+/// n apiserver members (ids 1..=n) in this process. See the module docs.
+pub struct InProcessCluster {
+    /// Every member's data dir, removed with the cluster.
+    _dir: tempfile::TempDir,
+    security: Security,
+    members: BTreeMap<NodeId, Member>,
+    /// Shared by every member's peer transport.
+    filter: PeerFilter,
+    /// The (from, to) pairs blocked by the partitions in place.
+    partitions: BTreeSet<(NodeId, NodeId)>,
+    /// Members killed and not restarted since: cut off from every peer.
+    killed: BTreeSet<NodeId>,
+    /// Each member's client (etcd and resource gRPC) address; member `id`
+    /// is at `clients[id - 1]`.
+    pub clients: Vec<String>,
+    /// Each member's HTTP address (Kubernetes REST, health, metrics);
+    /// member `id` is at `https[id - 1]`.
+    pub https: Vec<String>,
+}
+
+struct Member {
+    /// The configuration every run of this member starts with: the same
+    /// addresses and data dir.
+    config: ApiserverConfig,
+    /// `None` while the member is stopped or killed.
+    running: Option<Running>,
+}
+
+impl InProcessCluster {
+    /// Starts `n` founding members and waits until they agree on a leader.
+    pub async fn spawn(n: u64) -> Self {
+        Self::spawn_with(n, Security::default()).await
+    }
+
+    /// A cluster whose members run `security`'s layers.
+    pub async fn spawn_with(n: u64, security: Security) -> Self {
+        Self::spawn_configured(n, security, |_| {}).await
+    }
+
+    /// A cluster whose members' store settings `tweak` adjusts.
+    pub async fn spawn_configured(n: u64, security: Security, tweak: impl Fn(&mut StoreConfig)) -> Self {
+        let dir = tempfile::tempdir().expect("a temporary directory for the data dirs");
+        let filter = PeerFilter::default();
+        let address = || format!("127.0.0.1:{}", free_port());
+        let addresses: BTreeMap<NodeId, [String; 3]> =
+            (1..=n).map(|id| (id, [address(), address(), address()])).collect();
+        let initial: BTreeMap<NodeId, String> = addresses.iter().map(|(id, [peer, ..])| (*id, peer.clone())).collect();
+        let mut members = BTreeMap::new();
+        for (id, [peer, client, http]) in &addresses {
+            let mut store = StoreConfig::new(*id, dir.path().join(format!("m{id}")), peer.clone());
+            store.initial_cluster = initial.clone();
+            store.client_urls = vec![format!("http://{client}")];
+            tweak(&mut store);
+            store.peer_filter = filter.clone();
+            let config = ApiserverConfig {
+                store,
+                peer_listen: peer.clone(),
+                client_listen: client.clone(),
+                http_listen: http.clone(),
+                watch_progress_interval: Duration::from_millis(300),
+                watch_bookmark_interval: Duration::from_millis(300),
+            };
+            members.insert(*id, Member { config, running: None });
+        }
+        // Members must start concurrently: each one's bootstrap probes the others.
+        let starts = members.values().map(|m| start(&m.config, &security));
+        let started = futures::future::join_all(starts).await;
+        for (member, running) in members.values_mut().zip(started) {
+            member.running = Some(running);
+        }
+        let cluster = InProcessCluster {
+            _dir: dir,
+            security,
+            members,
+            filter,
+            partitions: BTreeSet::new(),
+            killed: BTreeSet::new(),
+            clients: addresses.values().map(|[_, client, _]| client.clone()).collect(),
+            https: addresses.values().map(|[.., http]| http.clone()).collect(),
+        };
+        cluster.must_leader().await;
+        cluster
+    }
+
+    /// Every member's id, running or not.
+    pub fn ids(&self) -> Vec<NodeId> {
+        self.members.keys().copied().collect()
+    }
+
+    /// The ids of the members running now.
+    pub fn running_ids(&self) -> Vec<NodeId> {
+        self.members.iter().filter(|(_, m)| m.running.is_some()).map(|(id, _)| *id).collect()
+    }
+
+    /// Member `id`'s store; panics if the member is not running.
+    pub fn store(&self, id: NodeId) -> &Store {
+        &self.running(id).store
+    }
+
+    /// The stores of the running members.
+    pub fn stores(&self) -> impl Iterator<Item = &Store> {
+        self.members.values().filter_map(|m| m.running.as_ref()).map(|r| &r.store)
+    }
+
+    /// Member `id`'s client address.
+    pub fn client(&self, id: NodeId) -> &str {
+        &self.clients[self.index(id)]
+    }
+
+    /// The leader every running member agrees on.
+    pub async fn must_leader(&self) -> NodeId {
+        self.must_leader_of(&self.running_ids()).await
+    }
+
+    /// The leader members `ids` agree on, one of them: the majority's
+    /// leader during a partition, whatever the minority believes.
+    pub async fn must_leader_of(&self, ids: &[NodeId]) -> NodeId {
+        let what = format!("a leader among members {ids:?} that they agree on");
+        must_eventually(&what, LEADER_WITHIN, || async move {
+            let seen: Vec<Option<NodeId>> = ids
+                .iter()
+                .map(|id| self.members.get(id).and_then(|m| m.running.as_ref()).and_then(|r| r.store.leader()))
+                .collect();
+            match seen.first() {
+                Some(Some(leader)) if ids.contains(leader) && seen.iter().all(|s| *s == Some(*leader)) => Ok(*leader),
+                _ => Err(format!("leaders seen: {seen:?}")),
+            }
+        })
+        .await
+    }
+
+    /// The running members other than the leader.
+    pub async fn followers(&self) -> Vec<NodeId> {
+        let leader = self.must_leader().await;
+        self.running_ids().into_iter().filter(|id| *id != leader).collect()
+    }
+
+    /// The client addresses of the first two followers.
+    pub async fn follower_clients(&self) -> (String, String) {
+        let followers = self.followers().await;
+        assert!(followers.len() >= 2, "two followers are running: {followers:?}");
+        (self.client(followers[0]).to_string(), self.client(followers[1]).to_string())
+    }
+
+    /// Stops member `id` as its process would on SIGTERM: its client streams
+    /// end, requests in flight get a short grace period, then Raft stops. Its
+    /// data dir and addresses stay, for [`InProcessCluster::restart`].
+    pub async fn stop(&mut self, id: NodeId) -> Result<(), RunError> {
+        let running = self.take_running(id);
+        running.stop().await
+    }
+
+    /// Kills member `id`: it is cut off from every peer at once (each peer
+    /// call to or from it fails as unreachable, as when a process dies),
+    /// then stopped. Its data dir and addresses stay, for
+    /// [`InProcessCluster::restart`]. In one process this is not a power
+    /// loss: what the member wrote stays written, as after a SIGKILL.
+    pub async fn kill(&mut self, id: NodeId) {
+        let running = self.take_running(id);
+        self.killed.insert(id);
+        self.apply_filter();
+        // Whatever the stop reports, the member is gone, as after a kill.
+        let _ = running.stop().await;
+    }
+
+    /// Starts stopped or killed member `id` again, on its data dir and its
+    /// addresses, and lets its peer calls through again (except those a
+    /// partition still blocks). Returns once it serves; it catches up with
+    /// the cluster in its own time.
+    pub async fn restart(&mut self, id: NodeId) {
+        let member = self.members.get(&id).unwrap_or_else(|| panic!("no member {id}"));
+        assert!(member.running.is_none(), "member {id} is running");
+        // Reachable before it starts: a member that hears no leader campaigns
+        // (openraft 0.9 has no pre-vote) and would depose the leader later.
+        self.killed.remove(&id);
+        self.apply_filter();
+        let running = start(&member.config, &self.security).await;
+        self.members.get_mut(&id).expect("checked above").running = Some(running);
+    }
+
+    /// Partitions members `a` from members `b`: no peer call goes from one
+    /// side to the other, in either direction, until [`InProcessCluster::heal`].
+    /// Partitions add up; members in neither group are not affected.
+    pub fn partition(&mut self, a: &[NodeId], b: &[NodeId]) {
+        for &x in a {
+            for &y in b {
+                assert_ne!(x, y, "member {x} is on both sides of the partition");
+                self.partitions.insert((x, y));
+                self.partitions.insert((y, x));
+            }
+        }
+        self.apply_filter();
+    }
+
+    /// Ends every partition (killed members stay cut off until restarted).
+    pub fn heal(&mut self) {
+        self.partitions.clear();
+        self.apply_filter();
+    }
+
+    /// Stops every running member; panics if one does not stop cleanly.
+    pub async fn shutdown(mut self) {
+        for id in self.running_ids() {
+            if let Err(e) = self.stop(id).await {
+                panic!("member {id} did not stop cleanly: {e}");
+            }
+        }
+    }
+
+    /// Sets the shared filter to the partitions and the killed members.
+    fn apply_filter(&self) {
+        let cut_off = self.killed.iter().flat_map(|&k| self.members.keys().flat_map(move |&m| [(k, m), (m, k)]));
+        self.filter.set_blocked(self.partitions.iter().copied().chain(cut_off));
+    }
+
+    fn running(&self, id: NodeId) -> &Running {
+        let member = self.members.get(&id).unwrap_or_else(|| panic!("no member {id}"));
+        member.running.as_ref().unwrap_or_else(|| panic!("member {id} is not running"))
+    }
+
+    fn take_running(&mut self, id: NodeId) -> Running {
+        let member = self.members.get_mut(&id).unwrap_or_else(|| panic!("no member {id}"));
+        member.running.take().unwrap_or_else(|| panic!("member {id} is not running"))
+    }
+
+    fn index(&self, id: NodeId) -> usize {
+        assert!(self.members.contains_key(&id), "no member {id}");
+        (id - 1) as usize
+    }
+}
+
+/// Binds `config`'s addresses and starts the member. Retries while the
+/// ports or the RocksDB files of its previous run in this process are still
+/// being released (both are, in moments, once that run's tasks end).
+async fn start(config: &ApiserverConfig, security: &Security) -> Running {
+    let id = config.store.id;
+    must_eventually(&format!("member {id} started"), START_WITHIN, || async move {
+        let attempt = async {
+            let listeners = Listeners::bind(config).await?;
+            skiff_apiserver::start_with(config.clone(), listeners, security.clone()).await
+        };
+        match attempt.await {
+            Ok(running) => Ok(running),
+            Err(e @ (RunError::Listen { .. } | RunError::Start(StartError::Storage(_)))) => Err(e),
+            Err(e) => panic!("member {id} failed to start: {e}"),
+        }
+    })
+    .await
+}
