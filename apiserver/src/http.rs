@@ -49,7 +49,7 @@ async fn metrics(State(store): State<Store>) -> impl IntoResponse {
         &registry,
         "skiff_watchers",
         "Watchers following this member's live feed.",
-        store.state_machine().hub().watchers() as i64,
+        store.watchers() as i64,
     );
     gauge(&registry, "skiff_leases", "Leases in the store.", store.leases().map_or(0, |l| l.len() as i64));
     let mut families = registry.gather();

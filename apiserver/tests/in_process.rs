@@ -166,7 +166,7 @@ async fn health_readiness_and_metrics_are_served_over_http() {
     assert!(value("skiff_batch_size_count") >= 1.0, "batches were observed");
     assert!(value("skiff_batch_size_sum") >= 10.0, "every write was counted in a batch");
     assert_eq!(value("skiff_proposals_pending"), 0.0);
-    let revision = cluster.members[leader - 1].store.state_machine().revision();
+    let revision = cluster.members[leader - 1].store.revision();
     assert!(value("skiff_mvcc_revision") >= 10.0 && value("skiff_mvcc_revision") <= revision as f64);
     assert!(value("skiff_log_fsync_duration_seconds_count") >= 1.0);
     for m in cluster.members {

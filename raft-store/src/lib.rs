@@ -21,20 +21,25 @@
 // error types; boxing them at every call would only add noise.
 #![allow(clippy::result_large_err)]
 
+pub mod changes;
 pub mod error;
 pub mod etcd;
-pub mod hub;
+pub(crate) mod hub;
 pub mod join;
-pub mod latest;
-pub mod lessor;
-pub mod log_store;
+pub(crate) mod latest;
+pub(crate) mod lessor;
+pub(crate) mod log_store;
 pub mod metrics;
-pub mod mvcc;
+pub(crate) mod mvcc;
 pub mod network;
 pub mod peer;
-pub mod state_machine;
+pub(crate) mod state_machine;
 pub mod store;
 pub mod types;
 
+#[cfg(test)]
+mod tests;
+
+pub use changes::{Changes, ChangesError, ChangesSince, Event, EventKind, History, HistoryEntry, RevisionEvents};
 pub use error::StoreError;
 pub use store::{Store, StoreConfig};

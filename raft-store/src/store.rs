@@ -23,6 +23,7 @@ use openraft::{ChangeMembers, ServerState, SnapshotPolicy};
 use serde::{Deserialize, Serialize};
 use tokio::sync::{mpsc, oneshot, Mutex, Semaphore};
 
+use crate::changes::{Changes, ChangesSince, History};
 use crate::error::StoreError;
 use crate::lessor::{Lessor, EXPIRY_CHECK, MIN_TTL_SECONDS};
 use crate::log_store::LogStore;
@@ -465,11 +466,11 @@ impl Store {
         &self.inner.config
     }
 
-    pub fn raft(&self) -> &Raft {
+    pub(crate) fn raft(&self) -> &Raft {
         &self.inner.raft
     }
 
-    pub fn state_machine(&self) -> &StateMachine {
+    pub(crate) fn state_machine(&self) -> &StateMachine {
         &self.inner.sm
     }
 
@@ -822,6 +823,49 @@ impl Store {
             Err(ReadError::Request(e)) => Err(StoreError::Apply(e)),
             Err(ReadError::Engine(e)) => Err(StoreError::Internal(e.to_string())),
         }
+    }
+
+    // ---------------------------------------------------------------- changes
+
+    /// The revision of this member's applied state.
+    pub fn revision(&self) -> i64 {
+        self.inner.sm.revision()
+    }
+
+    /// The revision up to which this member's history is compacted.
+    pub fn compacted(&self) -> i64 {
+        self.inner.sm.compacted()
+    }
+
+    /// Waits until this member has applied `revision` (a read asking for
+    /// "at least N" on a member that is behind).
+    pub async fn wait_for_revision(&self, revision: i64) {
+        let mut applied = self.inner.sm.applied();
+        // The sender lives as long as the state machine, so this cannot fail.
+        let _ = applied.wait_for(|a| a.revision >= revision).await;
+    }
+
+    /// `key`'s history on this member, from one point-in-time view.
+    pub async fn history(&self, key: Vec<u8>) -> Result<History, StoreError> {
+        crate::changes::read_history(&self.inner.sm, key).await
+    }
+
+    /// The revisions from `from` up to the current one, at most a chunk
+    /// (call again from after the last one for more); `ApplyError::Compacted`
+    /// if `from` is compacted away.
+    pub async fn changes_since(&self, from: i64) -> Result<ChangesSince, StoreError> {
+        crate::changes::read_changes(&self.inner.sm, from).await
+    }
+
+    /// A live feed of the revisions touching `[key, range_end)` (etcd's
+    /// range rules) from `start`, or from after the current revision.
+    pub fn subscribe(&self, key: &[u8], range_end: &[u8], start: Option<i64>) -> Changes {
+        Changes::new(&self.inner.sm, key, range_end, start)
+    }
+
+    /// Live feeds following this member (see [`Store::subscribe`]).
+    pub fn watchers(&self) -> usize {
+        self.inner.sm.hub().watchers()
     }
 
     // ------------------------------------------------------------- membership
