@@ -14,6 +14,7 @@
 //! applied it locally). Serializable reads are served from local state.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::future::Future;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -21,6 +22,7 @@ use std::time::{Duration, Instant};
 use openraft::error::{ClientWriteError, InitializeError, RaftError};
 use openraft::{ChangeMembers, ServerState, SnapshotPolicy};
 use serde::{Deserialize, Serialize};
+use skiff_shutdown::Shutdown;
 use tokio::sync::{mpsc, oneshot, Mutex, Semaphore};
 
 use crate::changes::{Changes, ChangesSince, History};
@@ -309,6 +311,21 @@ struct Inner {
     stopping: tokio::sync::watch::Sender<bool>,
     /// A proposal raising this member's NOSPACE alarm is in flight.
     raising_nospace: std::sync::atomic::AtomicBool,
+    /// Every task this member started; [`Store::shutdown`] stops them and
+    /// waits for them.
+    tasks: Shutdown,
+}
+
+/// Spawns one of the store's tasks on `tasks`: it ends at its next await
+/// once the store shuts down, and the shutdown waits for it.
+fn spawn_task(tasks: &Shutdown, task: impl Future<Output = ()> + Send + 'static) {
+    let stop = tasks.clone();
+    tasks.spawn(async move {
+        tokio::select! {
+            _ = stop.cancelled() => {}
+            _ = task => {}
+        }
+    });
 }
 
 /// A member of the replicated store. Cheap to clone.
@@ -367,6 +384,13 @@ impl Store {
     /// Opens the member's storage and starts Raft. Call [`Store::bootstrap`]
     /// once the peer listener is serving.
     pub async fn open(config: StoreConfig) -> Result<Store, StartError> {
+        Store::open_within(config, &Shutdown::new()).await
+    }
+
+    /// [`Store::open`], with the store's tasks on a child of `parent`:
+    /// stopping the parent also stops them and waits for them.
+    pub async fn open_within(config: StoreConfig, parent: &Shutdown) -> Result<Store, StartError> {
+        let tasks = parent.child();
         if config.election_timeout_max < config.election_timeout_min * 2 {
             return Err(StartError::Config(
                 "the election timeout range must be at least 2x wide (max >= 2 * min)".into(),
@@ -423,9 +447,9 @@ impl Store {
         let (writes, write_rx) = mpsc::channel(16 * 1024);
         let (reads, read_rx) = mpsc::channel(16 * 1024);
         let (forwards, forward_rx) = mpsc::channel(16 * 1024);
-        tokio::spawn(run_batcher(raft.clone(), write_rx, config.max_batch, config.max_in_flight));
-        tokio::spawn(run_read_barrier(raft.clone(), peers.clone(), config.id, config.request_timeout, read_rx));
-        tokio::spawn(run_election_watchdog(raft.clone(), config.election_timeout_max));
+        spawn_task(&tasks, run_batcher(raft.clone(), write_rx, config.max_batch, config.max_in_flight, tasks.clone()));
+        spawn_task(&tasks, run_read_barrier(raft.clone(), peers.clone(), config.id, config.request_timeout, read_rx));
+        spawn_task(&tasks, run_election_watchdog(raft.clone(), config.election_timeout_max));
         let lessor = Arc::new(Lessor::default());
         let store = Store {
             inner: Arc::new(Inner {
@@ -443,13 +467,14 @@ impl Store {
                 lessor,
                 stopping: tokio::sync::watch::Sender::new(false),
                 raising_nospace: std::sync::atomic::AtomicBool::new(false),
+                tasks,
             }),
         };
-        tokio::spawn(run_forwarder(Arc::downgrade(&store.inner), forward_rx));
-        tokio::spawn(run_lease_expiry(Arc::downgrade(&store.inner)));
-        tokio::spawn(run_compactor(Arc::downgrade(&store.inner)));
-        tokio::spawn(run_alarm_clearer(Arc::downgrade(&store.inner)));
-        tokio::spawn(run_snapshot_trigger(Arc::downgrade(&store.inner)));
+        store.spawn(run_forwarder(Arc::downgrade(&store.inner), forward_rx));
+        store.spawn(run_lease_expiry(Arc::downgrade(&store.inner)));
+        store.spawn(run_compactor(Arc::downgrade(&store.inner)));
+        store.spawn(run_alarm_clearer(Arc::downgrade(&store.inner)));
+        store.spawn(run_snapshot_trigger(Arc::downgrade(&store.inner)));
         Ok(store)
     }
 
@@ -491,6 +516,11 @@ impl Store {
 
     pub fn leader(&self) -> Option<NodeId> {
         self.inner.raft.metrics().borrow().current_leader
+    }
+
+    /// Spawns a task that [`Store::shutdown`] stops and waits for.
+    fn spawn(&self, task: impl Future<Output = ()> + Send + 'static) {
+        spawn_task(&self.inner.tasks, task)
     }
 
     fn leader_addr(&self, leader: NodeId) -> Option<String> {
@@ -597,7 +627,7 @@ impl Store {
     /// part of the cluster, and again whenever they change.
     fn spawn_publisher(&self) {
         let store = self.clone();
-        tokio::spawn(async move {
+        self.spawn(async move {
             let info = store.member_info();
             let mut delay = Duration::from_millis(200);
             loop {
@@ -677,7 +707,7 @@ impl Store {
             return;
         }
         let store = self.clone();
-        tokio::spawn(async move {
+        self.spawn(async move {
             match store.change_alarm(alarm, true).await {
                 Ok(_) => tracing::warn!(
                     quota = store.inner.config.quota_backend_bytes,
@@ -1168,9 +1198,17 @@ impl Store {
         self.inner.stopping.subscribe()
     }
 
-    /// Stops Raft; the store answers nothing afterwards.
+    /// Stops the tasks [`Store::open`] started and waits for them, then
+    /// stops Raft; the store answers nothing afterwards. Writes waiting in
+    /// the batcher or the forwarder fail with `Unavailable`.
     pub async fn shutdown(&self) {
+        self.inner.tasks.stop().await;
         let _ = self.inner.raft.shutdown().await;
+    }
+
+    /// How many of the tasks [`Store::open`] started are still running.
+    pub fn running_tasks(&self) -> usize {
+        self.inner.tasks.running()
     }
 }
 
@@ -1248,7 +1286,13 @@ fn proposal_size(p: &Proposal) -> usize {
 /// Drains waiting writes into Raft entries, keeping up to `max_in_flight`
 /// entries in flight; while they are, new writes queue up and form the next
 /// batch.
-async fn run_batcher(raft: Raft, mut rx: mpsc::Receiver<PendingWrite>, max_batch: usize, max_in_flight: usize) {
+async fn run_batcher(
+    raft: Raft,
+    mut rx: mpsc::Receiver<PendingWrite>,
+    max_batch: usize,
+    max_in_flight: usize,
+    tasks: Shutdown,
+) {
     let slots = Arc::new(Semaphore::new(max_in_flight.max(1)));
     // A write that did not fit the previous entry opens the next one.
     let mut carry: Option<PendingWrite> = None;
@@ -1281,12 +1325,22 @@ async fn run_batcher(raft: Raft, mut rx: mpsc::Receiver<PendingWrite>, max_batch
         let m = crate::metrics::metrics();
         m.batch_size.observe(pending.len() as f64);
         m.proposals_pending.add(pending.len() as i64);
-        tokio::spawn(async move {
+        let stop = tasks.clone();
+        tasks.spawn(async move {
             // The proposals move into the entry; only the reply channels stay.
             let (proposals, replies): (Vec<_>, Vec<_>) = pending.into_iter().map(|p| (p.proposal, p.reply)).unzip();
-            let outcome = raft.client_write(Batch { timestamp_ms: now_ms(), proposals: proposals.into() }).await;
+            let write = raft.client_write(Batch { timestamp_ms: now_ms(), proposals: proposals.into() });
+            let outcome = tokio::select! {
+                outcome = write => Some(outcome),
+                // The entry may still commit; its writers hear that the
+                // store stopped, as after a timeout.
+                _ = stop.cancelled() => None,
+            };
             drop(slot);
-            let m = crate::metrics::metrics();
+            let Some(outcome) = outcome else {
+                m.proposals_pending.sub(replies.len() as i64);
+                return;
+            };
             m.proposals_pending.sub(replies.len() as i64);
             match outcome {
                 Ok(resp) => {
@@ -1353,7 +1407,7 @@ async fn run_forwarder(inner: std::sync::Weak<Inner>, mut rx: mpsc::Receiver<Pen
         // spurious failure.
         crate::metrics::metrics().forward_batch_size.observe(batch.len() as f64);
         let store = Store { inner };
-        tokio::spawn(async move {
+        store.spawn(async move {
             let (proposals, replies): (Vec<_>, Vec<_>) = batch.into_iter().map(|w| (w.proposal, w.reply)).unzip();
             let mut results = store.forward(leader, proposals, deadline).await.into_iter();
             for reply in replies {
@@ -1429,8 +1483,9 @@ async fn run_lease_expiry(inner: std::sync::Weak<Inner>) {
         let now = Instant::now();
         store.inner.lessor.sync(metrics.current_term, &leases, now);
         for id in store.inner.lessor.expired(now) {
-            let store = store.clone();
-            tokio::spawn(async move {
+            let task = store.clone();
+            store.spawn(async move {
+                let store = task;
                 match store.write(Command::LeaseRevoke { id }).await {
                     Ok(_) => tracing::debug!(lease = id, "lease expired and was revoked"),
                     Err(StoreError::Apply(_)) => {}
@@ -1608,5 +1663,25 @@ async fn run_election_watchdog(raft: Raft, election_max: Duration) {
             (ServerState::Candidate, Some(_)) => {}
             _ => candidate_since = None,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn shutdown_stops_and_waits_for_every_task_open_started() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        // A single founding member: it initializes alone, no peer listener needed.
+        let mut config = StoreConfig::new(1, dir.path().join("member"), "127.0.0.1:1".into());
+        config.initial_cluster = BTreeMap::from([(1, "127.0.0.1:1".to_string())]);
+        let store = Store::open(config).await.expect("open");
+        store.bootstrap().await.expect("bootstrap");
+        // A write goes through the batcher: the loops are running.
+        store.lease_grant(0, 30).await.expect("a write on the only member");
+        assert!(store.running_tasks() >= 8, "open started its loops: {}", store.running_tasks());
+        tokio::time::timeout(Duration::from_secs(10), store.shutdown()).await.expect("shutdown ends");
+        assert_eq!(store.running_tasks(), 0);
     }
 }
