@@ -5,17 +5,27 @@
 //! In data-flow order, from a client's request to disk and back:
 //! - [`etcd`]: the etcd v3 gRPC services (KV, Watch, Cluster, Maintenance)
 //!   and Skiff's `Control` service, translating wire types.
-//! - [`store`]: one member: write batching and forwarding, linearizable
-//!   reads, membership administration, bootstrap.
+//! - [`store`]: one member, the façade every other crate uses: write
+//!   batching and forwarding, linearizable reads, history and change feeds,
+//!   membership administration, leases, bootstrap, upkeep; one submodule
+//!   per concern.
+//! - [`changes`]: a key's history and the change feeds (live revisions with
+//!   catch-up from RocksDB) that watchers follow.
 //! - [`join`]: the client side of joining a running cluster.
 //! - [`network`] and [`peer`]: the peer channel (Raft RPCs, forwarding).
-//! - [`log_store`]: the Raft log on its own RocksDB instance.
-//! - [`state_machine`]: applies entries to the MVCC engine, snapshots.
-//! - [`mvcc`]: the MVCC engine (revisions, history, compaction, reads).
-//! - [`lessor`]: the leader's lease expiry clocks.
-//! - [`hub`]: fan-out of applied revisions to watchers.
+//! - `log_store`: the Raft log on its own RocksDB instance.
+//! - `state_machine`: applies entries to the MVCC engine, snapshots.
+//! - `mvcc` (with `latest`, its cache of newest records): the MVCC engine
+//!   (revisions, history, compaction, reads).
+//! - `lessor`: the leader's lease expiry clocks.
+//! - `hub`: fan-out of applied revisions to change feeds.
 //! - [`metrics`]: Prometheus counters and histograms of the above.
 //! - [`types`] and [`error`]: what travels through the log, and failures.
+//!
+//! Only `etcd`, `store`, `changes`, `join`, the peer channel, `metrics`,
+//! `types` and `error` are public: the engine, the log and the state
+//! machine are reached through [`Store`]. Their tests against a model and
+//! openraft's storage suite live in the crate (`tests`).
 
 // tonic's `Status` and openraft's `StorageError` are the frameworks' own
 // error types; boxing them at every call would only add noise.

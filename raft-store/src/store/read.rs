@@ -130,8 +130,18 @@ pub(super) async fn run_read_barrier(
     peers: PeerClients,
     id: NodeId,
     timeout: Duration,
-    mut rx: mpsc::Receiver<ReadWaiter>,
+    rx: mpsc::Receiver<ReadWaiter>,
 ) {
+    serve_reads(rx, || read_index_once(&raft, &peers, id, timeout)).await
+}
+
+/// The read barrier's loop: waits for a read, takes every read waiting
+/// behind it, answers all of them with one `round`.
+async fn serve_reads<F, Fut>(mut rx: mpsc::Receiver<ReadWaiter>, mut round: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<u64, StoreError>>,
+{
     while let Some(first) = rx.recv().await {
         let mut waiters = vec![first];
         while let Ok(w) = rx.try_recv() {
@@ -140,7 +150,7 @@ pub(super) async fn run_read_barrier(
         let m = crate::metrics::metrics();
         m.read_rounds.inc();
         m.reads_linearized.inc_by(waiters.len() as u64);
-        let result = read_index_once(&raft, &peers, id, timeout).await;
+        let result = round().await;
         for w in waiters {
             let _ = w.send(result.clone());
         }
@@ -168,5 +178,57 @@ async fn read_index_once(raft: &Raft, peers: &PeerClients, id: NodeId, timeout: 
             }
         }
         None => Err(StoreError::NoLeader),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::Arc;
+
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn one_round_answers_every_read_waiting_at_that_moment() {
+        let (tx, rx) = mpsc::channel(16);
+        let rounds = Arc::new(AtomicU64::new(0));
+        let counted = rounds.clone();
+        tokio::spawn(serve_reads(rx, move || {
+            let round = counted.fetch_add(1, Ordering::SeqCst) + 1;
+            async move {
+                // A quorum round takes a while; reads arriving meanwhile
+                // wait for the next one.
+                tokio::time::sleep(Duration::from_millis(10)).await;
+                Ok(round * 100)
+            }
+        }));
+        let mut first = Vec::new();
+        for _ in 0..5 {
+            let (reply, answer) = oneshot::channel();
+            tx.send(reply).await.expect("barrier running");
+            first.push(answer);
+        }
+        for answer in first {
+            assert_eq!(answer.await.expect("answered"), Ok(100));
+        }
+        let (reply, answer) = oneshot::channel();
+        tx.send(reply).await.expect("barrier running");
+        assert_eq!(answer.await.expect("answered"), Ok(200));
+        assert_eq!(rounds.load(Ordering::SeqCst), 2);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_failed_round_fails_every_read_it_served() {
+        let (tx, rx) = mpsc::channel(16);
+        let mut answers = Vec::new();
+        for _ in 0..3 {
+            let (reply, answer) = oneshot::channel();
+            tx.send(reply).await.expect("room in the queue");
+            answers.push(answer);
+        }
+        tokio::spawn(serve_reads(rx, || async { Err(StoreError::NoLeader) }));
+        for answer in answers {
+            assert_eq!(answer.await.expect("answered"), Err(StoreError::NoLeader));
+        }
     }
 }

@@ -128,6 +128,77 @@ fn proposal_size(p: &Proposal) -> usize {
     bincode::serialized_size(p).map_or(usize::MAX / 2, |n| n as usize)
 }
 
+/// How a batch is cut from a queue of waiting writes.
+#[derive(Clone, Copy, Debug)]
+struct Limits {
+    /// Most writes in one batch.
+    items: usize,
+    /// Most bytes in one batch, unless its first write alone is larger.
+    bytes: usize,
+}
+
+/// One batch being gathered from a queue: the batcher's Raft entry or the
+/// forwarder's peer call. The first write opens it; each write waiting
+/// after it joins until the batch is full, and the first that does not fit
+/// (too large, or bound elsewhere) is carried over to open the next batch.
+#[derive(Debug)]
+struct Gather<T> {
+    items: Vec<T>,
+    bytes: usize,
+    limits: Limits,
+}
+
+/// What became of a write offered to a [`Gather`].
+#[derive(Debug)]
+enum Offer<T> {
+    Joined,
+    /// It does not fit: it opens the next batch.
+    Carry(T),
+}
+
+impl<T> Gather<T> {
+    fn open(first: T, size: usize, limits: Limits) -> Gather<T> {
+        Gather { items: vec![first], bytes: size, limits }
+    }
+
+    /// Whether another write may still join.
+    fn has_room(&self) -> bool {
+        self.items.len() < self.limits.items && self.bytes < self.limits.bytes
+    }
+
+    /// Offers the next waiting write; `belongs`: whether it may share this
+    /// batch at all (the forwarder's writes must go to the same leader).
+    fn offer(&mut self, item: T, size: usize, belongs: bool) -> Offer<T> {
+        if !belongs || self.bytes + size > self.limits.bytes {
+            return Offer::Carry(item);
+        }
+        self.bytes += size;
+        self.items.push(item);
+        Offer::Joined
+    }
+}
+
+/// Cuts the next batch: `first` and the writes waiting behind it in `rx`,
+/// within `limits`; returns it with the write carried over to the next one.
+fn gather<T>(
+    first: T,
+    rx: &mut mpsc::Receiver<T>,
+    limits: Limits,
+    size: impl Fn(&T) -> usize,
+    belongs: impl Fn(&T, &T) -> bool,
+) -> (Vec<T>, Option<T>) {
+    let first_size = size(&first);
+    let mut batch = Gather::open(first, first_size, limits);
+    while batch.has_room() {
+        let Ok(next) = rx.try_recv() else { break };
+        let (next_size, fits) = (size(&next), belongs(&batch.items[0], &next));
+        if let Offer::Carry(next) = batch.offer(next, next_size, fits) {
+            return (batch.items, Some(next));
+        }
+    }
+    (batch.items, None)
+}
+
 /// Drains waiting writes into Raft entries, keeping up to `max_in_flight`
 /// entries in flight; while they are, new writes queue up and form the next
 /// batch.
@@ -150,22 +221,9 @@ pub(super) async fn run_batcher(
                 None => return,
             },
         };
-        let mut bytes = proposal_size(&first.proposal);
-        let mut pending = vec![first];
-        while pending.len() < max_batch && bytes < MAX_BATCH_BYTES {
-            match rx.try_recv() {
-                Ok(p) => {
-                    let size = proposal_size(&p.proposal);
-                    if bytes + size > MAX_BATCH_BYTES {
-                        carry = Some(p);
-                        break;
-                    }
-                    bytes += size;
-                    pending.push(p);
-                }
-                Err(_) => break,
-            }
-        }
+        let limits = Limits { items: max_batch, bytes: MAX_BATCH_BYTES };
+        let (pending, next) = gather(first, &mut rx, limits, |w| proposal_size(&w.proposal), |_, _| true);
+        carry = next;
         let raft = raft.clone();
         let m = crate::metrics::metrics();
         m.batch_size.observe(pending.len() as f64);
@@ -233,23 +291,16 @@ pub(super) async fn run_forwarder(inner: std::sync::Weak<Inner>, mut rx: mpsc::R
         // connection, which are polled together) queue up first.
         tokio::task::yield_now().await;
         let Some(inner) = inner.upgrade() else { return };
-        let (leader, mut deadline) = (first.leader, first.deadline);
-        let mut bytes = proposal_size(&first.write.proposal);
-        let mut batch = vec![first.write];
-        while batch.len() < inner.config.max_batch {
-            let Ok(f) = rx.try_recv() else { break };
-            let size = proposal_size(&f.write.proposal);
-            if f.leader != leader || bytes + size > MAX_BATCH_BYTES {
-                carry = Some(f);
-                break;
-            }
-            bytes += size;
-            deadline = deadline.max(f.deadline);
-            batch.push(f.write);
-        }
+        let leader = first.leader;
+        let limits = Limits { items: inner.config.max_batch, bytes: MAX_BATCH_BYTES };
+        let size = |f: &PendingForward| proposal_size(&f.write.proposal);
+        let (forwards, next) = gather(first, &mut rx, limits, size, |a, b| a.leader == b.leader);
+        carry = next;
         // The call may run until the latest deadline of its writes: one
         // with an earlier deadline gets its answer late rather than a
         // spurious failure.
+        let deadline = forwards.iter().map(|f| f.deadline).max().expect("a batch has a first write");
+        let batch: Vec<_> = forwards.into_iter().map(|f| f.write).collect();
         crate::metrics::metrics().forward_batch_size.observe(batch.len() as f64);
         let store = Store { inner };
         store.spawn(async move {
@@ -260,5 +311,56 @@ pub(super) async fn run_forwarder(inner: std::sync::Weak<Inner>, mut rx: mpsc::R
                     reply.send(results.next().unwrap_or_else(|| Err(StoreError::Internal("missing result".into()))));
             }
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const LIMITS: Limits = Limits { items: 4, bytes: 100 };
+
+    /// Queues `(name, size)` writes and cuts one batch from them.
+    fn cut(first: (&'static str, usize), waiting: &[(&'static str, usize)]) -> (Vec<&'static str>, Option<&'static str>) {
+        let (tx, mut rx) = mpsc::channel(16);
+        for w in waiting {
+            tx.try_send(*w).expect("room in the queue");
+        }
+        let (batch, carry) = gather(first, &mut rx, LIMITS, |w| w.1, |_, _| true);
+        (batch.into_iter().map(|w| w.0).collect(), carry.map(|w| w.0))
+    }
+
+    #[test]
+    fn every_waiting_write_joins_the_batch_up_to_the_item_limit() {
+        let (batch, carry) = cut(("a", 1), &[("b", 1), ("c", 1), ("d", 1), ("e", 1)]);
+        assert_eq!(batch, ["a", "b", "c", "d"]);
+        // "e" stays queued for the next batch: it was never taken out.
+        assert_eq!(carry, None);
+    }
+
+    #[test]
+    fn a_write_that_does_not_fit_the_bytes_opens_the_next_batch() {
+        let (batch, carry) = cut(("a", 60), &[("b", 30), ("c", 20), ("d", 1)]);
+        assert_eq!(batch, ["a", "b"]);
+        assert_eq!(carry, Some("c"));
+    }
+
+    #[test]
+    fn a_write_larger_than_the_limit_gets_a_batch_of_its_own() {
+        let (batch, carry) = cut(("big", 500), &[("small", 1)]);
+        assert_eq!((batch, carry), (vec!["big"], None));
+        let (batch, carry) = cut(("small", 1), &[("big", 500)]);
+        assert_eq!((batch, carry), (vec!["small"], Some("big")));
+    }
+
+    #[test]
+    fn forwarded_writes_for_another_leader_go_in_the_next_call() {
+        let (tx, mut rx) = mpsc::channel(16);
+        for w in [(1, "b"), (2, "c"), (1, "d")] {
+            tx.try_send(w).expect("room in the queue");
+        }
+        let (batch, carry) = gather((1, "a"), &mut rx, LIMITS, |_| 1, |a, b| a.0 == b.0);
+        assert_eq!(batch, [(1, "a"), (1, "b")]);
+        assert_eq!(carry, Some((2, "c")));
     }
 }
