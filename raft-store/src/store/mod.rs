@@ -31,8 +31,8 @@ mod write;
 use std::future::Future;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Duration;
 
+use openraft::error::{InitializeError, RaftError};
 use openraft::SnapshotPolicy;
 use skiff_shutdown::Shutdown;
 use tokio::sync::{mpsc, Mutex};
@@ -76,6 +76,8 @@ pub struct MemberStatus {
     pub term: u64,
     pub last_log_index: u64,
     pub applied_index: u64,
+    /// The log index the newest snapshot covers (0: none yet).
+    pub snapshot_index: u64,
     pub revision: i64,
     pub compacted: i64,
     pub db_size: u64,
@@ -295,6 +297,7 @@ impl Store {
             term: m.current_term,
             last_log_index: m.last_log_index.unwrap_or(0),
             applied_index: m.last_applied.map_or(0, |l| l.index),
+            snapshot_index: m.snapshot.map_or(0, |l| l.index),
             revision: self.inner.sm.revision(),
             compacted: self.inner.sm.compacted(),
             db_size: self.inner.sm.db_size(),
@@ -337,6 +340,7 @@ fn leader_addr(raft: &Raft, leader: NodeId) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use std::collections::BTreeMap;
+    use std::time::Duration;
 
     use super::*;
 

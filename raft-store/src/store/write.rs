@@ -303,7 +303,8 @@ pub(super) async fn run_forwarder(inner: std::sync::Weak<Inner>, mut rx: mpsc::R
         let batch: Vec<_> = forwards.into_iter().map(|f| f.write).collect();
         crate::metrics::metrics().forward_batch_size.observe(batch.len() as f64);
         let store = Store { inner };
-        store.spawn(async move {
+        let task = store.clone();
+        task.spawn(async move {
             let (proposals, replies): (Vec<_>, Vec<_>) = batch.into_iter().map(|w| (w.proposal, w.reply)).unzip();
             let mut results = store.forward(leader, proposals, deadline).await.into_iter();
             for reply in replies {
