@@ -71,7 +71,7 @@ impl Store {
         if identity.cluster_id == 0 {
             identity.cluster_id = cluster_id_of(&config.initial_cluster);
             save_identity(&config.data_dir, &identity)
-                .map_err(|e| StartError::DataDir { path: config.data_dir.clone(), reason: e.to_string() })?;
+                .map_err(|source| StartError::DataDirIo { path: config.data_dir.clone(), source })?;
             *self.inner.identity.lock().expect("poisoned") = identity;
         }
         let lowest = *config.initial_cluster.keys().next().expect("checked non-empty");
@@ -84,7 +84,7 @@ impl Store {
         match self.inner.raft.initialize(members).await {
             Ok(()) => Ok(()),
             Err(RaftError::APIError(InitializeError::NotAllowed(_))) => Ok(()),
-            Err(e) => Err(StartError::Storage(format!("initialize: {e}"))),
+            Err(e) => Err(StartError::Initialize(e)),
         }
     }
 
@@ -96,7 +96,7 @@ impl Store {
         let mut identity = self.inner.identity.lock().expect("poisoned").clone();
         identity.cluster_id = cluster_id;
         save_identity(&config.data_dir, &identity)
-            .map_err(|e| StartError::DataDir { path: config.data_dir.clone(), reason: e.to_string() })?;
+            .map_err(|source| StartError::DataDirIo { path: config.data_dir.clone(), source })?;
         *self.inner.identity.lock().expect("poisoned") = identity;
         Ok(())
     }

@@ -8,14 +8,14 @@ use serde::{Deserialize, Serialize};
 
 use super::{StartError, StoreConfig};
 use crate::state_machine::write_durably;
-use crate::types::{MemberInfo, NodeId};
+use crate::types::NodeId;
 
 /// The identity of a data directory, written once when it is created.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct DataDirIdentity {
     pub id: NodeId,
     pub cluster_id: u64,
-    /// Random per data directory; see [`MemberInfo::incarnation`].
+    /// Random per data directory; see [`MemberInfo::incarnation`](crate::types::MemberInfo::incarnation).
     pub incarnation: u64,
 }
 
@@ -37,9 +37,10 @@ pub fn cluster_id_of(initial: &BTreeMap<NodeId, String>) -> u64 {
 pub(super) fn load_identity(config: &StoreConfig) -> Result<(DataDirIdentity, bool), StartError> {
     let dir = &config.data_dir;
     let bad = |reason: String| StartError::DataDir { path: dir.clone(), reason };
+    let io = |source: std::io::Error| StartError::DataDirIo { path: dir.clone(), source };
     let path = dir.join(IDENTITY_FILE);
     if path.exists() {
-        let bytes = std::fs::read(&path).map_err(|e| bad(e.to_string()))?;
+        let bytes = std::fs::read(&path).map_err(io)?;
         let identity: DataDirIdentity = serde_json::from_slice(&bytes)
             .map_err(|e| bad(format!("{IDENTITY_FILE} is corrupt ({e}); refusing to touch this directory")))?;
         if identity.id != config.id {
@@ -48,17 +49,17 @@ pub(super) fn load_identity(config: &StoreConfig) -> Result<(DataDirIdentity, bo
         return Ok((identity, false));
     }
     if dir.exists() {
-        let mut entries = std::fs::read_dir(dir).map_err(|e| bad(e.to_string()))?;
+        let mut entries = std::fs::read_dir(dir).map_err(io)?;
         if entries.next().is_some() {
             return Err(bad(format!(
                 "is not empty and has no {IDENTITY_FILE}: not a Skiff data directory; refusing to use it"
             )));
         }
     }
-    std::fs::create_dir_all(dir).map_err(|e| bad(e.to_string()))?;
+    std::fs::create_dir_all(dir).map_err(io)?;
     let cluster_id = if config.initial_cluster.is_empty() { 0 } else { cluster_id_of(&config.initial_cluster) };
     let identity = DataDirIdentity { id: config.id, cluster_id, incarnation: rand::random() };
-    save_identity(dir, &identity).map_err(|e| bad(e.to_string()))?;
+    save_identity(dir, &identity).map_err(io)?;
     Ok((identity, true))
 }
 

@@ -41,31 +41,46 @@ pub use admin::{AdminRequest, AdminResponse, MemberView};
 pub use config::{Retention, StoreConfig};
 pub use identity::{cluster_id_of, DataDirIdentity};
 
-use crate::error::StoreError;
 use crate::lessor::Lessor;
 use crate::log_store::LogStore;
 use crate::network::PeerClients;
 use crate::state_machine::StateMachine;
-use crate::types::{NodeId, Raft};
+use crate::types::{Node, NodeId, Raft};
 use identity::{load_identity, IDENTITY_FILE};
 use maintenance::{run_alarm_clearer, run_compactor, run_election_watchdog, run_snapshot_trigger};
 use read::{run_read_barrier, ReadWaiter};
 use leases::run_lease_expiry;
 use write::{run_batcher, run_forwarder, PendingForward, PendingWrite};
 
-/// Why a member could not start. Each is one line for the operator.
+/// Why a member could not start. Each is one line for the operator; the
+/// underlying error stays available as the source.
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
+    /// The data directory cannot be used (another member's, not Skiff's).
     #[error("data dir {path}: {reason}")]
     DataDir { path: PathBuf, reason: String },
+    /// Reading or writing the data directory failed.
+    #[error("data dir {path}: {source}")]
+    DataDirIo {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The state machine, the log or Raft's storage could not be opened.
     #[error("{0}")]
-    Storage(String),
+    Storage(#[source] Box<dyn std::error::Error + Send + Sync>),
+    /// Initializing the founding membership failed.
+    #[error("initialize: {0}")]
+    Initialize(#[source] RaftError<NodeId, InitializeError<NodeId, Node>>),
     #[error("bad configuration: {0}")]
     Config(String),
+    /// openraft refused the timing configuration.
+    #[error("bad configuration: {0}")]
+    RaftConfig(#[source] openraft::ConfigError),
     #[error("refused: {0}")]
     Refused(String),
     #[error("join failed: {0}")]
-    Join(String),
+    Join(#[source] crate::join::JoinError),
 }
 
 /// Raft status of this member, for `endpoint status` and `skiffctl status`.
@@ -172,12 +187,12 @@ impl Store {
         if let Some(backup) = &config.restore_from {
             StateMachine::restore(&config.data_dir, backup).map_err(|e| {
                 let _ = std::fs::remove_dir_all(&config.data_dir);
-                StartError::Storage(e.to_string())
+                StartError::Storage(e.into())
             })?;
         }
         let log = LogStore::open(&config.data_dir.join("raft-log"), config.id)
-            .map_err(|e| StartError::Storage(e.to_string()))?;
-        let sm = StateMachine::open(&config.data_dir).map_err(|e| StartError::Storage(e.to_string()))?;
+            .map_err(|e| StartError::Storage(e.into()))?;
+        let sm = StateMachine::open(&config.data_dir).map_err(|e| StartError::Storage(e.into()))?;
         // The leader's entries reach its own disk while they replicate; none
         // is applied (answered, published) before it is on disk here too.
         sm.gate_applies_on(log.durable());
@@ -198,11 +213,11 @@ impl Store {
             ..Default::default()
         }
         .validate()
-        .map_err(|e| StartError::Config(e.to_string()))?;
+        .map_err(StartError::RaftConfig)?;
         let peers = PeerClients::default();
         let raft = Raft::new(config.id, Arc::new(raft_config), peers.clone(), log.clone(), sm.clone())
             .await
-            .map_err(|e| StartError::Storage(e.to_string()))?;
+            .map_err(|e| StartError::Storage(e.into()))?;
 
         let (writes, write_rx) = mpsc::channel(16 * 1024);
         let (reads, read_rx) = mpsc::channel(16 * 1024);
