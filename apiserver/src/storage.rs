@@ -156,10 +156,9 @@ pub fn store_error(e: StoreError) -> ApiError {
 pub async fn wait_for_revision(store: &Store, revision: i64) -> Result<(), ApiError> {
     match tokio::time::timeout(WAIT_FOR_REVISION, store.wait_for_revision(revision)).await {
         Ok(()) => Ok(()),
-        Err(_) => Err(ApiError::timeout(format!(
-            "Too large resource version: {revision}, current: {}",
-            store.revision()
-        ))),
+        Err(_) => {
+            Err(ApiError::timeout(format!("Too large resource version: {revision}, current: {}", store.revision())))
+        }
     }
 }
 

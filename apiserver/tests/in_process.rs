@@ -384,9 +384,7 @@ async fn members_snapshot_after_enough_bytes_of_log_however_few_entries() {
     .await;
     let mut kv = KvClient::new(channel(&cluster.clients[0]).await);
     let value = "x".repeat(60 * 1024);
-    let snapshotted = |cluster: &InProcessCluster| {
-        cluster.members.iter().all(|m| m.store.status().snapshot_index > 0)
-    };
+    let snapshotted = |cluster: &InProcessCluster| cluster.members.iter().all(|m| m.store.status().snapshot_index > 0);
     // Far fewer entries than `snapshot_logs`, but (with the database's own
     // size, which also counts) tens of megabytes of them.
     let mut written = 0;

@@ -60,9 +60,10 @@ pub async fn request_join(client_addr: &str, info: &MemberInfo, timeout: Duratio
         timeout_ms: timeout.as_millis() as u64,
     });
     request.set_timeout(timeout + Duration::from_secs(5));
-    let response = client
-        .join(request)
-        .await
-        .map_err(|status| JoinError::Refused { addr: client_addr.to_string(), id: info.id, status })?;
+    let response = client.join(request).await.map_err(|status| JoinError::Refused {
+        addr: client_addr.to_string(),
+        id: info.id,
+        status,
+    })?;
     Ok(response.into_inner().cluster_id)
 }

@@ -7,12 +7,12 @@ use skiff_proto::control::{self as wire, HistoryRequest, HistoryResponse, JoinRe
 use skiff_proto::mvccpb;
 use tonic::{Request, Response, Status};
 
+use crate::changes::HistoryEntry;
 use crate::error::StoreError;
 use crate::etcd::cluster::peer_addr;
 use crate::etcd::convert::RequestError;
 use crate::etcd::header;
 use crate::etcd::status::unexpected;
-use crate::changes::HistoryEntry;
 use crate::store::{AdminRequest, AdminResponse, Header, Store};
 use crate::types::MemberInfo;
 

@@ -47,9 +47,9 @@ use crate::network::PeerClients;
 use crate::state_machine::StateMachine;
 use crate::types::{Node, NodeId, Raft};
 use identity::{load_identity, IDENTITY_FILE};
+use leases::run_lease_expiry;
 use maintenance::{run_alarm_clearer, run_compactor, run_election_watchdog, run_snapshot_trigger};
 use read::{run_read_barrier, ReadWaiter};
-use leases::run_lease_expiry;
 use write::{run_batcher, run_forwarder, PendingForward, PendingWrite};
 
 /// Why a member could not start. Each is one line for the operator; the
@@ -190,8 +190,8 @@ impl Store {
                 StartError::Storage(e.into())
             })?;
         }
-        let log = LogStore::open(&config.data_dir.join("raft-log"), config.id)
-            .map_err(|e| StartError::Storage(e.into()))?;
+        let log =
+            LogStore::open(&config.data_dir.join("raft-log"), config.id).map_err(|e| StartError::Storage(e.into()))?;
         let sm = StateMachine::open(&config.data_dir).map_err(|e| StartError::Storage(e.into()))?;
         // The leader's entries reach its own disk while they replicate; none
         // is applied (answered, published) before it is on disk here too.

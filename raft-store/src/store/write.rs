@@ -322,7 +322,10 @@ mod tests {
     const LIMITS: Limits = Limits { items: 4, bytes: 100 };
 
     /// Queues `(name, size)` writes and cuts one batch from them.
-    fn cut(first: (&'static str, usize), waiting: &[(&'static str, usize)]) -> (Vec<&'static str>, Option<&'static str>) {
+    fn cut(
+        first: (&'static str, usize),
+        waiting: &[(&'static str, usize)],
+    ) -> (Vec<&'static str>, Option<&'static str>) {
         let (tx, mut rx) = mpsc::channel(16);
         for w in waiting {
             tx.try_send(*w).expect("room in the queue");

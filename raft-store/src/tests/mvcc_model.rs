@@ -4,13 +4,13 @@
 
 use std::collections::BTreeMap;
 
-use proptest::prelude::*;
 use crate::latest::LatestCache;
 use crate::mvcc::{open_db, Applier, EventKind, Reader, RevisionEvents, COLUMN_FAMILIES};
 use crate::types::{
     ApplyError, Command, Compare, CompareResult, CompareTarget, DeleteRequest, KeyValue, Op, Output, PutRequest,
     RangeRequest, RequestId, Txn,
 };
+use proptest::prelude::*;
 
 /// The model: the full state at every revision.
 #[derive(Default)]
@@ -64,11 +64,8 @@ impl Model {
                     changed = true;
                 }
                 Op::DeleteRange(d) => {
-                    let keys: Vec<_> = next
-                        .keys()
-                        .filter(|k| crate::mvcc::in_range(k, &d.key, &d.range_end))
-                        .cloned()
-                        .collect();
+                    let keys: Vec<_> =
+                        next.keys().filter(|k| crate::mvcc::in_range(k, &d.key, &d.range_end)).cloned().collect();
                     for k in keys {
                         if touched.contains(&k) {
                             return Err(ApplyError::DuplicateKey);
