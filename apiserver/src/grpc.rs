@@ -298,7 +298,7 @@ impl Resources for ResourceService {
                 })
                 .collect(),
             compacted_revision: compacted,
-            revision: self.registry.store().state_machine().revision(),
+            revision: self.registry.store().revision(),
         }))
     }
 

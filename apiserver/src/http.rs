@@ -45,12 +45,7 @@ async fn metrics(State(store): State<Store>) -> impl IntoResponse {
     gauge(&registry, "skiff_mvcc_revision", "Current store revision.", s.revision);
     gauge(&registry, "skiff_mvcc_compacted_revision", "Compacted revision.", s.compacted);
     gauge(&registry, "skiff_mvcc_db_size_bytes", "Approximate state-machine database size.", s.db_size as i64);
-    gauge(
-        &registry,
-        "skiff_watchers",
-        "Watchers following this member's live feed.",
-        store.state_machine().hub().watchers() as i64,
-    );
+    gauge(&registry, "skiff_watchers", "Watchers following this member's live feed.", store.watchers() as i64);
     gauge(&registry, "skiff_leases", "Leases in the store.", store.leases().map_or(0, |l| l.len() as i64));
     let mut families = registry.gather();
     families.extend(skiff_raft_store::metrics::metrics().registry.gather());

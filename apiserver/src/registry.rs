@@ -1187,26 +1187,19 @@ impl Registry {
         self.authorize(ctx, "get", info, "history", ns.unwrap_or(""), name)?;
         self.objects.prepare_read(Consistency::Linearizable).await?;
         let key = info.key(ns, name);
-        let sm = self.objects.store.state_machine().clone();
-        let entries = tokio::task::spawn_blocking(move || {
-            let db = sm.db();
-            let reader = skiff_raft_store::mvcc::Reader::snapshot(&db);
-            reader.history(key.as_bytes()).map(|h| (h, reader.compacted().unwrap_or(0)))
-        })
-        .await
-        .map_err(|e| ApiError::internal(e.to_string()))?
-        .map_err(|e| ApiError::internal(e.to_string()))?;
-        let (raw, compacted) = entries;
+        let history =
+            self.objects.store.history(key.into_bytes()).await.map_err(|e| ApiError::internal(e.to_string()))?;
+        let (raw, compacted) = (history.entries, history.compacted);
         let mut out = Vec::with_capacity(raw.len());
         let mut previous: Option<Value> = None;
         for entry in raw {
             let (event, object) = match entry.kind {
-                skiff_raft_store::mvcc::EventKind::Put => {
+                skiff_raft_store::EventKind::Put => {
                     let obj = Stored::from_kv(entry.kv).decode()?;
                     let event = if previous.is_some() { "MODIFIED" } else { "ADDED" };
                     (event, obj)
                 }
-                skiff_raft_store::mvcc::EventKind::Delete => {
+                skiff_raft_store::EventKind::Delete => {
                     let Some(mut last) = previous.clone() else { continue };
                     meta::set_resource_version(&mut last, entry.revision);
                     ("DELETED", last)

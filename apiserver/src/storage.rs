@@ -154,14 +154,11 @@ pub fn store_error(e: StoreError) -> ApiError {
 /// Waits until this member has applied `revision` (a read asking for "at
 /// least N" on a member that is behind).
 pub async fn wait_for_revision(store: &Store, revision: i64) -> Result<(), ApiError> {
-    let mut applied = store.state_machine().applied();
-    let waited = tokio::time::timeout(WAIT_FOR_REVISION, applied.wait_for(|a| a.revision >= revision)).await;
-    match waited {
-        Ok(Ok(_)) => Ok(()),
-        _ => Err(ApiError::timeout(format!(
-            "Too large resource version: {revision}, current: {}",
-            store.state_machine().revision()
-        ))),
+    match tokio::time::timeout(WAIT_FOR_REVISION, store.wait_for_revision(revision)).await {
+        Ok(()) => Ok(()),
+        Err(_) => {
+            Err(ApiError::timeout(format!("Too large resource version: {revision}, current: {}", store.revision())))
+        }
     }
 }
 

@@ -24,10 +24,8 @@ use serde_json::{json, Value};
 use skiff_api::resources::{Kind, ResourceInfo};
 use skiff_api::selector::{object_fields, FieldSelector, Fields, LabelSelector};
 use skiff_api::{meta, ApiError, Reason};
-use skiff_raft_store::hub::{HubMessage, Subscription};
-use skiff_raft_store::mvcc::{EventKind, Reader, RevisionEvents};
-use skiff_raft_store::types::RangeRequest;
-use skiff_raft_store::Store;
+use skiff_raft_store::types::{ApplyError, RangeRequest};
+use skiff_raft_store::{Changes, ChangesError, EventKind, RevisionEvents, Store, StoreError};
 use tokio::sync::mpsc;
 
 use crate::metrics;
@@ -37,8 +35,6 @@ use crate::storage::{self, prefix_end, with_resource_version, Consistency, Objec
 pub const WATCHER_QUEUE: usize = 1024;
 /// Events buffered between a watcher and its client connection.
 const OUT_BUFFER: usize = 64;
-/// Revisions read from RocksDB per step of a catch-up.
-const REPLAY_CHUNK: usize = 256;
 /// How often a feed learns the store's revision when its resource is quiet.
 const PROGRESS_TICK: Duration = Duration::from_secs(1);
 
@@ -348,12 +344,11 @@ impl Fanout {
         }
         let store = &self.inner.objects.store;
         let prefix = info.prefix().into_bytes();
-        // Subscribe before reading the revision: nothing after it is missed.
-        let live = store.state_machine().hub().subscribe(&prefix, &prefix_end(&prefix));
-        let revision = store.state_machine().revision();
-        let feed = Arc::new(Feed { info, state: Mutex::new(FeedState { dispatched: revision, ..Default::default() }) });
+        let changes = store.subscribe(&prefix, &prefix_end(&prefix), None);
+        let dispatched = changes.next_revision() - 1;
+        let feed = Arc::new(Feed { info, state: Mutex::new(FeedState { dispatched, ..Default::default() }) });
         feeds.insert(info.kind_id, feed.clone());
-        tokio::spawn(run_feed(feed.clone(), store.clone(), live, revision + 1));
+        tokio::spawn(run_feed(feed.clone(), changes));
         feed
     }
 
@@ -371,7 +366,7 @@ impl Fanout {
             "0" => Start::List(Consistency::Any),
             rv => {
                 let n = storage::parse_resource_version(rv)?;
-                let compacted = store.state_machine().compacted();
+                let compacted = store.compacted();
                 if n < compacted {
                     return Err(ApiError::expired(format!("too old resource version: {n} ({compacted})")));
                 }
@@ -425,83 +420,42 @@ impl Fanout {
     }
 }
 
-async fn run_feed(feed: Arc<Feed>, store: Store, mut live: Subscription, mut next: i64) {
+async fn run_feed(feed: Arc<Feed>, mut changes: Changes) {
     let prefix = feed.info.prefix().into_bytes();
     let kind = feed.info.kind_id;
     let mut tick = tokio::time::interval(PROGRESS_TICK);
     loop {
         tokio::select! {
-            msg = live.recv() => match msg {
-                Some(HubMessage::Revision(rev)) => {
-                    if rev.revision >= next {
-                        feed.publish(&changes_of(kind, &prefix, &rev), rev.revision);
-                        next = rev.revision + 1;
-                    }
-                    if live.take_lagged() && !catch_up_feed(&feed, &store, &prefix, &mut next).await {
-                        return;
+            next = changes.next() => match next {
+                Ok(revisions) => {
+                    for rev in &revisions {
+                        feed.publish(&changes_of(kind, &prefix, rev), rev.revision);
                     }
                 }
-                Some(HubMessage::Reset) => {
-                    live.take_lagged();
-                    if !catch_up_feed(&feed, &store, &prefix, &mut next).await {
-                        return;
-                    }
+                Err(ChangesError::Closed) => return,
+                Err(e) => {
+                    // The history is gone (compacted): every watcher is cut
+                    // off and must resume; the feed starts over from the
+                    // current state.
+                    tracing::warn!(resource = feed.info.plural, error = %e, "watch feed lost its history; watchers cut off");
+                    feed.close_all();
+                    feed.publish(&[], changes.skip_to_current());
                 }
-                None => return,
             },
-            _ = tick.tick() => {
-                if let Some(published) = live.caught_up_to() {
-                    if published >= next {
-                        next = published + 1;
-                        feed.publish(&[], published);
-                    }
-                }
-            }
-        }
-    }
-}
-
-/// Reads what the feed's live queue dropped back from RocksDB. `false`: the
-/// history is gone (compacted), every watcher was cut off and must resume.
-async fn catch_up_feed(feed: &Feed, store: &Store, prefix: &[u8], next: &mut i64) -> bool {
-    loop {
-        match read_revisions(store, *next).await {
-            Ok(revisions) if revisions.is_empty() => return true,
-            Ok(revisions) => {
-                for rev in &revisions {
-                    feed.publish(&changes_of(feed.info.kind_id, prefix, rev), rev.revision);
-                    *next = rev.revision + 1;
-                }
-            }
-            Err(e) => {
-                tracing::warn!(resource = feed.info.plural, error = %e, "watch feed lost its history; watchers cut off");
-                feed.close_all();
-                // Start over from the current state.
-                *next = store.state_machine().revision() + 1;
-                feed.publish(&[], *next - 1);
-                return true;
-            }
+            _ = tick.tick() => feed.publish(&[], changes.progress()),
         }
     }
 }
 
 /// Revisions from `from` up to the current one, at most a chunk; or why not.
 async fn read_revisions(store: &Store, from: i64) -> Result<Vec<RevisionEvents>, ApiError> {
-    let sm = store.state_machine().clone();
-    let read = tokio::task::spawn_blocking(move || {
-        let db = sm.db();
-        let reader = Reader::snapshot(&db);
-        let current = reader.revision()?;
-        let compacted = reader.compacted()?;
-        if from < compacted {
-            return Ok(Err(compacted));
+    match store.changes_since(from).await {
+        Ok(step) => Ok(step.revisions),
+        Err(StoreError::Apply(ApplyError::Compacted { compacted })) => {
+            Err(ApiError::expired(format!("too old resource version: {} ({compacted})", from - 1)))
         }
-        reader.revisions(from, current, REPLAY_CHUNK).map(Ok)
-    })
-    .await
-    .map_err(|e| ApiError::internal(e.to_string()))?
-    .map_err(|e| ApiError::internal(e.to_string()))?;
-    read.map_err(|compacted| ApiError::expired(format!("too old resource version: {} ({compacted})", from - 1)))
+        Err(e) => Err(ApiError::internal(e.to_string())),
+    }
 }
 
 #[derive(Clone, Copy, Debug)]

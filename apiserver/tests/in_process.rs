@@ -158,7 +158,7 @@ async fn health_readiness_and_metrics_are_served_over_http() {
     assert!(value("skiff_batch_size_count") >= 1.0, "batches were observed");
     assert!(value("skiff_batch_size_sum") >= 10.0, "every write was counted in a batch");
     assert_eq!(value("skiff_proposals_pending"), 0.0);
-    let revision = cluster.store(leader as u64).state_machine().revision();
+    let revision = cluster.store(leader as u64).revision();
     assert!(value("skiff_mvcc_revision") >= 10.0 && value("skiff_mvcc_revision") <= revision as f64);
     assert!(value("skiff_log_fsync_duration_seconds_count") >= 1.0);
     cluster.shutdown().await;
@@ -366,9 +366,7 @@ async fn members_snapshot_after_enough_bytes_of_log_however_few_entries() {
     .await;
     let mut kv = KvClient::new(channel(&cluster.clients[0]).await);
     let value = "x".repeat(60 * 1024);
-    let snapshotted = |cluster: &InProcessCluster| {
-        cluster.stores().all(|store| store.raft().metrics().borrow().snapshot.is_some_and(|s| s.index > 0))
-    };
+    let snapshotted = |cluster: &InProcessCluster| cluster.stores().all(|store| store.status().snapshot_index > 0);
     // Far fewer entries than `snapshot_logs`, but (with the database's own
     // size, which also counts) tens of megabytes of them.
     let mut written = 0;

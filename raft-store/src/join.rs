@@ -5,14 +5,38 @@ use std::time::Duration;
 use skiff_proto::control::control_client::ControlClient;
 use skiff_proto::control::JoinRequest;
 
-use crate::types::MemberInfo;
+use crate::types::{MemberInfo, NodeId};
+
+/// Why joining through a running member failed.
+#[derive(Debug, thiserror::Error)]
+pub enum JoinError {
+    #[error("bad --join address {addr}: {source}")]
+    BadAddress {
+        addr: String,
+        #[source]
+        source: tonic::transport::Error,
+    },
+    #[error("cannot reach the cluster at {addr}: {source}")]
+    Unreachable {
+        addr: String,
+        #[source]
+        source: tonic::transport::Error,
+    },
+    #[error("the cluster at {addr} refused to add member {id}: {}", .status.message())]
+    Refused {
+        addr: String,
+        id: NodeId,
+        #[source]
+        status: tonic::Status,
+    },
+}
 
 /// Asks the member at `client_addr` to add `info` to its cluster and waits
 /// until it is a voter. Returns the cluster id.
-pub async fn request_join(client_addr: &str, info: &MemberInfo, timeout: Duration) -> Result<u64, String> {
+pub async fn request_join(client_addr: &str, info: &MemberInfo, timeout: Duration) -> Result<u64, JoinError> {
     let url = if client_addr.contains("://") { client_addr.to_string() } else { format!("http://{client_addr}") };
     let endpoint = tonic::transport::Endpoint::from_shared(url.clone())
-        .map_err(|e| format!("bad --join address {client_addr}: {e}"))?
+        .map_err(|source| JoinError::BadAddress { addr: client_addr.to_string(), source })?
         .connect_timeout(Duration::from_secs(3));
     let deadline = tokio::time::Instant::now() + timeout;
     // The cluster may be starting too: retry connecting until the deadline.
@@ -23,7 +47,7 @@ pub async fn request_join(client_addr: &str, info: &MemberInfo, timeout: Duratio
                 tracing::info!(error = %e, "cluster at {client_addr} not reachable yet; retrying");
                 tokio::time::sleep(Duration::from_millis(500)).await;
             }
-            Err(e) => return Err(format!("cannot reach the cluster at {client_addr}: {e}")),
+            Err(source) => return Err(JoinError::Unreachable { addr: client_addr.to_string(), source }),
         }
     };
     let mut client = ControlClient::new(channel);
@@ -36,9 +60,10 @@ pub async fn request_join(client_addr: &str, info: &MemberInfo, timeout: Duratio
         timeout_ms: timeout.as_millis() as u64,
     });
     request.set_timeout(timeout + Duration::from_secs(5));
-    let response = client
-        .join(request)
-        .await
-        .map_err(|s| format!("the cluster at {client_addr} refused to add member {}: {}", info.id, s.message()))?;
+    let response = client.join(request).await.map_err(|status| JoinError::Refused {
+        addr: client_addr.to_string(),
+        id: info.id,
+        status,
+    })?;
     Ok(response.into_inner().cluster_id)
 }

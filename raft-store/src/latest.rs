@@ -78,14 +78,17 @@ impl LatestCache {
         self.bytes = 0;
     }
 
+    #[cfg(test)]
     pub fn len(&self) -> usize {
         self.records.len()
     }
 
+    #[cfg(test)]
     pub fn is_empty(&self) -> bool {
         self.records.is_empty()
     }
 
+    #[cfg(test)]
     pub fn bytes(&self) -> usize {
         self.bytes
     }

@@ -768,14 +768,16 @@ impl<'a> Applier<'a> {
     }
 
     /// The newest record of every key this batch wrote (`None`: deleted),
-    /// for the [`LatestCache`] once the batch is committed.
+    /// for the [`LatestCache`] once the batch is committed (the model test
+    /// checks the cache against it).
+    #[cfg(test)]
     pub fn latest_records(&self) -> impl Iterator<Item = (&[u8], Option<&KvRecord>)> + '_ {
         self.pending
             .iter()
             .filter_map(|(k, versions)| versions.last().map(|r| (k.as_slice(), Some(r).filter(|r| !r.deleted))))
     }
 
-    /// Moves out what [`Applier::latest_records`] lists, leaving this
+    /// Moves out what `Applier::latest_records` lists, leaving this
     /// batch's pending versions empty: for the caller that is done applying.
     pub fn take_latest_records(&mut self) -> Vec<(Vec<u8>, Option<KvRecord>)> {
         std::mem::take(&mut self.pending)

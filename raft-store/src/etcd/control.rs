@@ -3,16 +3,16 @@
 //! sends (see [`crate::join`]).
 
 use skiff_proto::control::control_server::{Control, ControlServer};
-use skiff_proto::control::{HistoryEntry, HistoryRequest, HistoryResponse, JoinRequest, JoinResponse};
+use skiff_proto::control::{self as wire, HistoryRequest, HistoryResponse, JoinRequest, JoinResponse};
 use skiff_proto::mvccpb;
 use tonic::{Request, Response, Status};
 
+use crate::changes::HistoryEntry;
 use crate::error::StoreError;
 use crate::etcd::cluster::peer_addr;
 use crate::etcd::convert::RequestError;
 use crate::etcd::header;
 use crate::etcd::status::unexpected;
-use crate::mvcc::{self, Reader};
 use crate::store::{AdminRequest, AdminResponse, Header, Store};
 use crate::types::MemberInfo;
 
@@ -33,30 +33,8 @@ impl ControlService {
     }
 }
 
-/// A key's history as read from one RocksDB snapshot.
-struct History {
-    entries: Vec<mvcc::HistoryEntry>,
-    revision: i64,
-    compacted: i64,
-}
-
-/// Reads `key`'s history off the async workers, from one snapshot so that
-/// entries, revision and compaction point agree.
-async fn read_history(store: &Store, key: Vec<u8>) -> Result<History, StoreError> {
-    let sm = store.state_machine().clone();
-    let read = tokio::task::spawn_blocking(move || -> Result<History, mvcc::EngineError> {
-        let db = sm.db();
-        let reader = Reader::snapshot(&db);
-        Ok(History { entries: reader.history(&key)?, revision: reader.revision()?, compacted: reader.compacted()? })
-    });
-    match read.await {
-        Ok(history) => history.map_err(|e| StoreError::Internal(e.to_string())),
-        Err(e) => Err(StoreError::Internal(format!("history read failed: {e}"))),
-    }
-}
-
-fn entry(e: mvcc::HistoryEntry) -> HistoryEntry {
-    HistoryEntry {
+fn entry(e: HistoryEntry) -> wire::HistoryEntry {
+    wire::HistoryEntry {
         revision: e.revision,
         commit_time_ms: e.timestamp_ms,
         r#type: mvccpb::event::EventType::from(e.kind) as i32,
@@ -76,7 +54,7 @@ impl Control for ControlService {
         if !request.serializable {
             self.store.linearize().await?;
         }
-        let history = read_history(&self.store, request.key).await?;
+        let history = self.store.history(request.key).await?;
         Ok(Response::new(HistoryResponse {
             header: Some(header(Header { revision: history.revision, ..self.store.header() })),
             entries: history.entries.into_iter().map(entry).collect(),

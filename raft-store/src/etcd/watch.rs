@@ -1,19 +1,17 @@
 //! etcd's Watch service, served by every member from its own applied state.
 //!
-//! Each watcher is a task that first replays history from RocksDB (from its
-//! start revision up to the current one), then follows the member's [`Hub`]
-//! live, which hands it only the revisions that touch its keys. Revisions
-//! are delivered whole, in order, once each: the task keeps `next`, below
-//! which nothing it watches is left undelivered, and whenever the live feed
-//! dropped revisions (its queue was full, or a snapshot replaced the state)
-//! it goes back to RocksDB from `next`. All watchers of one stream share one bounded
-//! output channel; a slow client makes its watchers fall behind and catch up
-//! from disk, never grows memory and never slows the applier.
-//!
-//! [`Hub`]: crate::hub::Hub
+//! Each watcher is a task following the store's [`Changes`] feed for its
+//! keys: history replayed from RocksDB from its start revision, then the
+//! live revisions, whole, in order, once each (the feed goes back to RocksDB
+//! whenever its live queue dropped revisions). The task filters events
+//! (ranges, `NOPUT`/`NODELETE`) and packs them into responses. All watchers
+//! of one stream share one bounded output channel; a slow client makes its
+//! watchers fall behind and catch up from disk, never grows memory and
+//! never slows the applier.
 
 use std::collections::hash_map::Entry;
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use skiff_proto::etcdserverpb::watch_request::RequestUnion;
@@ -25,14 +23,12 @@ use tokio::task::JoinHandle;
 use tokio_stream::StreamExt;
 use tonic::{Request, Response, Status, Streaming};
 
-use crate::hub::{HubMessage, Subscription};
-use crate::mvcc::{in_range, Event, EventKind, Reader, RevisionEvents};
+use crate::changes::{Changes, ChangesError};
+use crate::mvcc::{in_range, Event, EventKind, RevisionEvents};
 use crate::store::Store;
 
 /// Responses buffered per watch stream before its watchers wait.
 const STREAM_BUFFER: usize = 1024;
-/// Revisions read from RocksDB per step of a catch-up.
-const REPLAY_CHUNK: usize = 512;
 /// Events packed into one response while catching up.
 const MAX_EVENTS_PER_RESPONSE: usize = 1000;
 
@@ -116,7 +112,7 @@ impl Watch for WatchService {
                     Some(RequestUnion::ProgressRequest(_)) => {
                         // Not tied to one watcher: etcd answers with id -1.
                         let mut header = super::header(store.header());
-                        header.revision = store.state_machine().revision();
+                        header.revision = store.revision();
                         WatchResponse { header: Some(header), watch_id: -1, ..Default::default() }
                     }
                     None => continue,
@@ -191,15 +187,13 @@ struct Watcher {
     store: Store,
     spec: WatcherSpec,
     out: Out,
-    /// The first revision not yet processed.
-    next: i64,
 }
 
 async fn run_watcher(store: Store, spec: WatcherSpec, out: Out, progress_interval: Duration) {
-    let mut live = store.state_machine().hub().subscribe(&spec.key, &spec.range_end);
-    let next = if spec.start_revision > 0 { spec.start_revision } else { store.state_machine().revision() + 1 };
-    let mut w = Watcher { store, spec, out, next };
-    if let Err(Stop::Compacted(compacted)) = w.run(&mut live, progress_interval).await {
+    let start = (spec.start_revision > 0).then_some(spec.start_revision);
+    let mut changes = store.subscribe(&spec.key, &spec.range_end, start);
+    let w = Watcher { store, spec, out };
+    if let Err(Stop::Compacted(compacted)) = w.run(&mut changes, progress_interval).await {
         let response = WatchResponse {
             header: Some(super::header(w.store.header())),
             watch_id: w.spec.id,
@@ -213,85 +207,37 @@ async fn run_watcher(store: Store, spec: WatcherSpec, out: Out, progress_interva
 }
 
 impl Watcher {
-    async fn run(&mut self, live: &mut Subscription, progress_interval: Duration) -> Result<(), Stop> {
+    async fn run(&self, changes: &mut Changes, progress_interval: Duration) -> Result<(), Stop> {
         let mut progress = tokio::time::interval_at(tokio::time::Instant::now() + progress_interval, progress_interval);
-        self.catch_up().await?;
         loop {
             tokio::select! {
-                msg = live.recv() => match msg {
-                    Some(HubMessage::Revision(ev)) => {
-                        if ev.revision >= self.next {
-                            self.send_revisions(std::slice::from_ref(&ev)).await?;
-                        }
-                        // Revisions dropped from a full queue: read them back.
-                        if live.take_lagged() {
-                            self.catch_up().await?;
-                        }
+                next = changes.next() => match next {
+                    Ok(revisions) => self.send_revisions(&revisions).await?,
+                    Err(ChangesError::Compacted { compacted }) => return Err(Stop::Compacted(compacted)),
+                    Err(ChangesError::Read(e)) => {
+                        tracing::error!(error = %e, "watch replay failed");
+                        return Err(Stop::Gone);
                     }
-                    Some(HubMessage::Reset) => {
-                        live.take_lagged();
-                        self.catch_up().await?;
-                    }
-                    None => return Err(Stop::Gone),
+                    Err(ChangesError::Closed) => return Err(Stop::Gone),
                 },
                 _ = progress.tick(), if self.spec.progress_notify => {
-                    if live.take_lagged() {
-                        self.catch_up().await?;
-                    }
-                    self.send_progress(live).await?;
+                    self.send_progress(changes.progress()).await?;
                 }
             }
-        }
-    }
-
-    /// Replays from RocksDB everything from `next` up to the current revision.
-    async fn catch_up(&mut self) -> Result<(), Stop> {
-        loop {
-            let sm = self.store.state_machine().clone();
-            let from = self.next;
-            let read = tokio::task::spawn_blocking(move || {
-                let db = sm.db();
-                let reader = Reader::snapshot(&db);
-                let current = reader.revision()?;
-                let compacted = reader.compacted()?;
-                if from < compacted {
-                    return Ok((Err(compacted), current));
-                }
-                reader.revisions(from, current, REPLAY_CHUNK).map(|r| (Ok(r), current))
-            })
-            .await;
-            let (revisions, current) = match read {
-                Ok(Ok(r)) => r,
-                Ok(Err(e)) => {
-                    tracing::error!(error = %e, "watch replay failed");
-                    return Err(Stop::Gone);
-                }
-                Err(_) => return Err(Stop::Gone),
-            };
-            let revisions = revisions.map_err(Stop::Compacted)?;
-            if revisions.is_empty() {
-                // Nothing stored in [next, current]: every revision up to
-                // `current` has been seen.
-                self.next = self.next.max(current + 1);
-                return Ok(());
-            }
-            self.send_revisions(&revisions).await?;
         }
     }
 
     /// Sends the events this watcher wants from consecutive revisions,
     /// never splitting a revision across responses.
-    async fn send_revisions<R: std::borrow::Borrow<RevisionEvents>>(&mut self, revisions: &[R]) -> Result<(), Stop> {
+    async fn send_revisions(&self, revisions: &[Arc<RevisionEvents>]) -> Result<(), Stop> {
         let mut events = Vec::new();
-        let mut last = self.next - 1;
+        let mut last = 0;
         for r in revisions {
-            let r = r.borrow();
             events.extend(r.events.iter().filter(|e| self.spec.wants(e)).map(|e| self.spec.to_wire(e)));
             last = r.revision;
             if events.len() >= MAX_EVENTS_PER_RESPONSE {
                 self.send_events(std::mem::take(&mut events), last).await?;
             }
-            self.next = r.revision + 1;
         }
         if !events.is_empty() {
             self.send_events(events, last).await?;
@@ -306,14 +252,11 @@ impl Watcher {
         self.out.send(Ok(response)).await.map_err(|_| Stop::Gone)
     }
 
-    /// Tells the client that every revision up to `next - 1` has been
-    /// delivered to it (up to the hub's latest if nothing is pending).
-    async fn send_progress(&mut self, live: &Subscription) -> Result<(), Stop> {
-        if let Some(published) = live.caught_up_to() {
-            self.next = self.next.max(published + 1);
-        }
+    /// Tells the client that every revision up to `revision` has been
+    /// delivered to it.
+    async fn send_progress(&self, revision: i64) -> Result<(), Stop> {
         let mut header = super::header(self.store.header());
-        header.revision = self.next - 1;
+        header.revision = revision;
         let response = WatchResponse { header: Some(header), watch_id: self.spec.id, ..Default::default() };
         self.out.send(Ok(response)).await.map_err(|_| Stop::Gone)
     }

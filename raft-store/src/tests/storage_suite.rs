@@ -1,9 +1,9 @@
 //! openraft's storage conformance suite on Skiff's RocksDB log store and
 //! state machine.
 
-use skiff_raft_store::log_store::LogStore;
-use skiff_raft_store::state_machine::StateMachine;
-use skiff_raft_store::types::{StorageError, TypeConfig};
+use crate::log_store::LogStore;
+use crate::state_machine::StateMachine;
+use crate::types::{StorageError, TypeConfig};
 
 struct Builder;
 

@@ -4,13 +4,13 @@
 
 use std::collections::BTreeMap;
 
-use proptest::prelude::*;
-use skiff_raft_store::latest::LatestCache;
-use skiff_raft_store::mvcc::{open_db, Applier, EventKind, Reader, RevisionEvents, COLUMN_FAMILIES};
-use skiff_raft_store::types::{
+use crate::latest::LatestCache;
+use crate::mvcc::{open_db, Applier, EventKind, Reader, RevisionEvents, COLUMN_FAMILIES};
+use crate::types::{
     ApplyError, Command, Compare, CompareResult, CompareTarget, DeleteRequest, KeyValue, Op, Output, PutRequest,
     RangeRequest, RequestId, Txn,
 };
+use proptest::prelude::*;
 
 /// The model: the full state at every revision.
 #[derive(Default)]
@@ -64,11 +64,8 @@ impl Model {
                     changed = true;
                 }
                 Op::DeleteRange(d) => {
-                    let keys: Vec<_> = next
-                        .keys()
-                        .filter(|k| skiff_raft_store::mvcc::in_range(k, &d.key, &d.range_end))
-                        .cloned()
-                        .collect();
+                    let keys: Vec<_> =
+                        next.keys().filter(|k| crate::mvcc::in_range(k, &d.key, &d.range_end)).cloned().collect();
                     for k in keys {
                         if touched.contains(&k) {
                             return Err(ApplyError::DuplicateKey);
@@ -281,7 +278,7 @@ fn a_retried_request_id_is_applied_once() {
 
 #[test]
 fn request_ids_are_forgotten_once_the_retention_has_passed() {
-    use skiff_raft_store::mvcc::{DEDUP_EXPIRY_STEP_MS, DEDUP_RETENTION_MS};
+    use crate::mvcc::{DEDUP_EXPIRY_STEP_MS, DEDUP_RETENTION_MS};
     let dir = tempfile::tempdir().unwrap();
     let db = open_db(dir.path()).unwrap();
     let cache = LatestCache::new(0);
@@ -316,7 +313,7 @@ fn request_ids_are_forgotten_once_the_retention_has_passed() {
 
 #[test]
 fn a_raised_nospace_alarm_refuses_only_what_adds_data_until_cleared() {
-    use skiff_raft_store::types::{Alarm, AlarmKind};
+    use crate::types::{Alarm, AlarmKind};
     let dir = tempfile::tempdir().unwrap();
     let db = open_db(dir.path()).unwrap();
     let cache = LatestCache::new(0);
