@@ -544,7 +544,7 @@ impl Registry {
             for (i, a) in allocations.iter().enumerate() {
                 if exists(i + 1) {
                     if let Some(claim) = chosen.iter().find(|c| &c.key == a) {
-                        return Err(ApiError::invalid(info, &name, &[claim.taken.clone()]));
+                        return Err(ApiError::invalid(info, &name, std::slice::from_ref(&claim.taken)));
                     }
                 }
             }
@@ -808,7 +808,7 @@ impl Registry {
             }
             fresh = self.refresh().await?;
             if let Some(claim) = self.claim_taken(strategy, &current, &chosen).await? {
-                return Err(ApiError::invalid(info, name, &[claim.taken.clone()]));
+                return Err(ApiError::invalid(info, name, std::slice::from_ref(&claim.taken)));
             }
         }
         Err(ApiError::conflict(info, name, "too many concurrent writers; try again"))
