@@ -251,7 +251,7 @@ async fn kv_watcher(id: u64, endpoints: Vec<String>, seed: u64, stop: Arc<Atomic
 async fn object_workload(endpoints: Vec<String>, stop: Arc<AtomicBool>) -> (Vec<ObjectWrite>, Vec<ResourceEvent>) {
     use skiff_api::resources::of;
     use skiff_api::Kind;
-    use skiff_client::resources::WatchParams;
+    use skiff_client::resources::{EventType, WatchParams};
     let client = skiff_client::Client::new(&endpoints).unwrap();
     let cms = of(Kind::ConfigMap);
     let writes = Arc::new(Mutex::new(Vec::new()));
@@ -298,16 +298,16 @@ async fn object_workload(endpoints: Vec<String>, stop: Arc<AtomicBool>) -> (Vec<
             };
             let Some(Ok(e)) = next else { break };
             let rv: u64 = e.resource_version().and_then(|r| r.parse().ok()).unwrap_or(0);
-            if e.kind == "ERROR" {
+            if e.kind == EventType::Error {
                 break;
             }
             params.resource_version = rv.to_string();
             let name = skiff_api::meta::name(&e.object).unwrap_or_default().to_string();
-            let event_type = match e.kind.as_str() {
-                "ADDED" => ResourceEventType::Added,
-                "MODIFIED" => ResourceEventType::Modified,
-                "DELETED" => ResourceEventType::Deleted,
-                _ => ResourceEventType::Bookmark,
+            let event_type = match e.kind {
+                EventType::Added => ResourceEventType::Added,
+                EventType::Modified => ResourceEventType::Modified,
+                EventType::Deleted => ResourceEventType::Deleted,
+                EventType::Bookmark | EventType::Error => ResourceEventType::Bookmark,
             };
             events.push(ResourceEvent { event_type, name, resource_version: rv });
         }

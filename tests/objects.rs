@@ -15,7 +15,7 @@ use futures::StreamExt;
 use serde_json::{json, Value};
 use skiff_api::resources::of;
 use skiff_api::{meta, Kind, Reason};
-use skiff_client::resources::{DeleteParams, WatchParams};
+use skiff_client::resources::{DeleteParams, EventType, WatchParams};
 use skiff_client::Client;
 use support::*;
 
@@ -199,11 +199,11 @@ async fn follow(client: Client, namespace: &str, stop: Arc<AtomicBool>, seen: Ar
             };
             let rv: i64 = event.resource_version().unwrap_or("0").parse().unwrap();
             params.resource_version = rv.to_string();
-            if event.kind == "ERROR" {
+            if event.kind == EventType::Error {
                 break;
             }
-            if event.kind != "BOOKMARK" {
-                seen.lock().unwrap().push((event.kind.clone(), rv));
+            if event.kind != EventType::Bookmark {
+                seen.lock().unwrap().push((event.kind.as_str().to_string(), rv));
             }
         }
     }

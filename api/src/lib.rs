@@ -7,9 +7,13 @@
 //! - [`defaults`]: defaulting, as Kubernetes does for the fields Skiff uses.
 //! - [`validation`] and [`field`]: validation with field paths.
 //! - [`selector`]: label and field selectors: parsing and matching.
-//! - [`table`]: the columns `get` shows per kind (`meta.k8s.io/v1` Table).
-//! - [`status`]: errors as Kubernetes `Status` objects.
+//! - [`table`]: `meta.k8s.io/v1` Tables: per-kind printers (the columns
+//!   `get` shows) and the generic Table building and text rendering.
+//! - [`status`]: errors as Kubernetes `Status` objects, and the one mapping
+//!   between their reasons and gRPC status codes.
+//! - [`watch`]: the types of watch events, shared by server and clients.
 //! - [`patch`]: merge and strategic merge patches.
+//! - [`history`]: what changed between two stored versions of an object.
 //! - [`protobuf`]: `application/vnd.kubernetes.protobuf` request bodies decoded to JSON.
 
 #![forbid(unsafe_code)]
@@ -25,6 +29,7 @@ pub mod selector;
 pub mod status;
 pub mod table;
 pub mod validation;
+pub mod watch;
 
 pub use field::FieldError;
 pub use resources::{Kind, ResourceInfo};

@@ -17,10 +17,11 @@
 //! | `key>1`, `key<1`          | present, an integer, and greater/less       |
 //!
 //! Whitespace between tokens is ignored; the empty string selects everything.
-//! Keys must be qualified names and values label values, validated as
-//! Kubernetes does. [`LabelSelector::from_api`] reads the structured
-//! `metav1.LabelSelector` (`matchLabels` + `matchExpressions`) that
-//! ReplicaSets, Deployments, Jobs and friends carry.
+//! Keys must be qualified names and values label values, checked by
+//! [`crate::validation`]'s name rules as Kubernetes checks them.
+//! [`LabelSelector::from_api`] reads the structured `metav1.LabelSelector`
+//! (`matchLabels` + `matchExpressions`) that ReplicaSets, Deployments, Jobs
+//! and friends carry.
 //!
 //! # Field selectors
 //! [`FieldSelector::parse`] reads `k8s.io/apimachinery/pkg/fields` syntax:
@@ -42,6 +43,7 @@ use std::fmt;
 use serde_json::Value;
 
 use crate::resources::{self, Kind};
+use crate::validation::{is_label_value, is_qualified_name};
 
 /// A selector that could not be parsed or is not allowed; the message says
 /// what and where, in the style of Kubernetes' own errors.
@@ -54,113 +56,11 @@ fn err<T>(message: impl Into<String>) -> Result<T, SelectorError> {
 }
 
 // ---------------------------------------------------------------------------
-// Name and value validation (k8s.io/apimachinery/pkg/util/validation)
+// Keys and values, checked as labels are (k8s.io/apimachinery/pkg/util/validation)
 // ---------------------------------------------------------------------------
 
-const QUALIFIED_NAME_MAX_LENGTH: usize = 63;
-const LABEL_VALUE_MAX_LENGTH: usize = 63;
-const DNS1123_SUBDOMAIN_MAX_LENGTH: usize = 253;
-
-const QUALIFIED_NAME_FMT: &str = "([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]";
-const QUALIFIED_NAME_ERR: &str =
-    "must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character";
-const LABEL_VALUE_FMT: &str = "(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?";
-const LABEL_VALUE_ERR: &str = "a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character";
-const DNS1123_SUBDOMAIN_FMT: &str = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*";
-const DNS1123_SUBDOMAIN_ERR: &str = "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character";
-
-/// Kubernetes' `RegexError` wording: the rule, examples and the regex.
-fn regex_error(message: &str, regex: &str, examples: &[&str]) -> String {
-    let examples: Vec<String> = examples.iter().map(|e| format!("'{e}'")).collect();
-    format!("{message} (e.g. {}, regex used for validation is '{regex}')", examples.join(" or "))
-}
-
-/// `([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]`
-fn is_qualified_name_part(s: &str) -> bool {
-    let bytes = s.as_bytes();
-    match (bytes.first(), bytes.last()) {
-        (Some(first), Some(last)) => {
-            first.is_ascii_alphanumeric()
-                && last.is_ascii_alphanumeric()
-                && bytes.iter().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
-        }
-        _ => false,
-    }
-}
-
-/// Dot-separated labels of `[a-z0-9]([-a-z0-9]*[a-z0-9])?`.
-fn is_dns1123_subdomain(s: &str) -> bool {
-    s.split('.').all(|label| {
-        let bytes = label.as_bytes();
-        let alnum = |b: &u8| b.is_ascii_lowercase() || b.is_ascii_digit();
-        match (bytes.first(), bytes.last()) {
-            (Some(first), Some(last)) => alnum(first) && alnum(last) && bytes.iter().all(|b| alnum(b) || *b == b'-'),
-            _ => false,
-        }
-    })
-}
-
-/// What is wrong with `value` as a qualified name (a label key): an
-/// optional DNS-subdomain prefix and `/`, then a name of at most 63
-/// characters. Empty when it is fine. Kubernetes' `IsQualifiedName`.
-fn qualified_name_errors(value: &str) -> Vec<String> {
-    let mut errors = Vec::new();
-    let parts: Vec<&str> = value.split('/').collect();
-    let name = match parts.as_slice() {
-        [name] => *name,
-        [prefix, name] => {
-            if prefix.is_empty() {
-                errors.push("prefix part must be non-empty".to_string());
-            } else {
-                if prefix.len() > DNS1123_SUBDOMAIN_MAX_LENGTH {
-                    errors.push(format!("prefix part must be no more than {DNS1123_SUBDOMAIN_MAX_LENGTH} characters"));
-                }
-                if !is_dns1123_subdomain(prefix) {
-                    errors.push(format!(
-                        "prefix part {}",
-                        regex_error(DNS1123_SUBDOMAIN_ERR, DNS1123_SUBDOMAIN_FMT, &["example.com"])
-                    ));
-                }
-            }
-            *name
-        }
-        _ => {
-            errors.push(format!(
-                "a qualified name {} with an optional DNS subdomain prefix and '/' (e.g. 'example.com/MyName')",
-                regex_error(QUALIFIED_NAME_ERR, QUALIFIED_NAME_FMT, &["MyName", "my.name", "123-abc"])
-            ));
-            return errors;
-        }
-    };
-    if name.is_empty() {
-        errors.push("name part must be non-empty".to_string());
-    } else if name.len() > QUALIFIED_NAME_MAX_LENGTH {
-        errors.push(format!("name part must be no more than {QUALIFIED_NAME_MAX_LENGTH} characters"));
-    }
-    if !is_qualified_name_part(name) {
-        errors.push(format!(
-            "name part {}",
-            regex_error(QUALIFIED_NAME_ERR, QUALIFIED_NAME_FMT, &["MyName", "my.name", "123-abc"])
-        ));
-    }
-    errors
-}
-
-/// What is wrong with `value` as a label value: at most 63 characters,
-/// empty or a qualified-name-like string. Kubernetes' `IsValidLabelValue`.
-fn label_value_errors(value: &str) -> Vec<String> {
-    let mut errors = Vec::new();
-    if value.len() > LABEL_VALUE_MAX_LENGTH {
-        errors.push(format!("must be no more than {LABEL_VALUE_MAX_LENGTH} characters"));
-    }
-    if !value.is_empty() && !is_qualified_name_part(value) {
-        errors.push(regex_error(LABEL_VALUE_ERR, LABEL_VALUE_FMT, &["MyValue", "my_value", "12345"]));
-    }
-    errors
-}
-
 fn validate_key(key: &str) -> Result<(), SelectorError> {
-    let errors = qualified_name_errors(key);
+    let errors = is_qualified_name(key);
     if errors.is_empty() {
         Ok(())
     } else {
@@ -169,7 +69,7 @@ fn validate_key(key: &str) -> Result<(), SelectorError> {
 }
 
 fn validate_value(key: &str, value: &str) -> Result<(), SelectorError> {
-    let errors = label_value_errors(value);
+    let errors = is_label_value(value);
     if errors.is_empty() {
         Ok(())
     } else {

@@ -55,6 +55,64 @@ impl Reason {
     }
 }
 
+/// The numbers of the gRPC status codes (`google.rpc.Code`) the mapping uses.
+pub mod grpc_code {
+    pub const INVALID_ARGUMENT: i32 = 3;
+    pub const DEADLINE_EXCEEDED: i32 = 4;
+    pub const NOT_FOUND: i32 = 5;
+    pub const ALREADY_EXISTS: i32 = 6;
+    pub const PERMISSION_DENIED: i32 = 7;
+    pub const RESOURCE_EXHAUSTED: i32 = 8;
+    pub const ABORTED: i32 = 10;
+    pub const OUT_OF_RANGE: i32 = 11;
+    pub const UNIMPLEMENTED: i32 = 12;
+    pub const INTERNAL: i32 = 13;
+    pub const UNAVAILABLE: i32 = 14;
+    pub const UNAUTHENTICATED: i32 = 16;
+}
+
+impl Reason {
+    /// The gRPC status code a gRPC client expects for the reason.
+    pub fn grpc_code(self) -> i32 {
+        use grpc_code::*;
+        match self {
+            Reason::BadRequest | Reason::Invalid => INVALID_ARGUMENT,
+            Reason::Unauthorized => UNAUTHENTICATED,
+            Reason::Forbidden => PERMISSION_DENIED,
+            Reason::NotFound => NOT_FOUND,
+            Reason::AlreadyExists => ALREADY_EXISTS,
+            Reason::Conflict => ABORTED,
+            Reason::Gone | Reason::Expired => OUT_OF_RANGE,
+            Reason::MethodNotAllowed | Reason::NotAcceptable | Reason::UnsupportedMediaType => UNIMPLEMENTED,
+            Reason::RequestEntityTooLarge | Reason::TooManyRequests => RESOURCE_EXHAUSTED,
+            Reason::Timeout => DEADLINE_EXCEEDED,
+            Reason::InternalError => INTERNAL,
+            Reason::ServiceUnavailable => UNAVAILABLE,
+        }
+    }
+
+    /// The reason a gRPC status without a `Status` in its details stands
+    /// for: of the reasons sharing the code, the one clients act on
+    /// (`BadRequest`, `Expired`, `TooManyRequests`); `InternalError` for
+    /// any other code.
+    pub fn from_grpc_code(code: i32) -> Reason {
+        use grpc_code::*;
+        match code {
+            INVALID_ARGUMENT => Reason::BadRequest,
+            NOT_FOUND => Reason::NotFound,
+            ALREADY_EXISTS => Reason::AlreadyExists,
+            ABORTED => Reason::Conflict,
+            PERMISSION_DENIED => Reason::Forbidden,
+            UNAUTHENTICATED => Reason::Unauthorized,
+            OUT_OF_RANGE => Reason::Expired,
+            DEADLINE_EXCEEDED => Reason::Timeout,
+            RESOURCE_EXHAUSTED => Reason::TooManyRequests,
+            UNAVAILABLE => Reason::ServiceUnavailable,
+            _ => Reason::InternalError,
+        }
+    }
+}
+
 /// One cause in `details.causes`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Cause {
@@ -251,6 +309,42 @@ mod tests {
         assert_eq!(s["reason"], "NotFound");
         assert_eq!(s["details"]["kind"], "deployments");
         assert_eq!(ApiError::from_status(&s), Some(e));
+    }
+
+    const REASONS: [Reason; 17] = [
+        Reason::BadRequest,
+        Reason::Unauthorized,
+        Reason::Forbidden,
+        Reason::NotFound,
+        Reason::AlreadyExists,
+        Reason::Conflict,
+        Reason::Gone,
+        Reason::Expired,
+        Reason::Invalid,
+        Reason::MethodNotAllowed,
+        Reason::NotAcceptable,
+        Reason::UnsupportedMediaType,
+        Reason::RequestEntityTooLarge,
+        Reason::TooManyRequests,
+        Reason::Timeout,
+        Reason::InternalError,
+        Reason::ServiceUnavailable,
+    ];
+
+    #[test]
+    fn a_reason_read_back_from_its_grpc_code_has_that_code_again() {
+        for reason in REASONS {
+            let code = reason.grpc_code();
+            let back = Reason::from_grpc_code(code);
+            // Unimplemented is no reason a client acts on: it reads as an internal error.
+            if code != grpc_code::UNIMPLEMENTED {
+                assert_eq!(back.grpc_code(), code, "{reason:?}");
+            }
+        }
+        for reason in [Reason::NotFound, Reason::AlreadyExists, Reason::Conflict, Reason::Expired, Reason::BadRequest] {
+            assert_eq!(Reason::from_grpc_code(reason.grpc_code()), reason);
+        }
+        assert_eq!(Reason::from_grpc_code(2), Reason::InternalError);
     }
 
     #[test]

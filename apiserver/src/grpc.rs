@@ -34,24 +34,10 @@ impl ResourceService {
     }
 }
 
-/// The gRPC status of an API error: the code a gRPC client expects and the
-/// Kubernetes `Status` JSON in the details.
+/// The gRPC status of an API error: the code a gRPC client expects (see
+/// [`Reason::grpc_code`]) and the Kubernetes `Status` JSON in the details.
 pub fn to_status(e: &ApiError) -> Status {
-    use tonic::Code;
-    let code = match e.reason {
-        Reason::BadRequest | Reason::Invalid => Code::InvalidArgument,
-        Reason::Unauthorized => Code::Unauthenticated,
-        Reason::Forbidden => Code::PermissionDenied,
-        Reason::NotFound => Code::NotFound,
-        Reason::AlreadyExists => Code::AlreadyExists,
-        Reason::Conflict => Code::Aborted,
-        Reason::Gone | Reason::Expired => Code::OutOfRange,
-        Reason::MethodNotAllowed | Reason::NotAcceptable | Reason::UnsupportedMediaType => Code::Unimplemented,
-        Reason::RequestEntityTooLarge | Reason::TooManyRequests => Code::ResourceExhausted,
-        Reason::Timeout => Code::DeadlineExceeded,
-        Reason::InternalError => Code::Internal,
-        Reason::ServiceUnavailable => Code::Unavailable,
-    };
+    let code = tonic::Code::from(e.reason.grpc_code());
     let details = serde_json::to_vec(&e.to_status()).expect("status serializes");
     Status::with_details(code, e.message.clone(), details.into())
 }
@@ -182,7 +168,7 @@ impl Resources for ResourceService {
             let obj = parse_json(&r.json).map_err(|e| (Some(info), e))?;
             let created = match r.subresource.as_str() {
                 "" => registry.create(&ctx, info, &ns, obj, r.dry_run).await,
-                "binding" if info.kind_id == skiff_api::Kind::Pod => registry.bind(&ctx, &ns, &r.name, &obj).await,
+                "binding" if info.has_subresource("binding") => registry.bind(&ctx, &ns, &r.name, &obj).await,
                 other => {
                     Err(ApiError::method_not_allowed(format!("create is not supported on {}/{other}", info.plural)))
                 }

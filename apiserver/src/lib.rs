@@ -6,6 +6,8 @@
 //! - [`admission`]: authentication, authorization and admission layers.
 //! - [`registry`]: Kubernetes semantics (validation, defaulting,
 //!   optimistic concurrency, finalizers, history) on the object store.
+//! - [`strategy`]: per-kind rules the registry asks at fixed points of a
+//!   write (one file per kind with rules of its own).
 //! - [`allocator`]: Service cluster IPs and node ports.
 //! - [`watch`]: one decoded event stream per resource, fanned out to
 //!   filtered watchers.
@@ -31,6 +33,7 @@ pub mod registry;
 pub mod rest;
 mod serve;
 pub mod storage;
+pub mod strategy;
 pub mod watch;
 
 use std::net::SocketAddr;

@@ -2,9 +2,12 @@
 //!
 //! A write flows: authorize → decode and normalize → admission (mutating)
 //! → defaulting → validation → admission (validating) → one store
-//! transaction with optimistic compares. Reads follow Kubernetes'
-//! resourceVersion rules. Both the gRPC resource API and the REST API call
-//! these methods, so the two encodings share one behaviour.
+//! transaction with optimistic compares. What a kind does beyond that
+//! (status rules, generation, allocations, graceful deletion, namespace
+//! finalization) is its [`strategy`](crate::strategy)'s, asked at fixed
+//! points of each write. Reads follow Kubernetes' resourceVersion rules.
+//! Both the gRPC resource API and the REST API call these methods, so the
+//! two encodings share one behaviour.
 
 use std::collections::BTreeSet;
 
@@ -19,11 +22,11 @@ use skiff_raft_store::types::{Compare, OpResult, Txn};
 use skiff_raft_store::Store;
 
 use crate::admission::{Attributes, Security, UserInfo};
-use crate::allocator;
 use crate::storage::{
     self, absent, parse_resource_version, prefix_end, unchanged_since, Consistency, ObjectStore, Stored,
     MAX_OBJECT_BYTES,
 };
+use crate::strategy::{self, Claim, Strategy};
 use crate::watch::{Fanout, Filter, WatchEvent, WatchOptions};
 
 /// Attempts of a read-modify-write before giving up on a busy object.
@@ -179,11 +182,6 @@ fn decode_continue(token: &str, prefix: &str) -> Result<ContinueToken, ApiError>
         return Err(bad());
     }
     Ok(t)
-}
-
-/// Kinds whose `metadata.generation` counts spec changes.
-fn tracks_generation(kind: Kind) -> bool {
-    matches!(kind, Kind::Deployment | Kind::ReplicaSet | Kind::DaemonSet | Kind::Job | Kind::CronJob)
 }
 
 fn random_suffix() -> String {
@@ -394,8 +392,7 @@ impl Registry {
         validation::normalize(info, obj).map_err(|e| ApiError::bad_request(format!("invalid {}: {e}", info.kind)))
     }
 
-    fn check_valid(&self, info: &ResourceInfo, obj: &Value, old: Option<&Value>) -> Result<(), ApiError> {
-        let errors = validation::validate(info, obj, old);
+    fn check_valid(&self, info: &ResourceInfo, obj: &Value, errors: Vec<FieldError>) -> Result<(), ApiError> {
         if errors.is_empty() {
             Ok(())
         } else {
@@ -436,6 +433,7 @@ impl Registry {
         obj: Value,
         dry_run: bool,
     ) -> Result<Value, ApiError> {
+        let strategy = strategy::of(info.kind_id);
         let mut obj = self.normalize(info, &obj)?;
         let ns = if info.namespaced {
             let body_ns = meta::namespace(&obj).unwrap_or_default().to_string();
@@ -480,22 +478,11 @@ impl Registry {
             m.remove("deletionGracePeriodSeconds");
             m.remove("generation");
             m.remove("managedFields");
-            if tracks_generation(info.kind_id) {
+            if strategy.tracks_generation() {
                 m.insert("generation".into(), json!(1));
             }
         }
-        if info.has_subresource("status") && info.kind_id != Kind::Node {
-            // Status is the controllers' to write, through its subresource.
-            if let Some(m) = obj.as_object_mut() {
-                m.remove("status");
-            }
-        }
-        if info.kind_id == Kind::Namespace {
-            obj["status"] = json!({"phase": "Active"});
-        }
-        if info.kind_id == Kind::Job {
-            select_own_pods(&mut obj);
-        }
+        strategy.prepare_for_create(info, &mut obj);
 
         // A generated name that is taken is generated again, a few times.
         let generated = generate.is_some() && name.is_empty();
@@ -509,12 +496,7 @@ impl Registry {
             } else {
                 name.clone()
             };
-            if info.kind_id == Kind::Namespace {
-                let labels = meta::meta_mut(&mut candidate).entry("labels").or_insert_with(|| json!({}));
-                if let Some(l) = labels.as_object_mut() {
-                    l.insert("kubernetes.io/metadata.name".into(), json!(name));
-                }
-            }
+            // Defaulting labels a Namespace with its name, generated or not.
             defaults::apply(info, &mut candidate);
             let attrs = Attributes {
                 user: &ctx.user,
@@ -525,12 +507,8 @@ impl Registry {
                 name: &name,
             };
             self.security.admit(&attrs, &mut candidate, None)?;
-            let chosen = if info.kind_id == Kind::Service {
-                allocator::assign(&mut candidate, None).map_err(|e| ApiError::invalid(info, &name, &[e]))?
-            } else {
-                Vec::new()
-            };
-            self.check_valid(info, &candidate, None)?;
+            let chosen = strategy.allocate(&mut candidate, None).map_err(|e| ApiError::invalid(info, &name, &[e]))?;
+            self.check_valid(info, &candidate, strategy.validate_create(info, &candidate))?;
             let bytes = storage::encode(&candidate);
             size_check(&bytes)?;
             if dry_run {
@@ -543,7 +521,7 @@ impl Registry {
                 compare.push(self.namespace_guard(info, ns, &name).await?);
             }
             let mut success = vec![storage::put(&key, bytes.clone())];
-            let allocations = if info.kind_id == Kind::Service { allocator::held(&candidate) } else { Vec::new() };
+            let allocations = strategy.held(&candidate);
             for a in &allocations {
                 compare.push(absent(a));
                 success.push(storage::put(a, key.clone().into_bytes()));
@@ -565,18 +543,8 @@ impl Registry {
             }
             for (i, a) in allocations.iter().enumerate() {
                 if exists(i + 1) {
-                    if let Some((_, field)) = chosen.iter().find(|(k, _)| k == a) {
-                        let value = a.rsplit('/').next().unwrap_or_default();
-                        let what = if field.contains("nodePort") { "port" } else { "IP" };
-                        return Err(ApiError::invalid(
-                            info,
-                            &name,
-                            &[FieldError::invalid(
-                                field.clone(),
-                                &json!(value),
-                                format!("provided {what} is already allocated"),
-                            )],
-                        ));
+                    if let Some(claim) = chosen.iter().find(|c| &c.key == a) {
+                        return Err(ApiError::invalid(info, &name, std::slice::from_ref(&claim.taken)));
                     }
                 }
             }
@@ -730,6 +698,7 @@ impl Registry {
         subresource: &str,
         change: impl Fn(&Value) -> Result<Value, ApiError>,
     ) -> Result<Value, ApiError> {
+        let strategy = strategy::of(info.kind_id);
         let key = info.key(ns, name);
         if let Some(rv) = precondition {
             // Make sure the version the client saw is visible here.
@@ -768,27 +737,16 @@ impl Registry {
                 }
                 Err(e) => return Err(e),
             };
-            if tracks_generation(info.kind_id) && meta::spec_part(&next) != meta::spec_part(&current) {
+            if strategy.tracks_generation() && meta::spec_part(&next) != meta::spec_part(&current) {
                 next["metadata"]["generation"] = json!(meta::generation(&current) + 1);
             }
             defaults::apply(info, &mut next);
             let attrs =
                 Attributes { user: &ctx.user, verb, resource: info, subresource, namespace: ns.unwrap_or(""), name };
             self.security.admit(&attrs, &mut next, Some(&current))?;
-            let chosen = if info.kind_id == Kind::Service {
-                allocator::assign(&mut next, Some(&current)).map_err(|e| ApiError::invalid(info, name, &[e]))?
-            } else {
-                Vec::new()
-            };
-            if subresource == "binding" {
-                // Binding is the one way a pod's node is set; the pod
-                // update rule (spec immutable) judges everything else.
-                let mut old = current.clone();
-                old["spec"]["nodeName"] = next["spec"]["nodeName"].clone();
-                self.check_valid(info, &next, Some(&old))?;
-            } else {
-                self.check_valid(info, &next, Some(&current))?;
-            }
+            let chosen =
+                strategy.allocate(&mut next, Some(&current)).map_err(|e| ApiError::invalid(info, name, &[e]))?;
+            self.check_valid(info, &next, strategy.validate_update(info, &next, &current, subresource))?;
             meta::set_resource_version(&mut next, stored.mod_revision);
             if next == current {
                 // Nothing to write, but only a fresh read can say so: on a
@@ -809,7 +767,7 @@ impl Registry {
                 && next["metadata"]["deletionGracePeriodSeconds"].as_i64().unwrap_or(0) == 0;
             if finished {
                 // The last finalizer is gone: the delete completes now.
-                match self.remove(info, &key, &stored, &current).await? {
+                match self.remove(strategy, &key, &stored, &current).await? {
                     Some(revision) => {
                         meta::set_resource_version(&mut next, revision);
                         return Ok(next);
@@ -827,16 +785,14 @@ impl Registry {
             }
             let mut compare = vec![unchanged_since(&key, stored.mod_revision)];
             let mut success = vec![storage::put(&key, bytes)];
-            if info.kind_id == Kind::Service {
-                let (old, new): (BTreeSet<String>, BTreeSet<String>) =
-                    (allocator::held(&current).into_iter().collect(), allocator::held(&next).into_iter().collect());
-                for k in new.difference(&old) {
-                    compare.push(absent(k));
-                    success.push(storage::put(k, key.clone().into_bytes()));
-                }
-                for k in old.difference(&new) {
-                    success.push(storage::delete(k));
-                }
+            let (old, new): (BTreeSet<String>, BTreeSet<String>) =
+                (strategy.held(&current).into_iter().collect(), strategy.held(&next).into_iter().collect());
+            for k in new.difference(&old) {
+                compare.push(absent(k));
+                success.push(storage::put(k, key.clone().into_bytes()));
+            }
+            for k in old.difference(&new) {
+                success.push(storage::delete(k));
             }
             let (ok, _, revision) = self.objects.txn(Txn { compare, success, failure: vec![] }).await?;
             if ok {
@@ -851,44 +807,42 @@ impl Registry {
                 ));
             }
             fresh = self.refresh().await?;
-            if !chosen.is_empty() {
-                // A user-chosen IP or port may be what was taken meanwhile.
-                let held = allocator::held(&current);
-                for (k, field) in &chosen {
-                    if !held.contains(k) {
-                        let (taken, _) = self.objects.get(k, 0).await?;
-                        if taken.is_some() {
-                            let value = k.rsplit('/').next().unwrap_or_default();
-                            return Err(ApiError::invalid(
-                                info,
-                                name,
-                                &[FieldError::invalid(
-                                    field.clone(),
-                                    &json!(value),
-                                    "provided port is already allocated",
-                                )],
-                            ));
-                        }
-                    }
-                }
+            if let Some(claim) = self.claim_taken(strategy, &current, &chosen).await? {
+                return Err(ApiError::invalid(info, name, std::slice::from_ref(&claim.taken)));
             }
         }
         Err(ApiError::conflict(info, name, "too many concurrent writers; try again"))
     }
 
-    /// Deletes `key` if it is still at `stored`'s revision, releasing what
-    /// a Service held. `None`: it changed in between.
+    /// The first of the user's `chosen` keys that `current` did not hold
+    /// and someone else holds now: what an update that lost its compare
+    /// may have lost it on.
+    async fn claim_taken<'a>(
+        &self,
+        strategy: &dyn Strategy,
+        current: &Value,
+        chosen: &'a [Claim],
+    ) -> Result<Option<&'a Claim>, ApiError> {
+        let held = strategy.held(current);
+        for claim in chosen.iter().filter(|c| !held.contains(&c.key)) {
+            if self.objects.get(&claim.key, 0).await?.0.is_some() {
+                return Ok(Some(claim));
+            }
+        }
+        Ok(None)
+    }
+
+    /// Deletes `key` if it is still at `stored`'s revision, releasing the
+    /// keys the object held. `None`: it changed in between.
     async fn remove(
         &self,
-        info: &ResourceInfo,
+        strategy: &dyn Strategy,
         key: &str,
         stored: &Stored,
         current: &Value,
     ) -> Result<Option<i64>, ApiError> {
         let mut success = vec![storage::delete(key)];
-        if info.kind_id == Kind::Service {
-            success.extend(allocator::held(current).iter().map(|k| storage::delete(k)));
-        }
+        success.extend(strategy.held(current).iter().map(|k| storage::delete(k)));
         let txn = Txn { compare: vec![unchanged_since(key, stored.mod_revision)], success, failure: vec![] };
         let (ok, _, revision) = self.objects.txn(txn).await?;
         Ok(ok.then_some(revision))
@@ -904,6 +858,7 @@ impl Registry {
     ) -> Result<Deleted, ApiError> {
         let ns = self.scope(info, namespace)?;
         self.authorize(ctx, "delete", info, "", ns.unwrap_or(""), name)?;
+        let strategy = strategy::of(info.kind_id);
         let key = info.key(ns, name);
         let policy = opts.propagation_policy.as_deref().unwrap_or("");
         if !matches!(policy, "" | "Background" | "Foreground" | "Orphan") {
@@ -978,18 +933,14 @@ impl Registry {
                 _ => {}
             }
             meta::set_finalizers(&mut next, &finalizers);
-            let grace = self.grace_period(info, &current, opts.grace_period_seconds);
-            let namespace_finalizing = info.kind_id == Kind::Namespace
-                && current["spec"]["finalizers"].as_array().is_some_and(|f| !f.is_empty());
-            if namespace_finalizing {
-                next["status"]["phase"] = json!("Terminating");
-            }
-            let mark = !finalizers.is_empty() || grace > 0 || namespace_finalizing;
+            let grace = strategy.grace_period(&current, opts.grace_period_seconds);
+            let finalizing = strategy.prepare_for_delete(&mut next);
+            let mark = !finalizers.is_empty() || grace > 0 || finalizing;
             if !mark {
                 if opts.dry_run {
                     return Ok(Deleted::Now(current));
                 }
-                match self.remove(info, &key, &stored, &current).await? {
+                match self.remove(strategy, &key, &stored, &current).await? {
                     Some(_) => return Ok(Deleted::Now(current)),
                     None => {
                         fresh = self.refresh().await?;
@@ -1007,7 +958,7 @@ impl Registry {
                 if grace > 0 || previous_grace.is_some() {
                     next["metadata"]["deletionGracePeriodSeconds"] = json!(grace);
                 }
-                if tracks_generation(info.kind_id) && !already {
+                if strategy.tracks_generation() && !already {
                     next["metadata"]["generation"] = json!(meta::generation(&current) + 1);
                 }
             }
@@ -1018,8 +969,8 @@ impl Registry {
                 }
                 return Ok(Deleted::Marked(current));
             }
-            if grace == 0 && finalizers.is_empty() && !namespace_finalizing {
-                match self.remove(info, &key, &stored, &current).await? {
+            if grace == 0 && finalizers.is_empty() && !finalizing {
+                match self.remove(strategy, &key, &stored, &current).await? {
                     Some(_) => return Ok(Deleted::Now(current)),
                     None => {
                         fresh = self.refresh().await?;
@@ -1043,20 +994,6 @@ impl Registry {
             fresh = self.refresh().await?;
         }
         Err(ApiError::conflict(info, name, "too many concurrent writers; try again"))
-    }
-
-    /// Seconds a delete waits for the object's owner to clean up: pods on a
-    /// node get their termination grace period, everything else none.
-    fn grace_period(&self, info: &ResourceInfo, obj: &Value, asked: Option<i64>) -> i64 {
-        if info.kind_id != Kind::Pod {
-            return 0;
-        }
-        let scheduled = obj["spec"]["nodeName"].as_str().is_some_and(|n| !n.is_empty());
-        let finished = matches!(obj["status"]["phase"].as_str(), Some("Succeeded") | Some("Failed"));
-        if !scheduled || finished {
-            return 0;
-        }
-        asked.unwrap_or_else(|| obj["spec"]["terminationGracePeriodSeconds"].as_i64().unwrap_or(30)).max(0)
     }
 
     /// Starts a watch of `info` in `namespace` ("" = all), of the object
@@ -1103,26 +1040,7 @@ impl Registry {
             .ok_or_else(|| ApiError::invalid(info, name, &[FieldError::required("target.name", "")]))?;
         let node = node.to_string();
         self.read_modify_write(ctx, info, ns, name, None, false, "create", "binding", move |current| {
-            if meta::deletion_timestamp(current).is_some() {
-                return Err(ApiError::conflict(info, name, "pod is being deleted, cannot be assigned to a host"));
-            }
-            match current["spec"]["nodeName"].as_str() {
-                Some(n) if !n.is_empty() => {
-                    Err(ApiError::conflict(info, name, &format!("pod {name} is already assigned to node \"{n}\"")))
-                }
-                _ => {
-                    let mut next = current.clone();
-                    next["spec"]["nodeName"] = json!(node);
-                    let condition = json!({"type": "PodScheduled", "status": "True", "lastProbeTime": null,
-                            "lastTransitionTime": meta::now_rfc3339()});
-                    let conditions = next["status"]["conditions"].as_array().cloned().unwrap_or_default();
-                    let mut conditions: Vec<Value> =
-                        conditions.into_iter().filter(|c| c["type"] != "PodScheduled").collect();
-                    conditions.push(condition);
-                    next["status"]["conditions"] = Value::Array(conditions);
-                    Ok(next)
-                }
-            }
+            strategy::pod::bind(info, current, &node)
         })
         .await?;
         Ok(json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}))
@@ -1277,8 +1195,9 @@ fn selectors(info: &ResourceInfo, labels: &str, fields: &str) -> Result<(LabelSe
 }
 
 /// Applies an update body to the stored object: the status subresource
-/// changes only status; the main resource changes everything but status
-/// (for kinds that have a status subresource) and server-owned metadata.
+/// changes only status; the main resource changes everything but what the
+/// kind's strategy keeps (the status, for kinds that have a status
+/// subresource) and server-owned metadata.
 fn merge_update(info: &ResourceInfo, current: &Value, body: &Value, subresource: &str) -> Value {
     if subresource == "status" {
         let mut next = current.clone();
@@ -1286,16 +1205,7 @@ fn merge_update(info: &ResourceInfo, current: &Value, body: &Value, subresource:
         return next;
     }
     let mut next = body.clone();
-    if info.has_subresource("status") {
-        match current.get("status") {
-            Some(s) => next["status"] = s.clone(),
-            None => {
-                if let Some(m) = next.as_object_mut() {
-                    m.remove("status");
-                }
-            }
-        }
-    }
+    strategy::of(info.kind_id).prepare_for_update(info, &mut next, current);
     let keep = [
         "uid",
         "creationTimestamp",
@@ -1344,27 +1254,4 @@ fn scale_of(obj: &Value) -> Value {
         "spec": {"replicas": obj["spec"]["replicas"].as_i64().unwrap_or(0)},
         "status": {"replicas": obj["status"]["replicas"].as_i64().unwrap_or(0), "selector": selector},
     })
-}
-
-/// A Job without a manual selector selects its pods by its uid, as
-/// Kubernetes generates it: labels on the template, a selector on them.
-fn select_own_pods(job: &mut Value) {
-    if job["spec"]["manualSelector"] == json!(true) {
-        return;
-    }
-    let uid = meta::uid(job).unwrap_or_default().to_string();
-    let name = meta::name(job).unwrap_or_default().to_string();
-    job["spec"]["selector"] = json!({"matchLabels": {"batch.kubernetes.io/controller-uid": uid}});
-    let labels = &mut job["spec"]["template"]["metadata"]["labels"];
-    if !labels.is_object() {
-        *labels = json!({});
-    }
-    for (k, v) in [
-        ("batch.kubernetes.io/controller-uid", &uid),
-        ("controller-uid", &uid),
-        ("batch.kubernetes.io/job-name", &name),
-        ("job-name", &name),
-    ] {
-        labels[k] = json!(v);
-    }
 }

@@ -11,7 +11,7 @@ use serde_json::{json, Value};
 use skiff_api::resources::{by_kind, of};
 use skiff_api::{meta, ApiError, Kind, Reason};
 use skiff_apiserver::admission::{AdmissionPlugin, AlwaysAllow, Anonymous, Attributes, Authorizer, Security};
-use skiff_client::resources::{DeleteParams, ListParams, WatchEvent, WatchParams};
+use skiff_client::resources::{DeleteParams, EventType, ListParams, WatchEvent, WatchParams};
 use skiff_client::{Client, ClientError};
 use skiff_testing::InProcessCluster;
 
@@ -61,7 +61,7 @@ async fn next_event(stream: &mut (impl futures::Stream<Item = Result<WatchEvent,
             .expect("a watch event within 10 s")
             .expect("the stream is open")
             .expect("no stream error");
-        if e.kind != "BOOKMARK" {
+        if e.kind != EventType::Bookmark {
             return e;
         }
     }
@@ -360,7 +360,7 @@ async fn watches_follow_selectors_resume_from_revisions_and_expire_after_compact
     let before = client.create(cms, "w", &configmap("w", "early", json!({"app": "a"}))).await.unwrap();
     let mut w = Box::pin(client.watch(cms, "w", &params).await.unwrap());
     let e = next_event(&mut w).await;
-    assert_eq!((e.kind.as_str(), meta::name(&e.object)), ("ADDED", Some("early")));
+    assert_eq!((e.kind, meta::name(&e.object)), (EventType::Added, Some("early")));
 
     let x = client.create(cms, "w", &configmap("w", "x", json!({"app": "a"}))).await.unwrap();
     client.create(cms, "w", &configmap("w", "other", json!({"app": "b"}))).await.unwrap();
@@ -373,16 +373,16 @@ async fn watches_follow_selectors_resume_from_revisions_and_expire_after_compact
     let mut got = Vec::new();
     for _ in 0..5 {
         let e = next_event(&mut w).await;
-        got.push((e.kind.clone(), meta::name(&e.object).unwrap().to_string(), rv(&e.object)));
+        got.push((e.kind, meta::name(&e.object).unwrap().to_string(), rv(&e.object)));
     }
     let expect = [
-        ("ADDED".to_string(), "x".to_string(), rv(&x)),
-        ("DELETED".to_string(), "x".to_string(), rv(&relabeled)),
-        ("ADDED".to_string(), "x".to_string(), rv(&back)),
-        ("MODIFIED".to_string(), "x".to_string(), rv(&changed)),
+        (EventType::Added, "x".to_string(), rv(&x)),
+        (EventType::Deleted, "x".to_string(), rv(&relabeled)),
+        (EventType::Added, "x".to_string(), rv(&back)),
+        (EventType::Modified, "x".to_string(), rv(&changed)),
     ];
     assert_eq!(&got[..4], &expect[..]);
-    assert_eq!(got[4].0, "DELETED");
+    assert_eq!(got[4].0, EventType::Deleted);
     assert!(got[4].2 > rv(&changed));
 
     // Resume after the first event: the same events again, no more.
@@ -391,7 +391,7 @@ async fn watches_follow_selectors_resume_from_revisions_and_expire_after_compact
     let mut w2 = Box::pin(client.watch(cms, "w", &resumed).await.unwrap());
     for expected in &got[1..] {
         let e = next_event(&mut w2).await;
-        assert_eq!((e.kind.clone(), meta::name(&e.object).unwrap().to_string(), rv(&e.object)), expected.clone());
+        assert_eq!((e.kind, meta::name(&e.object).unwrap().to_string(), rv(&e.object)), expected.clone());
     }
 
     // Once history is compacted, an old revision is 410 Expired.
@@ -411,7 +411,7 @@ async fn watches_follow_selectors_resume_from_revisions_and_expire_after_compact
             Ok(s) => {
                 let mut s = Box::pin(s);
                 let e = s.next().await.unwrap().unwrap();
-                if e.kind == "ERROR" {
+                if e.kind == EventType::Error {
                     break ApiError::from_status(&e.object).unwrap();
                 }
                 assert!(tokio::time::Instant::now() < deadline, "a watch from a compacted revision still served {e:?}");
@@ -437,16 +437,16 @@ async fn watches_get_bookmarks_and_initial_events_end_markers() {
     };
     let mut w = Box::pin(client.watch(cms, "bm", &params).await.unwrap());
     let e = w.next().await.unwrap().unwrap();
-    assert_eq!((e.kind.as_str(), meta::name(&e.object)), ("ADDED", Some("one")));
+    assert_eq!((e.kind, meta::name(&e.object)), (EventType::Added, Some("one")));
     let e = w.next().await.unwrap().unwrap();
-    assert_eq!(e.kind, "BOOKMARK");
+    assert_eq!(e.kind, EventType::Bookmark);
     assert_eq!(e.object["metadata"]["annotations"]["k8s.io/initial-events-end"], "true");
     // Writes elsewhere advance the bookmarks' revision (interval: 300 ms in tests).
     let other = client.create(of(Kind::Namespace), "", &json!({"metadata": {"name": "bm-other"}})).await.unwrap();
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
     loop {
         let e = tokio::time::timeout_at(deadline, w.next()).await.expect("a bookmark past the write").unwrap().unwrap();
-        assert_eq!(e.kind, "BOOKMARK");
+        assert_eq!(e.kind, EventType::Bookmark);
         if rv(&e.object) >= rv(&other) {
             break;
         }
@@ -488,7 +488,7 @@ async fn a_watcher_that_stops_reading_is_cut_off_while_others_get_everything() {
     let mut last = rv(&start);
     for _ in 0..WRITES {
         let e = next_event(&mut reader).await;
-        assert_eq!(e.kind, "ADDED");
+        assert_eq!(e.kind, EventType::Added);
         assert!(rv(&e.object) > last, "in order, no duplicates");
         last = rv(&e.object);
     }
@@ -499,9 +499,9 @@ async fn a_watcher_that_stops_reading_is_cut_off_while_others_get_everything() {
     let mut delivered = 0;
     let error = loop {
         let e = tokio::time::timeout(Duration::from_secs(10), stalled.next()).await.unwrap().unwrap().unwrap();
-        match e.kind.as_str() {
-            "ADDED" => delivered += 1,
-            "ERROR" => break ApiError::from_status(&e.object).unwrap(),
+        match e.kind {
+            EventType::Added => delivered += 1,
+            EventType::Error => break ApiError::from_status(&e.object).unwrap(),
             other => panic!("unexpected {other}"),
         }
     };

@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use futures::{Stream, StreamExt};
 use serde_json::Value;
+pub use skiff_api::watch::EventType;
 use skiff_api::{ApiError, Reason, ResourceInfo};
 use skiff_proto::resource::resources_client::ResourcesClient;
 use skiff_proto::resource::{
@@ -52,19 +53,7 @@ pub fn api_error(status: &Status) -> ApiError {
     if let Some(e) = serde_json::from_slice::<Value>(status.details()).ok().and_then(|v| ApiError::from_status(&v)) {
         return e;
     }
-    let reason = match status.code() {
-        Code::InvalidArgument => Reason::BadRequest,
-        Code::NotFound => Reason::NotFound,
-        Code::AlreadyExists => Reason::AlreadyExists,
-        Code::Aborted => Reason::Conflict,
-        Code::PermissionDenied => Reason::Forbidden,
-        Code::Unauthenticated => Reason::Unauthorized,
-        Code::OutOfRange => Reason::Expired,
-        Code::DeadlineExceeded => Reason::Timeout,
-        Code::ResourceExhausted => Reason::TooManyRequests,
-        Code::Unavailable => Reason::ServiceUnavailable,
-        _ => Reason::InternalError,
-    };
+    let reason = Reason::from_grpc_code(status.code() as i32);
     ApiError::new(reason, status.message().to_string())
 }
 
@@ -77,8 +66,7 @@ fn try_elsewhere(status: &Status) -> bool {
 /// One watch event, decoded.
 #[derive(Clone, Debug)]
 pub struct WatchEvent {
-    /// ADDED, MODIFIED, DELETED, BOOKMARK or ERROR.
-    pub kind: String,
+    pub kind: EventType,
     pub object: Value,
 }
 
@@ -428,7 +416,13 @@ impl Client {
         };
         let stream = rpc!(self, watch, req)?;
         Ok(stream.map(|item| match item {
-            Ok(e) => Ok(WatchEvent { kind: e.r#type, object: from_json(&e.object)? }),
+            Ok(e) => Ok(WatchEvent {
+                kind: e
+                    .r#type
+                    .parse()
+                    .map_err(|e: skiff_api::watch::UnknownEventType| ClientError::Decode(e.to_string()))?,
+                object: from_json(&e.object)?,
+            }),
             Err(s) if try_elsewhere(&s) => Err(ClientError::Unreachable(s.message().to_string())),
             Err(s) => Err(ClientError::Api(api_error(&s))),
         }))

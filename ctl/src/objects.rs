@@ -11,7 +11,7 @@ use serde_json::{json, Value};
 use skiff_api::resources::{self, ResourceInfo};
 use skiff_api::table::{self, IncludeObject, RenderOptions};
 use skiff_api::{history, meta, Reason};
-use skiff_client::resources::{DeleteParams, ListParams, WatchParams};
+use skiff_client::resources::{DeleteParams, EventType, ListParams, WatchParams};
 use skiff_client::{Client, ClientError};
 
 /// kubectl's annotation for client-side apply.
@@ -539,9 +539,9 @@ pub async fn watch(client: &Client, args: WatchArgs) -> Result<(), String> {
             if let Some(rv) = event.resource_version() {
                 params.resource_version = rv.to_string();
             }
-            match event.kind.as_str() {
-                "BOOKMARK" => continue,
-                "ERROR" => {
+            match event.kind {
+                EventType::Bookmark => continue,
+                EventType::Error => {
                     let e = skiff_api::ApiError::from_status(&event.object);
                     match e {
                         Some(e) if matches!(e.reason, Reason::Expired | Reason::Gone) => {
@@ -553,7 +553,7 @@ pub async fn watch(client: &Client, args: WatchArgs) -> Result<(), String> {
                 _ => {}
             }
             match args.output {
-                Some(Output::Json) => println!("{}", json!({"type": event.kind, "object": event.object})),
+                Some(Output::Json) => println!("{}", json!({"type": event.kind.as_str(), "object": event.object})),
                 Some(Output::Yaml) => {
                     print!("---\ntype: {}\n{}", event.kind, history::to_yaml(&json!({"object": event.object})))
                 }

@@ -451,7 +451,7 @@ impl Request<'_> {
                 let created = registry.create(&ctx, info, ns, obj, self.dry_run()?).await?;
                 Ok(self.warned(self.object_response(StatusCode::CREATED, &created)))
             }
-            ("create", Some(name), Some("binding")) if info.kind_id == skiff_api::Kind::Pod => {
+            ("create", Some(name), Some("binding")) if info.has_subresource("binding") => {
                 let binding = decode_body(self.headers, &body)?;
                 Ok(value_response(StatusCode::CREATED, &registry.bind(&ctx, ns, name, &binding).await?))
             }
