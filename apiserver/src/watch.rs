@@ -38,26 +38,8 @@ const OUT_BUFFER: usize = 64;
 /// How often a feed learns the store's revision when its resource is quiet.
 const PROGRESS_TICK: Duration = Duration::from_secs(1);
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum EventType {
-    Added,
-    Modified,
-    Deleted,
-    Bookmark,
-    Error,
-}
-
-impl EventType {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            EventType::Added => "ADDED",
-            EventType::Modified => "MODIFIED",
-            EventType::Deleted => "DELETED",
-            EventType::Bookmark => "BOOKMARK",
-            EventType::Error => "ERROR",
-        }
-    }
-}
+/// The event types of the wire, shared with the client (`api::watch`).
+pub use skiff_api::watch::EventType;
 
 /// One event as sent to a client: its type and the object's JSON.
 #[derive(Clone, Debug)]

@@ -178,7 +178,8 @@ impl ApiserverArgs {
 /// The process's one shutdown, cancelled by SIGINT, SIGTERM or SIGHUP.
 fn shutdown_on_signals() -> Result<Shutdown, String> {
     let shutdown = Shutdown::new();
-    skiff_shutdown::signals::cancel_on_signals(&shutdown).map_err(|e| format!("cannot install signal handlers: {e}"))?;
+    skiff_shutdown::signals::cancel_on_signals(&shutdown)
+        .map_err(|e| format!("cannot install signal handlers: {e}"))?;
     let logged = shutdown.clone();
     tokio::spawn(async move {
         logged.cancelled().await;
