@@ -44,6 +44,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use anyhow::{bail, Context, Result};
 use futures::{Stream, StreamExt, TryStreamExt};
 use serde_json::{json, Value};
+use skiff_api::watch::EventType;
 use skiff_api::{Kind, ResourceInfo};
 use skiff_client::resources::{ListParams, WatchParams};
 use skiff_client::{Client, ClientError};
@@ -650,12 +651,12 @@ async fn receive(
                 let object = &event.object;
                 let sent = object["metadata"]["annotations"][SENT].as_str().and_then(|s| s.parse::<u64>().ok());
                 match sent {
-                    Some(sent) if event.kind == "MODIFIED" && object["spec"]["nodeName"] == expected_node.as_str() => {
+                    Some(sent) if event.kind == EventType::Modified && object["spec"]["nodeName"] == expected_node.as_str() => {
                         seen.latencies.push(now.saturating_sub(sent) / 1000);
                         seen.events += 1;
                         delivered.fetch_add(1, Ordering::Relaxed);
                     }
-                    _ if event.kind == "BOOKMARK" => {}
+                    _ if event.kind == EventType::Bookmark => {}
                     _ => seen.stray += 1,
                 }
             }
