@@ -45,6 +45,17 @@ impl Scope {
     }
 }
 
+/// Which objects of a type: kubectl's `-l` and `--field-selector`.
+#[derive(Args)]
+pub struct Selectors {
+    /// Label selector (`app=web,tier!=db`).
+    #[arg(short = 'l', long)]
+    pub selector: Option<String>,
+    /// Field selector (`spec.nodeName=node-1`).
+    #[arg(long)]
+    pub field_selector: Option<String>,
+}
+
 #[derive(Args)]
 pub struct GetArgs {
     /// Resource type (`pods`, `po`, `deployments.apps`), or TYPE/NAME.
@@ -53,12 +64,8 @@ pub struct GetArgs {
     pub names: Vec<String>,
     #[command(flatten)]
     pub scope: Scope,
-    /// Label selector (`app=web,tier!=db`).
-    #[arg(short = 'l', long)]
-    pub selector: Option<String>,
-    /// Field selector (`spec.nodeName=node-1`).
-    #[arg(long)]
-    pub field_selector: Option<String>,
+    #[command(flatten)]
+    pub selectors: Selectors,
     #[arg(short = 'o', long, value_enum)]
     pub output: Option<Output>,
     /// The object as it was at this revision (shown as YAML by default).
@@ -115,10 +122,8 @@ pub struct WatchArgs {
     pub name: Option<String>,
     #[command(flatten)]
     pub scope: Scope,
-    #[arg(short = 'l', long)]
-    pub selector: Option<String>,
-    #[arg(long)]
-    pub field_selector: Option<String>,
+    #[command(flatten)]
+    pub selectors: Selectors,
     /// Start after this revision; by default the current objects come first.
     #[arg(long)]
     pub resource_version: Option<String>,
@@ -229,8 +234,8 @@ pub async fn get(client: &Client, args: GetArgs) -> Result<(), String> {
     }
     let objects: Vec<Value> = if names.is_empty() {
         let params = ListParams {
-            label_selector: args.selector.clone().unwrap_or_default(),
-            field_selector: args.field_selector.clone().unwrap_or_default(),
+            label_selector: args.selectors.selector.clone().unwrap_or_default(),
+            field_selector: args.selectors.field_selector.clone().unwrap_or_default(),
             ..Default::default()
         };
         if matches!(args.output, None | Some(Output::Wide)) {
@@ -502,8 +507,8 @@ pub async fn watch(client: &Client, args: WatchArgs) -> Result<(), String> {
     let info = resource(&args.resource)?;
     let ns = args.scope.namespace();
     let mut params = WatchParams {
-        label_selector: args.selector.clone().unwrap_or_default(),
-        field_selector: args.field_selector.clone().unwrap_or_default(),
+        label_selector: args.selectors.selector.clone().unwrap_or_default(),
+        field_selector: args.selectors.field_selector.clone().unwrap_or_default(),
         resource_version: args.resource_version.clone().unwrap_or_default(),
         allow_bookmarks: true,
         name: args.name.clone().unwrap_or_default(),

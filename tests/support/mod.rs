@@ -104,24 +104,21 @@ impl Cluster {
 
     /// Starts `n` founding members, each with `extra_args`.
     pub async fn spawn_with(n: u64, extra_args: &[&str]) -> Cluster {
-        let root = tempfile::tempdir().unwrap();
-        let members: BTreeMap<u64, Member> = (1..=n).map(|id| (id, Member::new(root.path(), id))).collect();
-        let initial = members.values().map(|m| format!("{}={}", m.id, m.peer)).collect::<Vec<_>>().join(",");
-        let extra_args = extra_args.iter().map(|s| s.to_string()).collect();
-        let mut cluster = Cluster { root, members, initial, extra_args };
-        for id in 1..=n {
-            cluster.start(id);
-        }
-        cluster.must_leader().await;
-        cluster
+        Self::spawn_members(n, extra_args, Member::new).await
     }
 
     /// Starts `n` founding members, each in its own network namespace of
     /// `net` (which must have namespaces for ids 1..=n), with `extra_args`.
     pub async fn spawn_in(net: &netns::Network, n: u64, extra_args: &[&str]) -> Cluster {
+        Self::spawn_members(n, extra_args, |root, id| Member::in_netns(root, id, net.namespace(id), net.address(id)))
+            .await
+    }
+
+    /// Starts founding members 1..=n made by `member` (from the cluster's
+    /// directory and the id), each with `extra_args`, and waits for a leader.
+    async fn spawn_members(n: u64, extra_args: &[&str], member: impl Fn(&std::path::Path, u64) -> Member) -> Cluster {
         let root = tempfile::tempdir().unwrap();
-        let members: BTreeMap<u64, Member> =
-            (1..=n).map(|id| (id, Member::in_netns(root.path(), id, net.namespace(id), net.address(id)))).collect();
+        let members: BTreeMap<u64, Member> = (1..=n).map(|id| (id, member(root.path(), id))).collect();
         let initial = members.values().map(|m| format!("{}={}", m.id, m.peer)).collect::<Vec<_>>().join(",");
         let extra_args = extra_args.iter().map(|s| s.to_string()).collect();
         let mut cluster = Cluster { root, members, initial, extra_args };
