@@ -1,0 +1,47 @@
+//! The writes a controller's logic asks for. Logic never calls the API: it
+//! returns actions, so a reconcile is a function of the cache contents that
+//! a unit test can check without a cluster, and the runner carries them out
+//! (in order, stopping at the first failure, whose error requeues the key
+//! with back-off).
+
+use serde_json::Value;
+
+/// One write against the API. Objects are the JSON of the Kubernetes type,
+/// with `apiVersion` and `kind` set, so the runner finds the resource from
+/// the object itself (`skiff_api::resources::by_kind`).
+#[derive(Clone, Debug, PartialEq)]
+pub enum Action {
+    /// Create an object (`metadata.name` or `metadata.generateName` set).
+    Create(Value),
+    /// Replace an object; its `metadata.resourceVersion` makes this a
+    /// compare-and-swap, so a stale cache ends in Conflict and a requeue.
+    Update(Value),
+    /// Replace an object's `status` subresource (compare-and-swap as above).
+    UpdateStatus(Value),
+    /// A JSON merge patch of one object.
+    Patch {
+        api_version: String,
+        kind: String,
+        namespace: String,
+        name: String,
+        patch: Value,
+    },
+    /// Delete one object; `uid` (when set) is a precondition so a delete
+    /// never hits a newer object of the same name.
+    Delete {
+        api_version: String,
+        kind: String,
+        namespace: String,
+        name: String,
+        uid: Option<String>,
+        /// `Background`, `Foreground` or `Orphan`; `None` for the kind's default.
+        propagation: Option<String>,
+    },
+    /// Record an Event about an object (`Normal` or `Warning`).
+    Event {
+        regarding: Value,
+        type_: String,
+        reason: String,
+        message: String,
+    },
+}

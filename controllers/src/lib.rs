@@ -1,0 +1,18 @@
+//! Skiff's controller manager: every controller that keeps a resource at
+//! its desired state, leader-elected, talking to any apiserver over gRPC.
+//!
+//! Each controller is split in two. Its logic is a pure function from what
+//! the caches hold (the object, what it owns, the time) to the [`Action`]s
+//! that would bring the cluster to the desired state; unit tests drive it
+//! with plain values and paused time. Its wiring (informers, work queue,
+//! the runner from `skiff_client::runtime`) feeds that function from the
+//! caches and carries the actions out against the API.
+//!
+//! # Layout
+//! - [`action`]: the writes a reconcile asks for, shared by every controller.
+
+#![forbid(unsafe_code)]
+
+pub mod action;
+
+pub use action::Action;
