@@ -188,7 +188,7 @@ pub async fn start_under(
 ) -> Result<Running, RunError> {
     let shutdown = parent.child();
     let store = Store::open(config.store.clone()).await?;
-    let fanout = watch::Fanout::new(store.clone(), config.watch_bookmark_interval);
+    let fanout = watch::Fanout::new(store.clone(), config.watch_bookmark_interval, shutdown.clone());
     let registry = registry::Registry::new(store.clone(), security, fanout);
 
     let peer = tonic::transport::Server::builder()

@@ -26,6 +26,7 @@ use skiff_api::selector::{object_fields, FieldSelector, Fields, LabelSelector};
 use skiff_api::{meta, ApiError, Reason};
 use skiff_raft_store::types::{ApplyError, RangeRequest};
 use skiff_raft_store::{Changes, ChangesError, EventKind, RevisionEvents, Store, StoreError};
+use skiff_shutdown::Shutdown;
 use tokio::sync::mpsc;
 
 use crate::metrics;
@@ -303,16 +304,20 @@ pub struct Fanout {
 
 struct FanoutInner {
     objects: ObjectStore,
+    /// The member's shutdown: feed and watcher tasks run on it, so a
+    /// stopping member ends its watches and waits for them.
+    shutdown: Shutdown,
     feeds: Mutex<HashMap<Kind, Arc<Feed>>>,
     bookmark_interval: Duration,
 }
 
 impl Fanout {
     /// `bookmark_interval`: how often watchers that allow bookmarks get one.
-    pub fn new(store: Store, bookmark_interval: Duration) -> Fanout {
+    pub fn new(store: Store, bookmark_interval: Duration, shutdown: Shutdown) -> Fanout {
         Fanout {
             inner: Arc::new(FanoutInner {
                 objects: ObjectStore { store },
+                shutdown,
                 feeds: Mutex::new(HashMap::new()),
                 bookmark_interval,
             }),
@@ -330,7 +335,14 @@ impl Fanout {
         let dispatched = changes.next_revision() - 1;
         let feed = Arc::new(Feed { info, state: Mutex::new(FeedState { dispatched, ..Default::default() }) });
         feeds.insert(info.kind_id, feed.clone());
-        tokio::spawn(run_feed(feed.clone(), changes));
+        let stopped = self.inner.shutdown.cancelled_owned();
+        let run = run_feed(feed.clone(), changes);
+        self.inner.shutdown.spawn(async move {
+            tokio::select! {
+                _ = run => {}
+                _ = stopped => {}
+            }
+        });
         feed
     }
 
@@ -382,7 +394,8 @@ impl Fanout {
         // A stopping member ends its watches (the response ends, as when
         // `timeoutSeconds` runs out); clients watch again elsewhere.
         let mut stopping = store.stopping();
-        tokio::spawn(async move {
+        let stopped = self.inner.shutdown.cancelled_owned();
+        self.inner.shutdown.spawn(async move {
             let run = watcher.run(registration, start, send_initial_events);
             let run = async move {
                 match timeout {
@@ -395,6 +408,7 @@ impl Fanout {
             tokio::select! {
                 _ = run => {}
                 _ = stopping.wait_for(|s| *s) => {}
+                _ = stopped => {}
             }
             metrics::watchers(plural).dec();
         });

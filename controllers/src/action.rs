@@ -18,14 +18,11 @@ pub enum Action {
     Update(Value),
     /// Replace an object's `status` subresource (compare-and-swap as above).
     UpdateStatus(Value),
+    /// Replace one subresource of an object other than `status`, e.g. a
+    /// namespace's `finalize` (compare-and-swap as above).
+    UpdateSubresource { subresource: String, object: Value },
     /// A JSON merge patch of one object.
-    Patch {
-        api_version: String,
-        kind: String,
-        namespace: String,
-        name: String,
-        patch: Value,
-    },
+    Patch { api_version: String, kind: String, namespace: String, name: String, patch: Value },
     /// Delete one object; `uid` (when set) is a precondition so a delete
     /// never hits a newer object of the same name.
     Delete {
@@ -38,10 +35,5 @@ pub enum Action {
         propagation: Option<String>,
     },
     /// Record an Event about an object (`Normal` or `Warning`).
-    Event {
-        regarding: Value,
-        type_: String,
-        reason: String,
-        message: String,
-    },
+    Event { regarding: Value, type_: String, reason: String, message: String },
 }

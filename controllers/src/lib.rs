@@ -9,10 +9,15 @@
 //! caches and carries the actions out against the API.
 //!
 //! # Layout
+//! - [`config`]: what `skiff controller-manager` takes; `--controllers`.
 //! - [`action`]: the writes a reconcile asks for, shared by every controller.
+//! - [`execute`]: carries actions out against the API; Events through a
+//!   spam-filtering [`execute::Recorder`].
 
 #![forbid(unsafe_code)]
 
 pub mod action;
+pub mod config;
+pub mod execute;
 
 pub use action::Action;

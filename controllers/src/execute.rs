@@ -1,0 +1,254 @@
+//! Carries a reconcile's [`Action`]s out against the API, in order,
+//! stopping at the first failure (the runner requeues the key with
+//! back-off, and the next reconcile starts again from the caches).
+//!
+//! Two outcomes are not failures: deleting an object that is already gone,
+//! and creating an Event. Events go through [`Recorder`], which drops them
+//! once one object has had its burst, as client-go's spam filter does, so
+//! a controller failing in a loop cannot flood the store with Events.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+use skiff_api::resources::{self, ResourceInfo};
+use skiff_api::{meta, Reason};
+use skiff_client::resources::DeleteParams;
+use skiff_client::{Client, ClientError};
+
+use crate::action::Action;
+
+/// Why an action failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ExecuteError {
+    #[error("{api_version}/{kind} is not a resource this cluster serves")]
+    UnknownKind { api_version: String, kind: String },
+    #[error("{verb} {kind} {namespace}/{name}: {source}")]
+    Api {
+        verb: &'static str,
+        kind: String,
+        namespace: String,
+        name: String,
+        #[source]
+        source: ClientError,
+    },
+}
+
+impl ExecuteError {
+    /// A Conflict means the cache was stale: retry soon, it is not an error
+    /// worth an Event.
+    pub fn is_conflict(&self) -> bool {
+        matches!(self, ExecuteError::Api { source, .. } if source.is(Reason::Conflict))
+    }
+}
+
+/// What carrying out one action produced.
+#[derive(Debug, Default)]
+pub struct Outcome {
+    /// Objects created, in the order their actions came.
+    pub created: Vec<Value>,
+}
+
+fn info_of(obj: &Value) -> Result<&'static ResourceInfo, ExecuteError> {
+    let api_version = obj["apiVersion"].as_str().unwrap_or_default();
+    let kind = obj["kind"].as_str().unwrap_or_default();
+    info_named(api_version, kind)
+}
+
+fn info_named(api_version: &str, kind: &str) -> Result<&'static ResourceInfo, ExecuteError> {
+    resources::by_kind(api_version, kind)
+        .ok_or_else(|| ExecuteError::UnknownKind { api_version: api_version.into(), kind: kind.into() })
+}
+
+fn failed<'a>(verb: &'static str, obj: &'a Value) -> impl FnOnce(ClientError) -> ExecuteError + 'a {
+    move |source| ExecuteError::Api {
+        verb,
+        kind: obj["kind"].as_str().unwrap_or_default().to_string(),
+        namespace: meta::namespace(obj).unwrap_or_default().to_string(),
+        name: meta::name(obj).or_else(|| meta::generate_name(obj)).unwrap_or_default().to_string(),
+        source,
+    }
+}
+
+/// Carries out `actions` in order; the first failure ends the run.
+pub async fn execute(client: &Client, recorder: &Recorder, actions: Vec<Action>) -> Result<Outcome, ExecuteError> {
+    let mut outcome = Outcome::default();
+    for action in actions {
+        match action {
+            Action::Create(obj) => {
+                let info = info_of(&obj)?;
+                let ns = meta::namespace(&obj).unwrap_or_default().to_string();
+                let created = client.create(info, &ns, &obj).await.map_err(failed("create", &obj))?;
+                outcome.created.push(created);
+            }
+            Action::Update(obj) => {
+                client.update(info_of(&obj)?, &obj).await.map_err(failed("update", &obj))?;
+            }
+            Action::UpdateStatus(obj) => {
+                client.update_status(info_of(&obj)?, &obj).await.map_err(failed("update status of", &obj))?;
+            }
+            Action::UpdateSubresource { subresource, object } => {
+                let info = info_of(&object)?;
+                client
+                    .update_subresource(info, &object, &subresource)
+                    .await
+                    .map_err(failed("update subresource of", &object))?;
+            }
+            Action::Patch { api_version, kind, namespace, name, patch } => {
+                let info = info_named(&api_version, &kind)?;
+                let target = json!({"kind": kind, "metadata": {"namespace": namespace, "name": name}});
+                client.patch(info, &namespace, &name, "merge", &patch, "").await.map_err(failed("patch", &target))?;
+            }
+            Action::Delete { api_version, kind, namespace, name, uid, propagation } => {
+                let info = info_named(&api_version, &kind)?;
+                let params = DeleteParams {
+                    uid: uid.unwrap_or_default(),
+                    propagation_policy: propagation.unwrap_or_default(),
+                    ..Default::default()
+                };
+                match client.delete(info, &namespace, &name, &params).await {
+                    // Gone already, or replaced by a newer object of that
+                    // name (the uid precondition): nothing left to delete.
+                    Err(e) if e.is(Reason::NotFound) || (!params.uid.is_empty() && e.is(Reason::Conflict)) => {}
+                    Err(e) => {
+                        let target = json!({"kind": kind, "metadata": {"namespace": namespace, "name": name}});
+                        return Err(failed("delete", &target)(e));
+                    }
+                    Ok(_) => {}
+                }
+            }
+            Action::Event { regarding, type_, reason, message } => {
+                recorder.record(client, &regarding, &type_, &reason, &message).await;
+            }
+        }
+    }
+    Ok(outcome)
+}
+
+/// Events one object may get at once, and how often it earns another.
+const EVENT_BURST: u32 = 25;
+const EVENT_REFILL: Duration = Duration::from_secs(300);
+/// Objects whose event budgets are remembered; the oldest are forgotten.
+const RECORDER_OBJECTS: usize = 4096;
+
+/// Writes Events as `component`, at most [`EVENT_BURST`] per object and then
+/// one per [`EVENT_REFILL`]. Failures to write an Event are logged only:
+/// an Event is a hint to a human, never worth failing a reconcile.
+pub struct Recorder {
+    component: String,
+    budgets: Mutex<HashMap<String, (f64, Instant)>>,
+}
+
+impl Recorder {
+    pub fn new(component: impl Into<String>) -> Recorder {
+        Recorder { component: component.into(), budgets: Mutex::new(HashMap::new()) }
+    }
+
+    /// Whether an event about `object_key` may be sent now.
+    fn allow(&self, object_key: &str, now: Instant) -> bool {
+        let mut budgets = self.budgets.lock().expect("recorder lock poisoned");
+        if budgets.len() >= RECORDER_OBJECTS && !budgets.contains_key(object_key) {
+            if let Some(oldest) = budgets.iter().min_by_key(|(_, (_, at))| *at).map(|(k, _)| k.clone()) {
+                budgets.remove(&oldest);
+            }
+        }
+        let (tokens, at) = budgets.entry(object_key.to_string()).or_insert((EVENT_BURST as f64, now));
+        let earned = now.duration_since(*at).as_secs_f64() / EVENT_REFILL.as_secs_f64();
+        *tokens = (*tokens + earned).min(EVENT_BURST as f64);
+        *at = now;
+        if *tokens >= 1.0 {
+            *tokens -= 1.0;
+            true
+        } else {
+            false
+        }
+    }
+
+    async fn record(&self, client: &Client, regarding: &Value, type_: &str, reason: &str, message: &str) {
+        let uid = meta::uid(regarding).unwrap_or_default();
+        if !self.allow(&format!("{uid}/{reason}"), Instant::now()) {
+            return;
+        }
+        let event = event_for(&self.component, regarding, type_, reason, message, &meta::now_rfc3339());
+        let info = resources::of(skiff_api::Kind::Event);
+        let ns = event["metadata"]["namespace"].as_str().unwrap_or("default").to_string();
+        if let Err(e) = client.create(info, &ns, &event).await {
+            tracing::debug!(%reason, error = %e, "event not recorded");
+        }
+    }
+}
+
+/// A core/v1 Event about `regarding`, as `kubectl describe` lists them.
+pub fn event_for(component: &str, regarding: &Value, type_: &str, reason: &str, message: &str, now: &str) -> Value {
+    let name = meta::name(regarding).unwrap_or_default();
+    // Cluster-scoped objects' events live in `default`, as in Kubernetes.
+    let namespace = meta::namespace(regarding).filter(|n| !n.is_empty()).unwrap_or("default");
+    json!({
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {"generateName": format!("{name}."), "namespace": namespace},
+        "involvedObject": {
+            "apiVersion": regarding["apiVersion"],
+            "kind": regarding["kind"],
+            "name": name,
+            "namespace": meta::namespace(regarding).unwrap_or_default(),
+            "uid": meta::uid(regarding).unwrap_or_default(),
+            "resourceVersion": meta::resource_version(regarding).unwrap_or_default(),
+        },
+        "type": type_,
+        "reason": reason,
+        "message": message,
+        "source": {"component": component},
+        "reportingComponent": component,
+        "firstTimestamp": now,
+        "lastTimestamp": now,
+        "count": 1,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_object_gets_its_burst_of_events_then_one_per_refill() {
+        let recorder = Recorder::new("test");
+        let start = Instant::now();
+        let sent = (0..40).filter(|_| recorder.allow("uid-1/FailedCreate", start)).count();
+        assert_eq!(sent, EVENT_BURST as usize);
+        assert!(!recorder.allow("uid-1/FailedCreate", start + EVENT_REFILL / 2));
+        assert!(recorder.allow("uid-1/FailedCreate", start + EVENT_REFILL + EVENT_REFILL / 2));
+        assert!(recorder.allow("uid-2/FailedCreate", start), "another object has its own budget");
+    }
+
+    #[test]
+    fn the_recorder_forgets_the_oldest_objects_when_full() {
+        let recorder = Recorder::new("test");
+        let start = Instant::now();
+        for i in 0..RECORDER_OBJECTS + 10 {
+            recorder.allow(&format!("uid-{i}"), start + Duration::from_millis(i as u64));
+        }
+        assert_eq!(recorder.budgets.lock().unwrap().len(), RECORDER_OBJECTS);
+        assert!(!recorder.budgets.lock().unwrap().contains_key("uid-0"));
+    }
+
+    #[test]
+    fn an_event_names_its_object_and_lives_in_its_namespace() {
+        let pod = json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "web-1", "namespace": "shop", "uid": "u1", "resourceVersion": "7"}});
+        let ev = event_for("replicaset-controller", &pod, "Warning", "FailedCreate", "quota", "2026-01-01T00:00:00Z");
+        assert_eq!(ev["metadata"]["namespace"], "shop");
+        assert_eq!(ev["involvedObject"]["uid"], "u1");
+        assert_eq!(ev["involvedObject"]["kind"], "Pod");
+        let node = json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1", "uid": "u2"}});
+        let ev = event_for("node-lifecycle-controller", &node, "Normal", "NodeNotReady", "", "");
+        assert_eq!(ev["metadata"]["namespace"], "default");
+    }
+
+    #[test]
+    fn unknown_kinds_are_refused_before_any_request() {
+        let err = info_of(&json!({"apiVersion": "widgets/v1", "kind": "Widget"})).unwrap_err();
+        assert!(err.to_string().contains("widgets/v1/Widget"));
+    }
+}
