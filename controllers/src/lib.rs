@@ -11,6 +11,8 @@
 //! # Layout
 //! - [`config`]: what `skiff controller-manager` takes; `--controllers`.
 //! - [`action`]: the writes a reconcile asks for, shared by every controller.
+//! - [`metrics`]: queue depth, reconciles, retries, leadership; `/metrics`
+//!   and `/healthz`.
 //! - [`execute`]: carries actions out against the API; Events through a
 //!   spam-filtering [`execute::Recorder`].
 
@@ -19,5 +21,6 @@
 pub mod action;
 pub mod config;
 pub mod execute;
+pub mod metrics;
 
 pub use action::Action;
