@@ -146,6 +146,9 @@ pub fn store_error(e: StoreError) -> ApiError {
         StoreError::NoLeader => ApiError::unavailable("the cluster has no leader; retry later"),
         StoreError::NotLeader { .. } => ApiError::unavailable("not the leader; retry"),
         StoreError::Unavailable(m) => ApiError::unavailable(m),
+        e @ (StoreError::Stopped | StoreError::Peer(_) | StoreError::Raft { .. }) => {
+            ApiError::unavailable(e.to_string())
+        }
         StoreError::NoSpace => ApiError::internal("etcdserver: mvcc: database space exceeded"),
         other => ApiError::internal(other.to_string()),
     }

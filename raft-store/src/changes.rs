@@ -69,8 +69,8 @@ pub(crate) async fn read_history(sm: &StateMachine, key: Vec<u8>) -> Result<Hist
         Ok(History { entries: reader.history(&key)?, revision: reader.revision()?, compacted: reader.compacted()? })
     });
     match read.await {
-        Ok(history) => history.map_err(|e| StoreError::Internal(e.to_string())),
-        Err(e) => Err(StoreError::Internal(format!("history read failed: {e}"))),
+        Ok(history) => history.map_err(StoreError::from),
+        Err(e) => Err(StoreError::from(e)),
     }
 }
 
@@ -88,9 +88,8 @@ pub(crate) async fn read_changes(sm: &StateMachine, from: i64) -> Result<Changes
         }
         reader.revisions(from, current, REPLAY_CHUNK).map(|revisions| Ok(ChangesSince { revisions, current }))
     })
-    .await
-    .map_err(|e| StoreError::Internal(format!("history read failed: {e}")))?
-    .map_err(|e: crate::mvcc::EngineError| StoreError::Internal(e.to_string()))?;
+    .await?
+    .map_err(StoreError::from)?;
     read.map_err(|compacted| StoreError::Apply(ApplyError::Compacted { compacted }))
 }
 

@@ -12,6 +12,7 @@ use tokio::sync::watch;
 use tokio_stream::StreamExt;
 use tonic::{Request, Response, Status, Streaming};
 
+use crate::error::to_wire;
 use crate::network::{Envelope, MAX_PEER_MESSAGE};
 use crate::store::{AdminRequest, Store};
 use crate::types::{NodeId, Proposal};
@@ -119,16 +120,16 @@ impl Peer for PeerService {
 
     async fn forward(&self, request: Request<Payload>) -> Result<Response<Payload>, Status> {
         let proposals: Vec<Proposal> = self.open(request)?;
-        reply(&self.store.submit_local(proposals).await)
+        reply(&self.store.submit_local(proposals).await.iter().map(to_wire).collect::<Vec<_>>())
     }
 
     async fn read_index(&self, request: Request<Payload>) -> Result<Response<Payload>, Status> {
         let () = self.open(request)?;
-        reply(&self.store.read_index().await)
+        reply(&to_wire(&self.store.read_index().await))
     }
 
     async fn admin(&self, request: Request<Payload>) -> Result<Response<Payload>, Status> {
         let req: AdminRequest = self.open(request)?;
-        reply(&self.store.admin_on_leader(req).await)
+        reply(&to_wire(&self.store.admin_on_leader(req).await))
     }
 }

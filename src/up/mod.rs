@@ -79,15 +79,16 @@ pub struct UpArgs {
 enum MasterComponent {
     /// `skiff apiserver`: Raft member, store and every API.
     Apiserver,
+    /// `skiff controller-manager`, pointed at every master (its own first);
+    /// one of them is active at a time, through its Lease.
+    ControllerManager,
 }
 
 /// What runs on every master, in start order.
 ///
-/// Only the apiserver exists today. The controller manager and the
-/// scheduler (`skiff controller-manager`, `skiff scheduler`, each pointed
-/// at its own master's client address) join this list once those binaries
-/// exist; [`master_process`] then gains their command lines.
-const MASTER_COMPONENTS: &[MasterComponent] = &[MasterComponent::Apiserver];
+/// The scheduler (`skiff scheduler`) joins this list once it exists;
+/// [`master_process`] then gains its command line.
+const MASTER_COMPONENTS: &[MasterComponent] = &[MasterComponent::Apiserver, MasterComponent::ControllerManager];
 
 /// One program of a worker node. None exists yet: the node agent (`skiff
 /// node`, pointed at every master's client address) becomes the first
@@ -182,7 +183,13 @@ struct Process {
     log: PathBuf,
 }
 
-fn master_process(component: MasterComponent, dir: &Path, m: &MasterAddrs, initial_cluster: &str) -> Process {
+fn master_process(
+    component: MasterComponent,
+    dir: &Path,
+    m: &MasterAddrs,
+    initial_cluster: &str,
+    masters: &[MasterAddrs],
+) -> Process {
     match component {
         MasterComponent::Apiserver => {
             let mut args: Vec<OsString> = vec!["apiserver".into()];
@@ -202,6 +209,18 @@ fn master_process(component: MasterComponent, dir: &Path, m: &MasterAddrs, initi
             args.push(dir.join(format!("member-{}", m.id)).into());
             Process { label: m.name.clone(), args, log: dir.join(format!("member-{}.log", m.id)) }
         }
+        MasterComponent::ControllerManager => {
+            // Its own master first: it fails over to the others in order.
+            let servers: Vec<&str> = std::iter::once(m.client.as_str())
+                .chain(masters.iter().filter(|o| o.id != m.id).map(|o| o.client.as_str()))
+                .collect();
+            let args = ["controller-manager", "--server", &servers.join(","), "--identity", &m.name];
+            Process {
+                label: format!("{} controller-manager", m.name),
+                args: args.iter().map(OsString::from).collect(),
+                log: dir.join(format!("controller-manager-{}.log", m.id)),
+            }
+        }
     }
 }
 
@@ -215,7 +234,7 @@ fn processes(args: &UpArgs, masters: &[MasterAddrs]) -> Vec<Process> {
     let initial = initial.join(",");
     let mut out = Vec::new();
     for m in masters {
-        out.extend(MASTER_COMPONENTS.iter().map(|&c| master_process(c, &args.dir, m, &initial)));
+        out.extend(MASTER_COMPONENTS.iter().map(|&c| master_process(c, &args.dir, m, &initial, masters)));
     }
     for node in 1..=NODES {
         out.extend(NODE_COMPONENTS.iter().map(|&c| node_process(c, &args.dir, node, masters)));
@@ -565,18 +584,27 @@ mod tests {
     }
 
     #[test]
-    fn every_master_runs_an_apiserver_that_knows_every_founder() {
+    fn every_master_runs_an_apiserver_that_knows_every_founder_and_a_controller_manager() {
         let a = args(3, Path::new("/tmp/x"));
         let masters: Vec<_> = (1..=3).map(|i| master_addrs(&a, i)).collect();
         let ps = processes(&a, &masters);
-        assert_eq!(ps.len(), 3);
-        let second: Vec<String> = ps[1].args.iter().map(|s| s.to_string_lossy().into_owned()).collect();
-        assert_eq!(second[0], "apiserver");
-        let flag = |name: &str| second.iter().position(|a| a == name).map(|i| second[i + 1].as_str());
-        assert_eq!(flag("--id"), Some("2"));
-        assert_eq!(flag("--initial-cluster"), Some("1=127.0.0.1:2380,2=127.0.0.1:2390,3=127.0.0.1:2400"));
-        assert_eq!(flag("--data-dir"), Some("/tmp/x/member-2"));
-        assert_eq!(ps[1].log, Path::new("/tmp/x/member-2.log"));
+        assert_eq!(ps.len(), 6, "an apiserver and a controller manager per master");
+        let words = |p: &Process| -> Vec<String> { p.args.iter().map(|s| s.to_string_lossy().into_owned()).collect() };
+        let flag = |args: &[String], name: &str| args.iter().position(|a| a == name).map(|i| args[i + 1].clone());
+        let apiserver = words(&ps[2]);
+        assert_eq!(apiserver[0], "apiserver");
+        assert_eq!(flag(&apiserver, "--id").as_deref(), Some("2"));
+        assert_eq!(
+            flag(&apiserver, "--initial-cluster").as_deref(),
+            Some("1=127.0.0.1:2380,2=127.0.0.1:2390,3=127.0.0.1:2400")
+        );
+        assert_eq!(flag(&apiserver, "--data-dir").as_deref(), Some("/tmp/x/member-2"));
+        assert_eq!(ps[2].log, Path::new("/tmp/x/member-2.log"));
+        let manager = words(&ps[3]);
+        assert_eq!(manager[0], "controller-manager");
+        assert_eq!(flag(&manager, "--server").as_deref(), Some("127.0.0.1:2389,127.0.0.1:2379,127.0.0.1:2399"));
+        assert_eq!(flag(&manager, "--identity").as_deref(), Some("master-2"));
+        assert_eq!(ps[3].log, Path::new("/tmp/x/controller-manager-2.log"));
     }
 
     #[test]

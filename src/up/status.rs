@@ -43,6 +43,8 @@ pub struct ClusterStatus {
     /// Processes `skiff up` has started again after they exited; shown
     /// once there is one.
     pub restarts: u32,
+    /// The controller manager holding the leader Lease, once one does.
+    pub controller_manager: Option<String>,
 }
 
 impl fmt::Display for ClusterStatus {
@@ -56,6 +58,9 @@ impl fmt::Display for ClusterStatus {
         match self.nodes {
             Some((ready, all)) => write!(f, " · nodes ready {ready}/{all}")?,
             None => write!(f, " · nodes ready ?")?,
+        }
+        if let Some(active) = &self.controller_manager {
+            write!(f, " · controller-manager {active}")?;
         }
         if self.restarts > 0 {
             write!(f, " · restarts {}", self.restarts)?;
@@ -119,7 +124,15 @@ impl Sampler {
             masters: self.masters.len(),
             nodes: self.nodes().await,
             restarts: 0,
+            controller_manager: self.lease_holder("kube-system", "kube-controller-manager").await,
         }
+    }
+
+    /// Who holds a leader-election Lease (none when it is free or unknown).
+    async fn lease_holder(&self, namespace: &str, name: &str) -> Option<String> {
+        let get = self.client.get(of(Kind::Lease), namespace, name);
+        let lease = tokio::time::timeout(CALL_TIMEOUT, get).await.ok()?.ok()?;
+        lease["spec"]["holderIdentity"].as_str().filter(|h| !h.is_empty()).map(str::to_string)
     }
 
     /// Member `id`'s name, asked of master `via` (empty when unknown).
@@ -231,6 +244,7 @@ mod tests {
             masters: 3,
             nodes: Some((0, 0)),
             restarts: 0,
+            controller_manager: None,
         };
         assert_eq!(s.to_string(), "leader master-2 · revision 1234 · masters up 3/3 · nodes ready 0/0");
         s.leader = Some((2, String::new()));
@@ -241,5 +255,10 @@ mod tests {
         assert_eq!(s.to_string(), "no leader · revision 1234 · masters up 1/3 · nodes ready ?");
         s.restarts = 2;
         assert_eq!(s.to_string(), "no leader · revision 1234 · masters up 1/3 · nodes ready ? · restarts 2");
+        s.controller_manager = Some("master-3".into());
+        assert_eq!(
+            s.to_string(),
+            "no leader · revision 1234 · masters up 1/3 · nodes ready ? · controller-manager master-3 · restarts 2"
+        );
     }
 }

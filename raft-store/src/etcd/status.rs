@@ -35,7 +35,9 @@ impl From<StoreError> for Status {
             StoreError::NoSpace => Status::resource_exhausted(e.to_string()),
             StoreError::InvalidArgument(m) => Status::invalid_argument(m),
             StoreError::FailedPrecondition(m) => Status::failed_precondition(m),
+            StoreError::Stopped | StoreError::Peer(_) | StoreError::Raft { .. } => Status::unavailable(e.to_string()),
             StoreError::Unavailable(m) => Status::unavailable(m),
+            StoreError::Engine(_) | StoreError::Task(_) => Status::internal(e.to_string()),
             StoreError::Internal(m) => Status::internal(m),
         }
     }

@@ -11,7 +11,7 @@ use openraft::ChangeMembers;
 use serde::{Deserialize, Serialize};
 
 use super::Store;
-use crate::error::StoreError;
+use crate::error::{StoreError, WireError};
 use crate::network::PeerMethod;
 use crate::types::{MemberInfo, Node, NodeId, Raft};
 
@@ -119,9 +119,11 @@ impl Store {
                 Some(l) => match self.leader_addr(l) {
                     Some(addr) => {
                         let left = deadline.saturating_duration_since(Instant::now());
-                        match self.inner.peers.call(&addr, l, PeerMethod::Admin, &req, left).await {
-                            Ok(r) => r,
-                            Err(e) => Err(StoreError::Unavailable(e.to_string())),
+                        let answer: Result<Result<AdminResponse, WireError>, _> =
+                            self.inner.peers.call(&addr, l, PeerMethod::Admin, &req, left).await;
+                        match answer {
+                            Ok(r) => r.map_err(StoreError::from),
+                            Err(e) => Err(StoreError::Peer(e)),
                         }
                     }
                     None => Err(StoreError::NoLeader),
@@ -310,7 +312,7 @@ where
             Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f))) => {
                 return Err(StoreError::NotLeader { leader: f.leader_id })
             }
-            Err(e) => return Err(StoreError::Unavailable(e.to_string())),
+            Err(e) => return Err(StoreError::raft("membership change", e)),
         }
     }
 }

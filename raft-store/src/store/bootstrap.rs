@@ -11,7 +11,7 @@ use openraft::error::{InitializeError, RaftError};
 use super::admin::{AdminRequest, AdminResponse};
 use super::identity::{cluster_id_of, save_identity};
 use super::{StartError, Store};
-use crate::error::StoreError;
+use crate::error::WireError;
 use crate::network::PeerMethod;
 use crate::types::{Command, MemberInfo, Node, NodeId};
 
@@ -48,7 +48,7 @@ impl Store {
             if id == config.id {
                 continue;
             }
-            let probe: Result<Result<AdminResponse, StoreError>, _> = self
+            let probe: Result<Result<AdminResponse, WireError>, _> = self
                 .inner
                 .peers
                 .call(addr, id, PeerMethod::Admin, &AdminRequest::Probe, Duration::from_millis(800))

@@ -52,14 +52,14 @@ impl Store {
     /// Every lease (id, granted TTL), from this member's applied state.
     pub fn leases(&self) -> Result<Vec<(i64, i64)>, StoreError> {
         let db = self.inner.sm.db();
-        let leases = Reader::snapshot(&db).leases().map_err(|e| StoreError::Internal(e.to_string()));
+        let leases = Reader::snapshot(&db).leases().map_err(StoreError::from);
         leases
     }
 
     /// The keys attached to lease `id`, from this member's applied state.
     pub fn lease_keys(&self, id: i64) -> Result<Vec<Vec<u8>>, StoreError> {
         let db = self.inner.sm.db();
-        let keys = Reader::snapshot(&db).lease_keys(id).map_err(|e| StoreError::Internal(e.to_string()));
+        let keys = Reader::snapshot(&db).lease_keys(id).map_err(StoreError::from);
         keys
     }
 
@@ -69,7 +69,7 @@ impl Store {
             return Err(StoreError::NotLeader { leader: self.leader() });
         }
         let db = self.inner.sm.db();
-        let granted = Reader::snapshot(&db).lease(id).map_err(|e| StoreError::Internal(e.to_string()))?;
+        let granted = Reader::snapshot(&db).lease(id).map_err(StoreError::from)?;
         let Some(granted) = granted else {
             return Err(StoreError::Apply(crate::types::ApplyError::LeaseNotFound { id }));
         };

@@ -51,7 +51,7 @@ impl Store {
     /// The raised alarms in this member's applied state, sorted.
     pub fn alarms(&self) -> Result<Vec<Alarm>, StoreError> {
         let db = self.inner.sm.db();
-        let alarms = Reader::snapshot(&db).alarms().map_err(|e| StoreError::Internal(e.to_string()));
+        let alarms = Reader::snapshot(&db).alarms().map_err(StoreError::from);
         alarms
     }
 

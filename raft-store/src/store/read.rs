@@ -12,7 +12,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::{leader_addr, Header, Store};
 use crate::changes::{Changes, ChangesSince, History};
-use crate::error::StoreError;
+use crate::error::{StoreError, WireError};
 use crate::mvcc::{ReadError, Reader};
 use crate::network::{PeerClients, PeerMethod};
 use crate::types::{NodeId, Raft, RangeRequest, RangeResult};
@@ -24,8 +24,8 @@ impl Store {
     /// before the call (linearizable read).
     pub async fn linearize(&self) -> Result<(), StoreError> {
         let (tx, rx) = oneshot::channel();
-        self.inner.reads.send(tx).await.map_err(|_| StoreError::Unavailable("store is shutting down".into()))?;
-        let index = rx.await.map_err(|_| StoreError::Unavailable("store is shutting down".into()))??;
+        self.inner.reads.send(tx).await.map_err(|_| StoreError::Stopped)?;
+        let index = rx.await.map_err(|_| StoreError::Stopped)??;
         tokio::time::timeout(self.inner.config.request_timeout, self.inner.sm.wait_applied(index))
             .await
             .map_err(|_| StoreError::Timeout)
@@ -35,8 +35,8 @@ impl Store {
     /// (called by followers over the peer channel).
     pub async fn read_index(&self) -> Result<u64, StoreError> {
         let (tx, rx) = oneshot::channel();
-        self.inner.reads.send(tx).await.map_err(|_| StoreError::Unavailable("store is shutting down".into()))?;
-        rx.await.map_err(|_| StoreError::Unavailable("store is shutting down".into()))?
+        self.inner.reads.send(tx).await.map_err(|_| StoreError::Stopped)?;
+        rx.await.map_err(|_| StoreError::Stopped)?
     }
 
     /// etcd's Range.
@@ -72,12 +72,11 @@ impl Store {
             let revision = view.revision();
             read(&view).map(|r| (r, revision))
         })
-        .await
-        .map_err(|e| StoreError::Internal(e.to_string()))?;
+        .await?;
         match result {
             Ok((r, revision)) => Ok((r, Header { revision: revision.unwrap_or(header.revision), ..header })),
             Err(ReadError::Request(e)) => Err(StoreError::Apply(e)),
-            Err(ReadError::Engine(e)) => Err(StoreError::Internal(e.to_string())),
+            Err(ReadError::Engine(e)) => Err(e.into()),
         }
     }
 
@@ -166,15 +165,15 @@ async fn read_index_once(raft: &Raft, peers: &PeerClients, id: NodeId, timeout: 
                 openraft::error::CheckIsLeaderError::ForwardToLeader(f) => {
                     Err(StoreError::NotLeader { leader: f.leader_id })
                 }
-                other => Err(StoreError::Unavailable(other.to_string())),
+                other => Err(StoreError::raft("read index", other)),
             },
-            Err(e) => Err(StoreError::Unavailable(e.to_string())),
+            Err(e) => Err(StoreError::raft("read index", e)),
         },
         Some(l) => {
             let Some(addr) = leader_addr(raft, l) else { return Err(StoreError::NoLeader) };
-            match peers.call::<(), Result<u64, StoreError>>(&addr, l, PeerMethod::ReadIndex, &(), timeout).await {
-                Ok(r) => r,
-                Err(e) => Err(StoreError::Unavailable(e.to_string())),
+            match peers.call::<(), Result<u64, WireError>>(&addr, l, PeerMethod::ReadIndex, &(), timeout).await {
+                Ok(r) => r.map_err(StoreError::from),
+                Err(e) => Err(StoreError::Peer(e)),
             }
         }
         None => Err(StoreError::NoLeader),

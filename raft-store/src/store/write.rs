@@ -14,7 +14,7 @@ use skiff_shutdown::Shutdown;
 use tokio::sync::{mpsc, oneshot, Semaphore};
 
 use super::{Inner, Store};
-use crate::error::StoreError;
+use crate::error::{StoreError, WireError};
 use crate::network::PeerMethod;
 use crate::types::{now_ms, ApplyError, Batch, Command, NodeId, Output, Proposal, ProposalResult, Raft, RequestId};
 
@@ -77,8 +77,8 @@ impl Store {
         let mut out = Vec::with_capacity(replies.len());
         for rx in replies {
             out.push(match rx {
-                Some(rx) => rx.await.unwrap_or_else(|_| Err(StoreError::Unavailable("store is shutting down".into()))),
-                None => Err(StoreError::Unavailable("store is shutting down".into())),
+                Some(rx) => rx.await.unwrap_or_else(|_| Err(StoreError::Stopped)),
+                None => Err(StoreError::Stopped),
             });
         }
         out
@@ -92,7 +92,7 @@ impl Store {
         proposal: Proposal,
         deadline: Instant,
     ) -> Result<ProposalResult, StoreError> {
-        let stopped = || StoreError::Unavailable("store is shutting down".into());
+        let stopped = || StoreError::Stopped;
         let (reply, rx) = oneshot::channel();
         let forward = PendingForward { leader, write: PendingWrite { proposal, reply }, deadline };
         self.inner.forwards.send(forward).await.map_err(|_| stopped())?;
@@ -110,11 +110,11 @@ impl Store {
             return vec![Err(StoreError::NoLeader); n];
         };
         let timeout = deadline.saturating_duration_since(Instant::now()).max(Duration::from_millis(100));
-        let r: Result<Vec<Result<ProposalResult, StoreError>>, _> =
+        let r: Result<Vec<Result<ProposalResult, WireError>>, _> =
             self.inner.peers.call(&addr, leader, PeerMethod::Forward, &proposals, timeout).await;
         match r {
-            Ok(results) => results,
-            Err(e) => vec![Err(StoreError::Unavailable(e.to_string())); n],
+            Ok(results) => results.into_iter().map(|r| r.map_err(StoreError::from)).collect(),
+            Err(e) => vec![Err(StoreError::Peer(e)); n],
         }
     }
 }
@@ -260,7 +260,7 @@ pub(super) async fn run_batcher(
                         RaftError::APIError(ClientWriteError::ForwardToLeader(f)) => {
                             StoreError::NotLeader { leader: f.leader_id }
                         }
-                        other => StoreError::Unavailable(other.to_string()),
+                        other => StoreError::raft("write", other),
                     };
                     for reply in replies {
                         let _ = reply.send(Err(err.clone()));
