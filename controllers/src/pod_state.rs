@@ -130,7 +130,7 @@ pub(crate) mod tests {
         let mut restarted = pod("restarted", 1, "Running", Some("n"), Some(50));
         restarted.status.as_mut().unwrap().container_statuses =
             Some(vec![ContainerStatus { restart_count: 3, ..Default::default() }]);
-        let mut pods = vec![
+        let mut pods = [
             pod("old-ready", 0, "Running", Some("n"), Some(10)),
             pod("unassigned", 5, "Pending", None, None),
             pod("running-not-ready", 2, "Running", Some("n"), None),

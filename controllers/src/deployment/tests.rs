@@ -409,11 +409,9 @@ fn a_rollout_without_progress_times_out_after_the_deadline() {
     let old = owned_set(&d, "old", "nginx:1", 3, 1, 0);
     let mut new = (*owned_set(&d, "new", "nginx:2", 1, 2, 1)).clone();
     new.status = Some(ReplicaSetStatus { replicas: 1, observed_generation: Some(1), ..Default::default() });
-    for rs in [&mut new] {
-        let a = rs.metadata.annotations.as_mut().unwrap();
-        a.insert(DESIRED_REPLICAS.into(), "3".into());
-        a.insert(MAX_REPLICAS.into(), "4".into());
-    }
+    let a = new.metadata.annotations.as_mut().unwrap();
+    a.insert(DESIRED_REPLICAS.into(), "3".into());
+    a.insert(MAX_REPLICAS.into(), "4".into());
     let mut old = (*old).clone();
     let a = old.metadata.annotations.as_mut().unwrap();
     a.insert(DESIRED_REPLICAS.into(), "3".into());
