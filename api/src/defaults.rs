@@ -36,6 +36,7 @@ pub fn apply(info: &ResourceInfo, obj: &mut Value) {
                 template(spec);
             }
         }
+        Kind::ReplicationController => replication_controller(obj),
         Kind::DaemonSet => daemon_set(obj),
         Kind::Job => job(obj),
         Kind::CronJob => cron_job(obj),
@@ -361,6 +362,37 @@ fn deployment(obj: &mut Value) {
     }
     set(spec, "revisionHistoryLimit", json!(10));
     set(spec, "progressDeadlineSeconds", json!(600));
+    template(spec);
+}
+
+/// As Kubernetes: an RC without a selector selects its template's labels,
+/// and one without labels of its own takes them too.
+fn replication_controller(obj: &mut Value) {
+    let template_labels = obj
+        .get("spec")
+        .and_then(|s| s.get("template"))
+        .and_then(|t| t.get("metadata"))
+        .and_then(|m| m.get("labels"))
+        .filter(|l| l.as_object().is_some_and(|m| !m.is_empty()))
+        .cloned();
+    if let Some(labels) = &template_labels {
+        if let Some(meta) = child(obj, "metadata") {
+            if meta.get("labels").is_none_or(|l| l.as_object().is_none_or(Map::is_empty)) {
+                if let Some(m) = meta.as_object_mut() {
+                    m.insert("labels".into(), labels.clone());
+                }
+            }
+        }
+    }
+    let Some(spec) = child(obj, "spec") else { return };
+    if let Some(labels) = template_labels {
+        if spec.get("selector").is_none_or(|s| s.as_object().is_none_or(Map::is_empty)) {
+            if let Some(m) = spec.as_object_mut() {
+                m.insert("selector".into(), labels);
+            }
+        }
+    }
+    set(spec, "replicas", json!(1));
     template(spec);
 }
 

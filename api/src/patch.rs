@@ -214,13 +214,15 @@ fn root_field(kind: Kind, name: &str) -> Field {
     match (kind, name) {
         (_, "metadata") => typed(Ty::ObjectMeta),
         (Pod, "spec") => typed(Ty::PodSpec),
-        (Deployment | ReplicaSet | DaemonSet | Job, "spec") => typed(Ty::WorkloadSpec),
+        (Deployment | ReplicaSet | ReplicationController | DaemonSet | Job, "spec") => typed(Ty::WorkloadSpec),
         (CronJob, "spec") => typed(Ty::CronJobSpec),
         (Service, "spec") => typed(Ty::ServiceSpec),
         (Node, "spec") => typed(Ty::NodeSpec),
         (Pod, "status") => typed(Ty::PodStatus),
         (Node, "status") => typed(Ty::NodeStatus),
-        (Namespace | Service | Deployment | ReplicaSet | DaemonSet | Job, "status") => typed(Ty::ConditionsStatus),
+        (Namespace | Service | Deployment | ReplicaSet | ReplicationController | DaemonSet | Job, "status") => {
+            typed(Ty::ConditionsStatus)
+        }
         (ServiceAccount, "secrets") => by_key(Ty::Any, "name"),
         _ => PLAIN,
     }
@@ -886,7 +888,15 @@ mod tests {
             out["status"]["conditions"],
             json!([{"type": "PodScheduled", "status": "True"}, {"type": "Ready", "status": "True"}])
         );
-        for kind in [Kind::Node, Kind::Deployment, Kind::ReplicaSet, Kind::DaemonSet, Kind::Job, Kind::Namespace] {
+        for kind in [
+            Kind::Node,
+            Kind::Deployment,
+            Kind::ReplicaSet,
+            Kind::ReplicationController,
+            Kind::DaemonSet,
+            Kind::Job,
+            Kind::Namespace,
+        ] {
             assert_eq!(smp(kind, original.clone(), patch.clone()), out, "{kind:?}");
         }
         // Kinds without merged conditions replace the list.

@@ -17,6 +17,7 @@ pub enum Kind {
     ServiceAccount,
     Event,
     Lease,
+    ReplicationController,
     ReplicaSet,
     Deployment,
     DaemonSet,
@@ -125,7 +126,7 @@ const fn info(
 
 const ALL: &[&str] = &["all"];
 
-static CATALOG: [ResourceInfo; 17] = [
+static CATALOG: [ResourceInfo; 18] = [
     info(Kind::Namespace, "", "Namespace", "namespaces", "namespace", &["ns"], false, &["status", "finalize"], &[]),
     info(Kind::Pod, "", "Pod", "pods", "pod", &["po"], true, &["status", "binding", "log"], ALL),
     info(Kind::Node, "", "Node", "nodes", "node", &["no"], false, &["status"], &[]),
@@ -136,6 +137,17 @@ static CATALOG: [ResourceInfo; 17] = [
     info(Kind::ServiceAccount, "", "ServiceAccount", "serviceaccounts", "serviceaccount", &["sa"], true, &[], &[]),
     info(Kind::Event, "", "Event", "events", "event", &["ev"], true, &[], &[]),
     info(Kind::Lease, "coordination.k8s.io", "Lease", "leases", "lease", &[], true, &[], &[]),
+    info(
+        Kind::ReplicationController,
+        "",
+        "ReplicationController",
+        "replicationcontrollers",
+        "replicationcontroller",
+        &["rc"],
+        true,
+        &["status", "scale"],
+        ALL,
+    ),
     info(Kind::ReplicaSet, "apps", "ReplicaSet", "replicasets", "replicaset", &["rs"], true, &["status", "scale"], ALL),
     info(
         Kind::Deployment,

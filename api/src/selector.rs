@@ -901,6 +901,7 @@ static SECRET_FIELDS: &[&str] = &[METADATA_NAME, METADATA_NAMESPACE, "type"];
 static NODE_FIELDS: &[&str] = &[METADATA_NAME, METADATA_NAMESPACE, "spec.unschedulable"];
 static NAMESPACE_FIELDS: &[&str] = &[METADATA_NAME, METADATA_NAMESPACE, "status.phase"];
 static REPLICA_SET_FIELDS: &[&str] = &[METADATA_NAME, METADATA_NAMESPACE, "status.replicas"];
+static REPLICATION_CONTROLLER_FIELDS: &[&str] = &[METADATA_NAME, METADATA_NAMESPACE, "status.replicas"];
 static JOB_FIELDS: &[&str] = &[METADATA_NAME, METADATA_NAMESPACE, "status.successful"];
 
 /// The fields objects of `kind` can be selected by: `metadata.name` and
@@ -913,6 +914,7 @@ pub fn supported_fields(kind: Kind) -> &'static [&'static str] {
         Kind::Node => NODE_FIELDS,
         Kind::Namespace => NAMESPACE_FIELDS,
         Kind::ReplicaSet => REPLICA_SET_FIELDS,
+        Kind::ReplicationController => REPLICATION_CONTROLLER_FIELDS,
         Kind::Job => JOB_FIELDS,
         Kind::Service
         | Kind::Endpoints
@@ -1006,7 +1008,7 @@ pub fn object_fields(kind: Kind, obj: &Value) -> Fields {
         Kind::Namespace => {
             fields.insert("status.phase", string_at(obj, "/status/phase"));
         }
-        Kind::ReplicaSet => {
+        Kind::ReplicaSet | Kind::ReplicationController => {
             fields.insert("status.replicas", int_at(obj, "/status/replicas"));
         }
         Kind::Job => {
@@ -1469,7 +1471,7 @@ mod tests {
             .is_ok());
     }
 
-    const ALL_KINDS: [Kind; 17] = [
+    const ALL_KINDS: [Kind; 18] = [
         Kind::Namespace,
         Kind::Pod,
         Kind::Node,
@@ -1480,6 +1482,7 @@ mod tests {
         Kind::ServiceAccount,
         Kind::Event,
         Kind::Lease,
+        Kind::ReplicationController,
         Kind::ReplicaSet,
         Kind::Deployment,
         Kind::DaemonSet,

@@ -1236,9 +1236,13 @@ fn merge_update(info: &ResourceInfo, current: &Value, body: &Value, subresource:
 }
 
 fn scale_of(obj: &Value) -> Value {
-    let selector = obj["spec"]["selector"]
-        .get("matchLabels")
-        .and_then(Value::as_object)
+    // A ReplicationController's selector is the label map itself.
+    let selector_map = match obj["spec"]["selector"].get("matchLabels") {
+        Some(labels) => labels,
+        None => &obj["spec"]["selector"],
+    };
+    let selector = selector_map
+        .as_object()
         .map(|m| m.iter().map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or_default())).collect::<Vec<_>>().join(","))
         .unwrap_or_default();
     json!({

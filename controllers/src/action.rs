@@ -37,3 +37,19 @@ pub enum Action {
     /// Record an Event about an object (`Normal` or `Warning`).
     Event { regarding: Value, type_: String, reason: String, message: String },
 }
+
+/// What one reconcile asks for: the writes, in order, and when to look
+/// again even if no event arrives (a pod becoming available after
+/// `minReadySeconds`, expectations expiring, a progress deadline).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Reconciled {
+    pub actions: Vec<Action>,
+    pub requeue_after: Option<std::time::Duration>,
+}
+
+impl Reconciled {
+    /// Keeps the earlier of two requeue times.
+    pub fn requeue_within(&mut self, after: std::time::Duration) {
+        self.requeue_after = Some(self.requeue_after.map_or(after, |r| r.min(after)));
+    }
+}

@@ -15,6 +15,14 @@
 //!   and `/healthz`.
 //! - [`execute`]: carries actions out against the API; Events through a
 //!   spam-filtering [`execute::Recorder`].
+//! - [`ownership`]: controller references; adoption and release.
+//! - [`pod_state`]: active, ready and available pods; which to delete first.
+//! - [`expectations`]: the creates and deletes a controller still waits to
+//!   see, so a lagging cache never makes it act twice.
+//! - [`replicaset`]: the ReplicaSet controller (and the core it shares with)
+//! - [`replication`]: the ReplicationController controller.
+//! - [`deployment`]: the Deployment controller: ReplicaSets per template,
+//!   rolling and recreate rollouts, history.
 
 #![forbid(unsafe_code)]
 
@@ -22,5 +30,12 @@ pub mod action;
 pub mod config;
 pub mod execute;
 pub mod metrics;
+pub mod deployment;
+pub mod expectations;
+pub mod ownership;
+pub mod pod_state;
+pub mod replicaset;
+pub mod replication;
 
-pub use action::Action;
+pub use action::{Action, Reconciled};
+pub use expectations::Expectations;

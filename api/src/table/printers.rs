@@ -148,6 +148,17 @@ static REPLICA_SET: [Column; 8] = [
     wide("Selector", "string", "Selector is a label query over pods that should match the replica count. Label keys and values that must match in order to be controlled by this replica set. It must match the pod template's labels. More info: https://kubernetes.io/docs/concepts/overview/working-with-objects/labels/#label-selectors"),
 ];
 
+static REPLICATION_CONTROLLER: [Column; 8] = [
+    NAME,
+    col("Desired", "integer", "Replicas is the number of desired replicas. This is a pointer to distinguish between explicit zero and unspecified. Defaults to 1. More info: https://kubernetes.io/docs/concepts/workloads/controllers/replicationcontroller#what-is-a-replicationcontroller"),
+    col("Current", "integer", "Replicas is the most recently observed number of replicas. More info: https://kubernetes.io/docs/concepts/workloads/controllers/replicationcontroller#what-is-a-replicationcontroller"),
+    col("Ready", "integer", "The number of ready replicas for this replication controller."),
+    AGE,
+    CONTAINERS,
+    IMAGES,
+    wide("Selector", "string", "Selector is a label query over pods that should match the Replicas count. If Selector is empty, it is defaulted to the labels present on the Pod template. Label keys and values that must match in order to be controlled by this replication controller, if empty defaulted to labels on Pod template. More info: https://kubernetes.io/docs/concepts/overview/working-with-objects/labels/#label-selectors"),
+];
+
 static DEPLOYMENT: [Column; 8] = [
     NAME,
     col("Ready", "string", D_READY_PODS),
@@ -223,6 +234,7 @@ pub fn columns(info: &ResourceInfo) -> &'static [Column] {
         Kind::Event => &EVENT,
         Kind::Lease => &LEASE,
         Kind::ReplicaSet => &REPLICA_SET,
+        Kind::ReplicationController => &REPLICATION_CONTROLLER,
         Kind::Deployment => &DEPLOYMENT,
         Kind::DaemonSet => &DAEMON_SET,
         Kind::Job => &JOB,
@@ -272,6 +284,19 @@ pub fn cells(info: &ResourceInfo, obj: &Value, now: DateTime<Utc>) -> Vec<Value>
                 names.into(),
                 images.into(),
                 format_label_selector(obj.pointer("/spec/selector")).into(),
+            ]
+        }
+        Kind::ReplicationController => {
+            let (names, images) = container_cells(obj, "/spec/template/spec/containers");
+            vec![
+                name,
+                int_or(obj, "/spec/replicas", 1).into(),
+                int_at(obj, "/status/replicas").into(),
+                int_at(obj, "/status/readyReplicas").into(),
+                age,
+                names.into(),
+                images.into(),
+                format_labels(obj.pointer("/spec/selector")).into(),
             ]
         }
         Kind::Deployment => {

@@ -349,6 +349,31 @@ fn replica_sets_show_counts_and_their_template_when_wide() {
 }
 
 #[test]
+fn replication_controllers_show_desired_current_ready_and_age() {
+    let rc = json!({
+        "metadata": {"name": "web", "creationTimestamp": ago(DAY)},
+        "spec": {"replicas": 3, "selector": {"app": "web"},
+                 "template": {"spec": {"containers": [{"name": "nginx", "image": "nginx:1.26"}]}}},
+        "status": {"replicas": 2, "readyReplicas": 1},
+    });
+    let names: Vec<&str> = columns(of(Kind::ReplicationController)).iter().map(|c| c.name).collect();
+    assert_eq!(names, ["Name", "Desired", "Current", "Ready", "Age", "Containers", "Images", "Selector"]);
+    assert_eq!(
+        cells_of(Kind::ReplicationController, &rc),
+        vec![
+            json!("web"),
+            json!(3),
+            json!(2),
+            json!(1),
+            json!("24h"),
+            json!("nginx"),
+            json!("nginx:1.26"),
+            json!("app=web")
+        ]
+    );
+}
+
+#[test]
 fn a_deployment_mid_rollout_shows_ready_of_desired_and_up_to_date() {
     let d = json!({
         "metadata": {"name": "web", "creationTimestamp": ago(7 * DAY + 5 * 3600)},
@@ -515,6 +540,7 @@ fn wide_columns_are_those_kubectl_hides_by_default() {
     );
     assert_eq!(wide_names(Kind::Event), ["Subobject", "Source", "First Seen", "Count", "Name"]);
     assert_eq!(wide_names(Kind::Deployment), ["Containers", "Images", "Selector"]);
+    assert_eq!(wide_names(Kind::ReplicationController), ["Containers", "Images", "Selector"]);
     assert_eq!(wide_names(Kind::Service), ["Selector"]);
     assert!(wide_names(Kind::ConfigMap).is_empty());
 }

@@ -1,5 +1,7 @@
-//! Deployments, ReplicaSets and DaemonSets (`apps/v1`): selectors, templates
-//! and update strategies, as Kubernetes' `pkg/apis/apps/validation`.
+//! Deployments, ReplicaSets and DaemonSets (`apps/v1`), and the core
+//! ReplicationController they grew out of: selectors, templates and update
+//! strategies, as Kubernetes' `pkg/apis/apps/validation` (and
+//! `ValidateReplicationControllerSpec` in `pkg/apis/core/validation`).
 
 use serde_json::Value;
 
@@ -34,6 +36,36 @@ pub(crate) fn validate_replica_set(obj: &Value, old: Option<&Value>) -> Vec<Fiel
     let spec = get(obj, "spec");
     let mut errs = replicated_spec(spec, &Path::new("spec"), "deployment");
     errs.extend(selector_update(spec, old));
+    errs
+}
+
+/// A ReplicationController's selector is a plain label map (not a
+/// `LabelSelector`), required, and may change (unlike a ReplicaSet's).
+pub(crate) fn validate_replication_controller(obj: &Value, _old: Option<&Value>) -> Vec<FieldError> {
+    let spec = get(obj, "spec");
+    let path = Path::new("spec");
+    let mut errs = Vec::new();
+    errs.extend(nonnegative(spec, "replicas", &path));
+    errs.extend(nonnegative(spec, "minReadySeconds", &path));
+    let selector = get(spec, "selector");
+    let sel_path = path.child("selector");
+    let empty = get_obj(spec, "selector").is_none_or(|m| m.is_empty());
+    if empty {
+        errs.push(FieldError::required(&sel_path, ""));
+    } else {
+        errs.extend(validate_labels(selector, &sel_path));
+    }
+    let template = get(spec, "template");
+    let tpath = path.child("template");
+    if template.is_null() {
+        errs.push(FieldError::required(&tpath, ""));
+        return errs;
+    }
+    let labels = get(get(template, "metadata"), "labels");
+    if !empty && !selector_matches(&serde_json::json!({ "matchLabels": selector }), labels) {
+        errs.push(FieldError::invalid(tpath.child("metadata").child("labels"), labels, SELECTOR_MISMATCH));
+    }
+    errs.extend(template_rules(template, &tpath, "ReplicationController"));
     errs
 }
 
@@ -89,7 +121,14 @@ fn selector_and_template(spec: &Value, path: &Path, what: &str, owner: &str) -> 
     if selector_ok && !selector_matches(selector, labels) {
         errs.push(FieldError::invalid(tpath.child("metadata").child("labels"), labels, SELECTOR_MISMATCH));
     }
-    errs.extend(validate_pod_template(template, &tpath));
+    errs.extend(template_rules(template, &tpath, owner));
+    errs
+}
+
+/// The template of a replicated workload: a valid pod template that
+/// restarts Always and has no deadline.
+fn template_rules(template: &Value, tpath: &Path, owner: &str) -> Vec<FieldError> {
+    let mut errs = validate_pod_template(template, tpath);
     let pod_spec = get(template, "spec");
     let sp = tpath.child("spec");
     let restart = get(pod_spec, "restartPolicy");

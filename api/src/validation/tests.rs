@@ -80,6 +80,15 @@ fn deployment() -> Value {
     })
 }
 
+fn replication_controller() -> Value {
+    json!({
+        "apiVersion": "v1",
+        "kind": "ReplicationController",
+        "metadata": {"name": "web", "namespace": "default"},
+        "spec": {"replicas": 3, "selector": {"app": "web"}, "template": pod_template()}
+    })
+}
+
 fn service() -> Value {
     json!({
         "apiVersion": "v1",
@@ -125,6 +134,7 @@ fn samples() -> Vec<(Kind, Value)> {
         (Kind::Service, service()),
         (Kind::Deployment, deployment()),
         (Kind::ReplicaSet, rs),
+        (Kind::ReplicationController, replication_controller()),
         (Kind::DaemonSet, ds),
         (Kind::Job, job()),
         (Kind::CronJob, cron_job()),
@@ -860,6 +870,56 @@ fn replica_sets_and_daemon_sets_check_selectors_like_deployments() {
         error_at(&errors(Kind::DaemonSet, ds), "spec.updateStrategy.rollingUpdate.maxUnavailable").to_string(),
         "spec.updateStrategy.rollingUpdate.maxUnavailable: Required value: cannot be 0 when maxSurge is 0"
     );
+}
+
+#[test]
+fn a_recreate_deployment_may_not_carry_rolling_update_parameters() {
+    let mut d = deployment();
+    d["spec"]["strategy"] = json!({"type": "Recreate", "rollingUpdate": {"maxSurge": 1}});
+    assert_eq!(
+        error_at(&errors(Kind::Deployment, d), "spec.strategy.rollingUpdate").to_string(),
+        "spec.strategy.rollingUpdate: Forbidden: may not be specified when strategy `type` is 'Recreate'"
+    );
+}
+
+#[test]
+fn a_replication_controller_selector_must_match_its_template_labels() {
+    let mut rc = replication_controller();
+    rc["spec"]["selector"] = json!({"app": "api"});
+    assert_eq!(
+        error_at(&errors(Kind::ReplicationController, rc), "spec.template.metadata.labels").to_string(),
+        "spec.template.metadata.labels: Invalid value: {\"app\":\"web\"}: `selector` does not match template `labels`"
+    );
+    let mut rc = replication_controller();
+    rc["spec"]["template"]["spec"]["restartPolicy"] = json!("OnFailure");
+    rc["spec"]["replicas"] = json!(-2);
+    let errs = errors(Kind::ReplicationController, rc);
+    assert_eq!(error_at(&errs, "spec.template.spec.restartPolicy").reason(), "FieldValueNotSupported");
+    assert_eq!(error_at(&errs, "spec.replicas").detail, "must be greater than or equal to 0");
+}
+
+#[test]
+fn a_replication_controller_without_a_selector_selects_its_template_labels() {
+    let mut rc = replication_controller();
+    rc["spec"].as_object_mut().unwrap().remove("selector");
+    let prepared = prepare(Kind::ReplicationController, rc);
+    assert_eq!(prepared["spec"]["selector"], json!({"app": "web"}));
+    assert_eq!(prepared["metadata"]["labels"], json!({"app": "web"}));
+    assert!(validate(of(Kind::ReplicationController), &prepared, None).is_empty());
+
+    let mut rc = replication_controller();
+    rc["spec"].as_object_mut().unwrap().remove("selector");
+    rc["spec"]["template"]["metadata"] = json!({});
+    let errs = errors(Kind::ReplicationController, rc);
+    assert_eq!(error_at(&errs, "spec.selector").reason(), "FieldValueRequired");
+}
+
+#[test]
+fn a_replication_controller_selector_may_change() {
+    let mut new = replication_controller();
+    new["spec"]["selector"] = json!({"app": "web", "tier": "front"});
+    new["spec"]["template"]["metadata"]["labels"]["tier"] = json!("front");
+    assert!(update_errors(Kind::ReplicationController, replication_controller(), new).is_empty());
 }
 
 // ---- jobs and cron jobs

@@ -131,7 +131,9 @@ pub fn of(kind: Kind) -> &'static dyn Strategy {
         Kind::Node => &node::Node,
         Kind::Service => &service::Service,
         Kind::Job => &job::Job,
-        Kind::ReplicaSet | Kind::Deployment | Kind::DaemonSet | Kind::CronJob => &workload::Workload,
+        Kind::ReplicationController | Kind::ReplicaSet | Kind::Deployment | Kind::DaemonSet | Kind::CronJob => {
+            &workload::Workload
+        }
         Kind::Endpoints
         | Kind::ConfigMap
         | Kind::Secret
@@ -175,6 +177,16 @@ mod tests {
     fn only_spec_driven_kinds_track_generation() {
         let tracking: Vec<Kind> =
             resources::catalog().iter().map(|r| r.kind_id).filter(|k| of(*k).tracks_generation()).collect();
-        assert_eq!(tracking, vec![Kind::ReplicaSet, Kind::Deployment, Kind::DaemonSet, Kind::Job, Kind::CronJob]);
+        assert_eq!(
+            tracking,
+            vec![
+                Kind::ReplicationController,
+                Kind::ReplicaSet,
+                Kind::Deployment,
+                Kind::DaemonSet,
+                Kind::Job,
+                Kind::CronJob
+            ]
+        );
     }
 }

@@ -1,4 +1,4 @@
-//! Deployments, ReplicaSets, DaemonSets and CronJobs: kinds whose only
+//! Deployments, ReplicaSets, ReplicationControllers, DaemonSets and CronJobs: kinds whose only
 //! rule of their own is that `metadata.generation` counts spec changes, so
 //! their controllers can report which spec they have acted on
 //! (`status.observedGeneration`).
