@@ -10,9 +10,21 @@
 //!
 //! # Layout
 //! - [`action`]: the writes a reconcile asks for, shared by every controller.
+//! - [`namespace`]: empties a terminating namespace, then finalizes it.
+//! - [`serviceaccount`]: a `default` ServiceAccount in every namespace.
+//! - [`garbage_collector`]: the owner graph; deletes dependents of gone
+//!   owners, foreground deletion, orphaning.
+//! - [`endpoints`]: a selector Service's Endpoints from its pods.
+//! - [`endpointslice`]: a selector Service's EndpointSlices from its pods.
+//! - [`podgc`]: deletes terminated pods over a threshold and orphaned pods.
+//! - [`node_ipam`]: a pod CIDR per node from the cluster CIDR.
+//! - [`node_lifecycle`]: node health from Leases, NoExecute taints, taint
+//!   based eviction at a rate limit.
 
 #![forbid(unsafe_code)]
 
 pub mod action;
+pub mod namespace;
+pub mod serviceaccount;
 
 pub use action::Action;
