@@ -24,6 +24,7 @@
 #![forbid(unsafe_code)]
 
 pub mod action;
+pub mod endpoints;
 pub mod garbage_collector;
 pub mod namespace;
 pub mod serviceaccount;
