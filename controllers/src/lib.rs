@@ -25,6 +25,7 @@
 
 pub mod action;
 pub mod endpoints;
+pub mod endpointslice;
 pub mod garbage_collector;
 pub mod namespace;
 pub mod serviceaccount;
