@@ -28,6 +28,8 @@ pub mod endpoints;
 pub mod endpointslice;
 pub mod garbage_collector;
 pub mod namespace;
+pub mod node_ipam;
+pub mod podgc;
 pub mod serviceaccount;
 
 pub use action::Action;
