@@ -20,13 +20,7 @@ pub enum Action {
     /// Replace an object's `status` subresource (compare-and-swap as above).
     UpdateStatus(Value),
     /// A JSON merge patch of one object.
-    Patch {
-        api_version: String,
-        kind: String,
-        namespace: String,
-        name: String,
-        patch: Value,
-    },
+    Patch { api_version: String, kind: String, namespace: String, name: String, patch: Value },
     /// Delete one object; `uid` (when set) is a precondition so a delete
     /// never hits a newer object of the same name.
     Delete {
@@ -41,25 +35,14 @@ pub enum Action {
     /// Delete one object at once (`gracePeriodSeconds: 0`, as `kubectl
     /// delete --force --grace-period=0`): for pods whose node is gone, whose
     /// kubelet will never finish a graceful delete. `uid` as for `Delete`.
-    ForceDelete {
-        api_version: String,
-        kind: String,
-        namespace: String,
-        name: String,
-        uid: Option<String>,
-    },
+    ForceDelete { api_version: String, kind: String, namespace: String, name: String, uid: Option<String> },
     /// Replace a namespace's `spec.finalizers` through its `finalize`
     /// subresource (the namespace controller's last step); the object
     /// carries `metadata.resourceVersion` for compare-and-swap. Kubernetes
     /// changes nothing but `spec.finalizers` through this subresource.
     Finalize(Value),
     /// Record an Event about an object (`Normal` or `Warning`).
-    Event {
-        regarding: Value,
-        type_: String,
-        reason: String,
-        message: String,
-    },
+    Event { regarding: Value, type_: String, reason: String, message: String },
 }
 
 impl Action {

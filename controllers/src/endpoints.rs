@@ -179,7 +179,8 @@ pub(crate) fn resolve_port(pod: &Pod, service_port: &ServicePort) -> Option<i32>
             }
             let wanted = protocol(service_port);
             pod.spec.as_ref()?.containers.iter().flat_map(|c| c.ports.iter().flatten()).find_map(|p| {
-                (p.name.as_deref() == Some(name.as_str()) && p.protocol.clone().unwrap_or_else(|| "TCP".into()) == wanted)
+                (p.name.as_deref() == Some(name.as_str())
+                    && p.protocol.clone().unwrap_or_else(|| "TCP".into()) == wanted)
                     .then_some(p.container_port)
             })
         }
@@ -201,9 +202,8 @@ fn address(pod: &Pod, ip: &str, service: &Service) -> EndpointAddress {
     let spec = pod.spec.as_ref();
     // A pod whose subdomain is the Service's name is reachable under its
     // hostname in the Service's DNS zone.
-    let hostname = spec
-        .filter(|s| s.subdomain.is_some() && s.subdomain == service.metadata.name)
-        .and_then(|s| s.hostname.clone());
+    let hostname =
+        spec.filter(|s| s.subdomain.is_some() && s.subdomain == service.metadata.name).and_then(|s| s.hostname.clone());
     EndpointAddress {
         ip: ip.to_string(),
         hostname,
@@ -248,7 +248,11 @@ pub(crate) mod tests {
             node_name: Some("node-1".into()),
             containers: vec![Container {
                 name: "c".into(),
-                ports: Some(vec![ContainerPort { name: Some("http".into()), container_port: 8080, ..Default::default() }]),
+                ports: Some(vec![ContainerPort {
+                    name: Some("http".into()),
+                    container_port: 8080,
+                    ..Default::default()
+                }]),
                 ..Default::default()
             }],
             ..Default::default()
@@ -278,7 +282,8 @@ pub(crate) mod tests {
     #[test]
     fn ready_and_not_ready_pods_are_listed_apart_with_named_ports_resolved() {
         let svc = service(Some(APP), vec![port("http", 80, IntOrString::String("http".into()))]);
-        let pods = [pod("b", Some("10.0.0.2"), true), pod("a", Some("10.0.0.1"), true), pod("c", Some("10.0.0.3"), false)];
+        let pods =
+            [pod("b", Some("10.0.0.2"), true), pod("a", Some("10.0.0.1"), true), pod("c", Some("10.0.0.3"), false)];
         let ep = written(&reconcile(Some(&svc), &pods, None));
         assert_eq!(ep["kind"], "Endpoints");
         assert_eq!(ep["metadata"]["name"], "web");
@@ -286,7 +291,10 @@ pub(crate) mod tests {
         assert_eq!(subset["addresses"][0]["ip"], "10.0.0.1");
         assert_eq!(subset["addresses"][1]["ip"], "10.0.0.2");
         assert_eq!(subset["addresses"][0]["nodeName"], "node-1");
-        assert_eq!(subset["addresses"][0]["targetRef"], json!({"kind": "Pod", "namespace": "default", "name": "a", "uid": "uid-a"}));
+        assert_eq!(
+            subset["addresses"][0]["targetRef"],
+            json!({"kind": "Pod", "namespace": "default", "name": "a", "uid": "uid-a"})
+        );
         assert_eq!(subset["notReadyAddresses"][0]["ip"], "10.0.0.3");
         assert_eq!(subset["ports"], json!([{"name": "http", "port": 8080, "protocol": "TCP"}]));
     }

@@ -365,7 +365,11 @@ mod tests {
     fn a_slice_lists_pods_with_conditions_labels_ports_and_owner() {
         let mut leaving = pod("leaving", Some("10.0.0.9"), true);
         leaving.metadata.deletion_timestamp = Some(Time(chrono::Utc::now()));
-        let actions = reconcile(Some(&web()), &[pod("a", Some("10.0.0.1"), true), pod("b", Some("10.0.0.2"), false), leaving], &[]);
+        let actions = reconcile(
+            Some(&web()),
+            &[pod("a", Some("10.0.0.1"), true), pod("b", Some("10.0.0.2"), false), leaving],
+            &[],
+        );
         let [Action::Create(slice)] = &actions[..] else { panic!("{actions:?}") };
         assert_eq!(slice["apiVersion"], "discovery.k8s.io/v1");
         assert_eq!(slice["kind"], "EndpointSlice");

@@ -237,11 +237,8 @@ impl Graph {
 
     /// `orphan`: drop the reference from every dependent, then the finalizer.
     fn orphan(&self, owner: &Node) -> Vec<Action> {
-        let mut actions: Vec<Action> = self
-            .dependents_of(&owner.uid)
-            .into_iter()
-            .map(|d| d.without_owners(|o| o.uid == owner.uid))
-            .collect();
+        let mut actions: Vec<Action> =
+            self.dependents_of(&owner.uid).into_iter().map(|d| d.without_owners(|o| o.uid == owner.uid)).collect();
         actions.push(owner.without_finalizer(ORPHAN));
         actions
     }
@@ -388,10 +385,7 @@ mod tests {
         graph.observe(&object("Pod", "loose", &[("rs", false)], json!({})));
         graph.observe(&object("Pod", "zed", &[("rs", true)], json!({})));
         let actions = graph.reconcile("rs");
-        assert_eq!(
-            deleted(&actions),
-            vec![("zed".into(), "Foreground".into()), ("loose".into(), "Foreground".into())]
-        );
+        assert_eq!(deleted(&actions), vec![("zed".into(), "Foreground".into()), ("loose".into(), "Foreground".into())]);
         assert!(patches(&actions).is_empty(), "a blocking dependent remains, so the finalizer stays");
     }
 
@@ -404,7 +398,10 @@ mod tests {
         let affected = graph.forget(&object("Pod", "blocker", &[("rs", true)], json!({})));
         assert_eq!(affected, vec!["rs".to_string()]);
         let actions = graph.reconcile("rs");
-        assert_eq!(patches(&actions), vec![("rs".into(), json!({"metadata": {"finalizers": [], "resourceVersion": "5"}}))]);
+        assert_eq!(
+            patches(&actions),
+            vec![("rs".into(), json!({"metadata": {"finalizers": [], "resourceVersion": "5"}}))]
+        );
     }
 
     #[test]

@@ -29,6 +29,7 @@ pub mod endpointslice;
 pub mod garbage_collector;
 pub mod namespace;
 pub mod node_ipam;
+pub mod node_lifecycle;
 pub mod podgc;
 pub mod serviceaccount;
 

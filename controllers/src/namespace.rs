@@ -100,8 +100,7 @@ fn status_update(
     let content = if remaining.is_empty() {
         Condition::new("NamespaceContentRemaining", false, "ContentRemoved", "All content successfully removed")
     } else {
-        let parts: Vec<String> =
-            remaining.iter().map(|(r, n)| format!("{r} has {n} resource instances")).collect();
+        let parts: Vec<String> = remaining.iter().map(|(r, n)| format!("{r} has {n} resource instances")).collect();
         Condition::new(
             "NamespaceContentRemaining",
             true,
@@ -110,7 +109,12 @@ fn status_update(
         )
     };
     let finalizers = if held.is_empty() {
-        Condition::new("NamespaceFinalizersRemaining", false, "ContentHasNoFinalizers", "All content-preserving finalizers finished")
+        Condition::new(
+            "NamespaceFinalizersRemaining",
+            false,
+            "ContentHasNoFinalizers",
+            "All content-preserving finalizers finished",
+        )
     } else {
         let parts: Vec<String> = held.iter().map(|(f, n)| format!("{f} in {n} resource instances")).collect();
         Condition::new(
@@ -121,14 +125,24 @@ fn status_update(
         )
     };
     let wanted = [
-        Condition::new("NamespaceDeletionDiscoveryFailure", false, "ResourcesDiscovered", "All resources successfully discovered"),
+        Condition::new(
+            "NamespaceDeletionDiscoveryFailure",
+            false,
+            "ResourcesDiscovered",
+            "All resources successfully discovered",
+        ),
         Condition::new(
             "NamespaceDeletionGroupVersionParsingFailure",
             false,
             "ParsedGroupVersions",
             "All legacy kube types successfully parsed",
         ),
-        Condition::new("NamespaceDeletionContentFailure", false, "ContentDeleted", "All content successfully deleted, may be waiting on finalization"),
+        Condition::new(
+            "NamespaceDeletionContentFailure",
+            false,
+            "ContentDeleted",
+            "All content successfully deleted, may be waiting on finalization",
+        ),
         content,
         finalizers,
     ];

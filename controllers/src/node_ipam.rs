@@ -253,7 +253,9 @@ mod tests {
         let err = ipam.reconcile(&node("c", None)).unwrap_err();
         let IpamError::Exhausted { node, cluster_cidr, event } = &err else { panic!("{err}") };
         assert_eq!((node.as_str(), cluster_cidr.as_str()), ("c", "10.244.0.0/24"));
-        assert!(matches!(&**event, Action::Event { type_, reason, .. } if type_ == "Warning" && reason == "CIDRNotAvailable"));
+        assert!(
+            matches!(&**event, Action::Event { type_, reason, .. } if type_ == "Warning" && reason == "CIDRNotAvailable")
+        );
     }
 
     #[test]

@@ -160,7 +160,10 @@ mod tests {
             pod("middle", Some("n1"), "Succeeded", 20),
             pod("oldest", Some("n1"), "Succeeded", 5),
         ];
-        assert_eq!(names(&gc.reconcile(&pods, &[node("n1")], t(100))), vec![("delete", "oldest".into()), ("delete", "old".into())]);
+        assert_eq!(
+            names(&gc.reconcile(&pods, &[node("n1")], t(100))),
+            vec![("delete", "oldest".into()), ("delete", "old".into())]
+        );
     }
 
     #[test]
