@@ -916,6 +916,7 @@ pub fn supported_fields(kind: Kind) -> &'static [&'static str] {
         Kind::Job => JOB_FIELDS,
         Kind::Service
         | Kind::Endpoints
+        | Kind::EndpointSlice
         | Kind::ConfigMap
         | Kind::ServiceAccount
         | Kind::Lease
@@ -1015,6 +1016,7 @@ pub fn object_fields(kind: Kind, obj: &Value) -> Fields {
         }
         Kind::Service
         | Kind::Endpoints
+        | Kind::EndpointSlice
         | Kind::ConfigMap
         | Kind::ServiceAccount
         | Kind::Lease
@@ -1469,12 +1471,13 @@ mod tests {
             .is_ok());
     }
 
-    const ALL_KINDS: [Kind; 17] = [
+    const ALL_KINDS: [Kind; 18] = [
         Kind::Namespace,
         Kind::Pod,
         Kind::Node,
         Kind::Service,
         Kind::Endpoints,
+        Kind::EndpointSlice,
         Kind::ConfigMap,
         Kind::Secret,
         Kind::ServiceAccount,
