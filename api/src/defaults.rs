@@ -49,6 +49,12 @@ pub fn apply(info: &ResourceInfo, obj: &mut Value) {
                 }
             }
         }
+        Kind::EndpointSlice => {
+            for port in array(obj, "ports") {
+                set(port, "name", json!(""));
+                set(port, "protocol", json!("TCP"));
+            }
+        }
         Kind::Node => node(obj),
         Kind::LimitRange => limit_range(obj),
         Kind::ConfigMap | Kind::ServiceAccount | Kind::Event | Kind::Lease | Kind::ResourceQuota => {}
@@ -734,6 +740,10 @@ mod tests {
             (Kind::Namespace, json!({"metadata": {"name": "n"}})),
             (Kind::Node, json!({"metadata": {"name": "n"}, "status": {"capacity": {"cpu": "4"}}})),
             (Kind::Endpoints, json!({"metadata": {"name": "e"}, "subsets": [{"ports": [{"port": 80}]}]})),
+            (
+                Kind::EndpointSlice,
+                json!({"metadata": {"name": "e"}, "addressType": "IPv4", "endpoints": [], "ports": [{"port": 80}]}),
+            ),
             (
                 Kind::LimitRange,
                 json!({"metadata": {"name": "l"}, "spec": {"limits": [{"type": "Container", "max": {"cpu": "2"}, "min": {"memory": "1Mi"}}]}}),

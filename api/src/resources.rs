@@ -12,6 +12,7 @@ pub enum Kind {
     Node,
     Service,
     Endpoints,
+    EndpointSlice,
     ConfigMap,
     Secret,
     ServiceAccount,
@@ -132,6 +133,17 @@ static CATALOG: [ResourceInfo; 18] = [
     info(Kind::Node, "", "Node", "nodes", "node", &["no"], false, &["status"], &[]),
     info(Kind::Service, "", "Service", "services", "service", &["svc"], true, &["status"], ALL),
     info(Kind::Endpoints, "", "Endpoints", "endpoints", "endpoints", &["ep"], true, &[], &[]),
+    info(
+        Kind::EndpointSlice,
+        "discovery.k8s.io",
+        "EndpointSlice",
+        "endpointslices",
+        "endpointslice",
+        &[],
+        true,
+        &[],
+        &[],
+    ),
     info(Kind::ConfigMap, "", "ConfigMap", "configmaps", "configmap", &["cm"], true, &[], &[]),
     info(Kind::Secret, "", "Secret", "secrets", "secret", &[], true, &[], &[]),
     info(Kind::ServiceAccount, "", "ServiceAccount", "serviceaccounts", "serviceaccount", &["sa"], true, &[], &[]),
@@ -226,6 +238,8 @@ mod tests {
         assert_eq!(lookup("deploy").unwrap().group, "apps");
         assert_eq!(lookup("deployments.apps").unwrap().kind, "Deployment");
         assert_eq!(lookup("leases").unwrap().api_version(), "coordination.k8s.io/v1");
+        assert_eq!(lookup("endpointslices").unwrap().api_version(), "discovery.k8s.io/v1");
+        assert_eq!(lookup("endpointslices.discovery.k8s.io").unwrap().kind, "EndpointSlice");
         assert!(lookup("deployments.batch").is_none());
         assert!(lookup("widgets").is_none());
     }

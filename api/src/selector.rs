@@ -918,6 +918,7 @@ pub fn supported_fields(kind: Kind) -> &'static [&'static str] {
         Kind::Job => JOB_FIELDS,
         Kind::Service
         | Kind::Endpoints
+        | Kind::EndpointSlice
         | Kind::ConfigMap
         | Kind::ServiceAccount
         | Kind::Lease
@@ -1017,6 +1018,7 @@ pub fn object_fields(kind: Kind, obj: &Value) -> Fields {
         }
         Kind::Service
         | Kind::Endpoints
+        | Kind::EndpointSlice
         | Kind::ConfigMap
         | Kind::ServiceAccount
         | Kind::Lease
@@ -1477,6 +1479,7 @@ mod tests {
         Kind::Node,
         Kind::Service,
         Kind::Endpoints,
+        Kind::EndpointSlice,
         Kind::ConfigMap,
         Kind::Secret,
         Kind::ServiceAccount,

@@ -58,13 +58,17 @@ pub fn normalize(info: &ResourceInfo, obj: &Value) -> Result<Value, FieldError> 
     if info.kind_id == Kind::Secret {
         merge_string_data(&mut input)?;
     }
-    use k8s_openapi::api::{apps::v1 as apps, batch::v1 as batch, coordination::v1 as coordination, core::v1 as core};
+    use k8s_openapi::api::{
+        apps::v1 as apps, batch::v1 as batch, coordination::v1 as coordination, core::v1 as core,
+        discovery::v1 as discovery,
+    };
     let mut out = match info.kind_id {
         Kind::Namespace => roundtrip::<core::Namespace>(input),
         Kind::Pod => roundtrip::<core::Pod>(input),
         Kind::Node => roundtrip::<core::Node>(input),
         Kind::Service => roundtrip::<core::Service>(input),
         Kind::Endpoints => roundtrip::<core::Endpoints>(input),
+        Kind::EndpointSlice => roundtrip::<discovery::EndpointSlice>(input),
         Kind::ConfigMap => roundtrip::<core::ConfigMap>(input),
         Kind::Secret => roundtrip::<core::Secret>(input),
         Kind::ServiceAccount => roundtrip::<core::ServiceAccount>(input),
@@ -109,6 +113,7 @@ pub fn validate(info: &ResourceInfo, obj: &Value, old: Option<&Value>) -> Vec<Fi
         Kind::Namespace => other::validate_namespace(obj),
         Kind::Node => other::validate_node(obj),
         Kind::Endpoints => other::validate_endpoints(obj),
+        Kind::EndpointSlice => other::validate_endpoint_slice(obj, old),
         Kind::ResourceQuota => other::validate_resource_quota(obj),
         Kind::LimitRange => other::validate_limit_range(obj),
         Kind::Event => other::validate_event(obj),

@@ -553,7 +553,8 @@ impl Registry {
         Err(ApiError::unavailable(format!("{} could not be created: too much contention", info.qualified())))
     }
 
-    /// Replaces an object (`subresource` "") or its status ("status").
+    /// Replaces an object (`subresource` ""), its status ("status") or a
+    /// namespace's spec.finalizers ("finalize").
     // The request as Kubernetes names it: resource, namespace, name, body, subresource, dry run.
     #[allow(clippy::too_many_arguments)]
     pub async fn update(
@@ -764,6 +765,7 @@ impl Registry {
             }
             let finished = meta::deletion_timestamp(&next).is_some()
                 && meta::finalizers(&next).is_empty()
+                && !strategy.finalizing(&next)
                 && next["metadata"]["deletionGracePeriodSeconds"].as_i64().unwrap_or(0) == 0;
             if finished {
                 // The last finalizer is gone: the delete completes now.
@@ -1202,6 +1204,12 @@ fn merge_update(info: &ResourceInfo, current: &Value, body: &Value, subresource:
     if subresource == "status" {
         let mut next = current.clone();
         next["status"] = body.get("status").cloned().unwrap_or(json!({}));
+        return next;
+    }
+    if subresource == "finalize" {
+        // A namespace's `finalize` changes its spec.finalizers and nothing else.
+        let mut next = current.clone();
+        next["spec"]["finalizers"] = body["spec"].get("finalizers").cloned().unwrap_or(json!([]));
         return next;
     }
     let mut next = body.clone();

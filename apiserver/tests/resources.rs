@@ -84,7 +84,7 @@ async fn every_kind_supports_create_get_list_update_patch_and_delete() {
     }
 
     let docs = manifests();
-    assert_eq!(docs.len(), 17, "one manifest per kind");
+    assert_eq!(docs.len(), 18, "one manifest per kind");
     let mut seen_kinds = BTreeSet::new();
     for doc in &docs {
         let info = by_kind(doc["apiVersion"].as_str().unwrap(), doc["kind"].as_str().unwrap()).unwrap();
@@ -128,7 +128,7 @@ async fn every_kind_supports_create_get_list_update_patch_and_delete() {
             .unwrap();
         assert!(patched["metadata"]["annotations"].get("note").is_none());
     }
-    assert_eq!(seen_kinds.len(), 17);
+    assert_eq!(seen_kinds.len(), 18);
 
     // Delete everything but the namespace, newest first.
     for doc in docs.iter().rev().filter(|d| d["kind"] != "Namespace") {
@@ -149,6 +149,42 @@ async fn every_kind_supports_create_get_list_update_patch_and_delete() {
         api(client.create(of(Kind::ConfigMap), "crud", &configmap("crud", "late", json!({}))).await.unwrap_err());
     assert_eq!(refused.reason, Reason::Forbidden);
     assert!(refused.message.contains("being terminated"), "{}", refused.message);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_namespace_stays_terminating_until_finalized_through_its_subresource() {
+    let cluster = InProcessCluster::spawn(3).await;
+    let client = client(&cluster).await;
+    let namespaces = of(Kind::Namespace);
+    let created = client
+        .create(namespaces, "", &json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "doomed"},
+            "spec": {"finalizers": ["example.com/x"]}}))
+        .await
+        .unwrap();
+    assert_eq!(created["spec"]["finalizers"], json!(["example.com/x", "kubernetes"]));
+    // An update cannot drop them; only finalize can.
+    let mut plain = created.clone();
+    plain["spec"]["finalizers"] = json!([]);
+    let updated = client.update(namespaces, &plain).await.unwrap();
+    assert_eq!(updated["spec"]["finalizers"], json!(["example.com/x", "kubernetes"]));
+
+    let marked = client.delete(namespaces, "", "doomed", &DeleteParams::default()).await.unwrap();
+    assert_eq!(marked["status"]["phase"], "Terminating");
+    // A status write on the terminating namespace does not complete the delete.
+    let mut status = marked.clone();
+    status["status"]["conditions"] = json!([{"type": "NamespaceContentRemaining", "status": "False"}]);
+    client.update_status(namespaces, &status).await.unwrap();
+    let still = client.get(namespaces, "", "doomed").await.unwrap();
+    assert_eq!(still["status"]["phase"], "Terminating");
+
+    let mut finalize = still.clone();
+    finalize["spec"]["finalizers"] = json!(["example.com/x"]);
+    let partly = client.update_subresource(namespaces, &finalize, "finalize").await.unwrap();
+    assert_eq!(partly["spec"]["finalizers"], json!(["example.com/x"]));
+    let mut finalize = partly.clone();
+    finalize["spec"]["finalizers"] = json!([]);
+    client.update_subresource(namespaces, &finalize, "finalize").await.unwrap();
+    assert_eq!(api(client.get(namespaces, "", "doomed").await.unwrap_err()).reason, Reason::NotFound);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

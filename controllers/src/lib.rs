@@ -23,6 +23,16 @@
 //! - [`replication`]: the ReplicationController controller.
 //! - [`deployment`]: the Deployment controller: ReplicaSets per template,
 //!   rolling and recreate rollouts, history.
+//! - [`namespace`]: empties a terminating namespace, then finalizes it.
+//! - [`serviceaccount`]: a `default` ServiceAccount in every namespace.
+//! - [`garbage_collector`]: the owner graph; deletes dependents of gone
+//!   owners, foreground deletion, orphaning.
+//! - [`endpoints`]: a selector Service's Endpoints from its pods.
+//! - [`endpointslice`]: a selector Service's EndpointSlices from its pods.
+//! - [`podgc`]: deletes terminated pods over a threshold and orphaned pods.
+//! - [`node_ipam`]: a pod CIDR per node from the cluster CIDR.
+//! - [`node_lifecycle`]: node health from Leases, NoExecute taints, taint
+//!   based eviction at a rate limit.
 
 #![forbid(unsafe_code)]
 
@@ -36,6 +46,14 @@ pub mod ownership;
 pub mod pod_state;
 pub mod replicaset;
 pub mod replication;
+pub mod endpoints;
+pub mod endpointslice;
+pub mod garbage_collector;
+pub mod namespace;
+pub mod node_ipam;
+pub mod node_lifecycle;
+pub mod podgc;
+pub mod serviceaccount;
 
 pub use action::{Action, Reconciled};
 pub use expectations::Expectations;

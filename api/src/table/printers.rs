@@ -99,6 +99,14 @@ static ENDPOINTS: [Column; 3] = [
     AGE,
 ];
 
+static ENDPOINT_SLICE: [Column; 5] = [
+    NAME,
+    col("AddressType", "string", "addressType specifies the type of address carried by this EndpointSlice. All addresses in this slice must be the same type. This field is immutable after creation. The following address types are currently supported: * IPv4: Represents an IPv4 Address. * IPv6: Represents an IPv6 Address. * FQDN: Represents a Fully Qualified Domain Name."),
+    col("Ports", "string", "ports specifies the list of network ports exposed by each endpoint in this slice. Each port must have a unique name. When ports is empty, it indicates that there are no defined ports. When a port is defined with a nil port value, it indicates \"all ports\". Each slice may include a maximum of 100 ports."),
+    col("Endpoints", "string", "endpoints is a list of unique endpoints in this slice. Each slice may include a maximum of 1000 endpoints."),
+    AGE,
+];
+
 static CONFIG_MAP: [Column; 3] = [
     NAME,
     col("Data", "string", "Data contains the configuration data. Each key must consist of alphanumeric characters, '-', '_' or '.'. Values with non-UTF-8 byte sequences must use the BinaryData field. The keys stored in Data must not overlap with the keys in the BinaryData field, this is enforced during validation process."),
@@ -228,6 +236,7 @@ pub fn columns(info: &ResourceInfo) -> &'static [Column] {
         Kind::Namespace => &NAMESPACE,
         Kind::Service => &SERVICE,
         Kind::Endpoints => &ENDPOINTS,
+        Kind::EndpointSlice => &ENDPOINT_SLICE,
         Kind::ConfigMap => &CONFIG_MAP,
         Kind::Secret => &SECRET,
         Kind::ServiceAccount => &SERVICE_ACCOUNT,
@@ -263,6 +272,22 @@ pub fn cells(info: &ResourceInfo, obj: &Value, now: DateTime<Utc>) -> Vec<Value>
         Kind::Namespace => vec![name, str_at(obj, "/status/phase").into(), age],
         Kind::Service => service_cells(obj, name, age),
         Kind::Endpoints => vec![name, format_endpoints(obj).into(), age],
+        Kind::EndpointSlice => {
+            let ports = arr_at(obj, "/ports").iter().map(|p| match p.pointer("/port").and_then(Value::as_i64) {
+                Some(n) => n.to_string(),
+                None => p.pointer("/name").and_then(Value::as_str).unwrap_or("<unset>").to_string(),
+            });
+            let addresses = arr_at(obj, "/endpoints")
+                .iter()
+                .flat_map(|e| arr_at(e, "/addresses").iter().map(|a| a.as_str().unwrap_or_default().to_string()));
+            vec![
+                name,
+                str_at(obj, "/addressType").into(),
+                list_with_more(ports.collect()).into(),
+                list_with_more(addresses.collect()).into(),
+                age,
+            ]
+        }
         Kind::ConfigMap => {
             let n = obj_len(obj, "/data") + obj_len(obj, "/binaryData");
             vec![name, n.into(), age]
@@ -778,6 +803,20 @@ fn join_host_port(host: &str, port: i64) -> String {
         format!("[{host}]:{port}")
     } else {
         format!("{host}:{port}")
+    }
+}
+
+/// kubectl's `listWithMoreString`: up to three items, then `+ N more...`;
+/// `<unset>` for none.
+fn list_with_more(items: Vec<String>) -> String {
+    const MAX: usize = 3;
+    let shown = items[..items.len().min(MAX)].join(",");
+    if items.len() > MAX {
+        format!("{shown} + {} more...", items.len() - MAX)
+    } else if shown.is_empty() {
+        "<unset>".into()
+    } else {
+        shown
     }
 }
 

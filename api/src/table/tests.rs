@@ -246,6 +246,25 @@ fn services_default_to_cluster_ip_and_load_balancers_wait_for_an_address() {
 }
 
 #[test]
+fn endpoint_slices_show_address_type_ports_and_endpoints() {
+    let slice = json!({
+        "metadata": {"name": "web-abc12", "creationTimestamp": ago(90)},
+        "addressType": "IPv4",
+        "ports": [{"name": "http", "port": 8080}, {"name": "all"}],
+        "endpoints": [{"addresses": ["10.0.0.1"]}, {"addresses": ["10.0.0.2"]}, {"addresses": ["10.0.0.3"]},
+                      {"addresses": ["10.0.0.4"]}],
+    });
+    assert_eq!(
+        cells_of(Kind::EndpointSlice, &slice),
+        vec![json!("web-abc12"), json!("IPv4"), json!("8080,all"), json!("10.0.0.1,10.0.0.2,10.0.0.3 + 1 more..."), json!("90s")]
+    );
+    let placeholder = json!({"metadata": {"name": "web-x"}, "addressType": "IPv4", "endpoints": []});
+    assert_eq!(cells_of(Kind::EndpointSlice, &placeholder)[2..4], [json!("<unset>"), json!("<unset>")]);
+    let names: Vec<&str> = columns(of(Kind::EndpointSlice)).iter().map(|c| c.name).collect();
+    assert_eq!(names, ["Name", "AddressType", "Ports", "Endpoints", "Age"]);
+}
+
+#[test]
 fn endpoints_list_three_addresses_then_count_the_rest() {
     let ep = json!({
         "metadata": {"name": "web"},

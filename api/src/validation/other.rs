@@ -1,5 +1,5 @@
 //! The remaining kinds: ConfigMap, Secret, Lease, Namespace, Node,
-//! Endpoints, ResourceQuota, LimitRange and Event.
+//! Endpoints, EndpointSlice, ResourceQuota, LimitRange and Event.
 
 use std::collections::BTreeSet;
 
@@ -176,6 +176,80 @@ pub(crate) fn validate_node(obj: &Value) -> Vec<FieldError> {
     }
     errs.extend(quantity_map(get(get(obj, "status"), "capacity"), &Path::new("status").child("capacity")));
     errs.extend(quantity_map(get(get(obj, "status"), "allocatable"), &Path::new("status").child("allocatable")));
+    errs
+}
+
+const ADDRESS_TYPES: &[&str] = &["IPv4", "IPv6", "FQDN"];
+const MAX_SLICE_ENDPOINTS: usize = 1000;
+const MAX_ENDPOINT_ADDRESSES: usize = 100;
+const MAX_SLICE_PORTS: usize = 100;
+
+/// Kubernetes' `ValidateEndpointSlice` (+ `ValidateEndpointSliceUpdate`).
+pub(crate) fn validate_endpoint_slice(obj: &Value, old: Option<&Value>) -> Vec<FieldError> {
+    let mut errs = Vec::new();
+    let address_type = get_str(obj, "addressType");
+    errs.extend(one_of(obj, "addressType", ADDRESS_TYPES, &Path::new("addressType")));
+    if let Some(old) = old {
+        if !same(get(obj, "addressType"), get(old, "addressType")) {
+            errs.push(FieldError::invalid("addressType", get(obj, "addressType"), IMMUTABLE));
+        }
+    }
+    let endpoints = get_arr(obj, "endpoints");
+    if endpoints.len() > MAX_SLICE_ENDPOINTS {
+        errs.push(FieldError::forbidden("endpoints", format!("must have at most {MAX_SLICE_ENDPOINTS} items")));
+    }
+    for (i, ep) in endpoints.iter().enumerate() {
+        let p = Path::new("endpoints").index(i);
+        let addresses = get_arr(ep, "addresses");
+        if addresses.is_empty() {
+            errs.push(FieldError::required(p.child("addresses"), "must contain at least 1 address"));
+        } else if addresses.len() > MAX_ENDPOINT_ADDRESSES {
+            errs.push(FieldError::forbidden(
+                p.child("addresses"),
+                format!("must have at most {MAX_ENDPOINT_ADDRESSES} items"),
+            ));
+        }
+        for (j, a) in addresses.iter().enumerate() {
+            let ap = p.child("addresses").index(j);
+            let text = a.as_str().unwrap_or_default();
+            let family_ok = match address_type {
+                "IPv4" => text.parse::<std::net::Ipv4Addr>().is_ok(),
+                "IPv6" => text.parse::<std::net::Ipv6Addr>().is_ok(),
+                "FQDN" => is_dns1123_subdomain(text).is_empty(),
+                _ => true,
+            };
+            if !family_ok {
+                errs.push(FieldError::invalid(&ap, a, format!("must be a valid {address_type} address")));
+            }
+        }
+        let hostname = get_str(ep, "hostname");
+        if !hostname.is_empty() {
+            errs.extend(invalid_each(&p.child("hostname"), hostname, is_dns1123_label(hostname)));
+        }
+        let node = get_str(ep, "nodeName");
+        if !node.is_empty() {
+            errs.extend(invalid_each(&p.child("nodeName"), node, is_dns1123_subdomain(node)));
+        }
+    }
+    let ports = get_arr(obj, "ports");
+    if ports.len() > MAX_SLICE_PORTS {
+        errs.push(FieldError::forbidden("ports", format!("must have at most {MAX_SLICE_PORTS} items")));
+    }
+    let mut names = BTreeSet::new();
+    for (i, port) in ports.iter().enumerate() {
+        let pp = Path::new("ports").index(i);
+        let name = get_str(port, "name");
+        if !name.is_empty() {
+            errs.extend(invalid_each(&pp.child("name"), name, is_dns1123_label(name)));
+        }
+        if !names.insert(name) {
+            errs.push(FieldError::duplicate(pp.child("name"), get(port, "name")));
+        }
+        if let Some(n) = get_i64(port, "port") {
+            errs.extend(port_num_errors(n, &pp.child("port")));
+        }
+        errs.extend(one_of(port, "protocol", PORT_PROTOCOLS, &pp.child("protocol")));
+    }
     errs
 }
 

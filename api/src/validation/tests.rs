@@ -149,6 +149,12 @@ fn samples() -> Vec<(Kind, Value)> {
             json!({"metadata": {"name": "web", "namespace": "default"},
                    "subsets": [{"addresses": [{"ip": "10.0.0.5"}], "ports": [{"port": 80}]}]}),
         ),
+        (
+            Kind::EndpointSlice,
+            json!({"metadata": {"name": "web-abc12", "namespace": "default"}, "addressType": "IPv4",
+                   "endpoints": [{"addresses": ["10.0.0.5"], "conditions": {"ready": true}, "nodeName": "node-1"}],
+                   "ports": [{"name": "http", "port": 80, "protocol": "TCP"}]}),
+        ),
         (Kind::ConfigMap, json!({"metadata": {"name": "cfg", "namespace": "default"}, "data": {"app.conf": "x=1"}})),
         (
             Kind::Secret,
@@ -1076,6 +1082,28 @@ fn a_lease_lasts_a_positive_number_of_seconds() {
         error_at(&errors(Kind::Lease, l), "spec.leaseDurationSeconds").to_string(),
         "spec.leaseDurationSeconds: Invalid value: 0: must be greater than 0"
     );
+}
+
+#[test]
+fn endpoint_slice_addresses_match_their_type_and_the_type_is_immutable() {
+    let slice = json!({"metadata": {"name": "web-1", "namespace": "default"}, "addressType": "IPv6",
+                       "endpoints": [{"addresses": ["10.0.0.1"]}, {"addresses": []}],
+                       "ports": [{"name": "http", "port": 80, "protocol": "TCP"}, {"name": "http", "port": 0, "protocol": "XTP"}]});
+    let errs = errors(Kind::EndpointSlice, slice);
+    assert_eq!(error_at(&errs, "endpoints[0].addresses[0]").detail, "must be a valid IPv6 address");
+    assert_eq!(error_at(&errs, "endpoints[1].addresses").reason(), "FieldValueRequired");
+    assert_eq!(error_at(&errs, "ports[1].name").reason(), "FieldValueDuplicate");
+    assert_eq!(error_at(&errs, "ports[1].port").reason(), "FieldValueInvalid");
+    assert_eq!(error_at(&errs, "ports[1].protocol").reason(), "FieldValueNotSupported");
+    let bad_type = json!({"metadata": {"name": "web-1", "namespace": "default"}, "addressType": "IPX", "endpoints": []});
+    assert_eq!(error_at(&errors(Kind::EndpointSlice, bad_type), "addressType").reason(), "FieldValueNotSupported");
+
+    let old = json!({"metadata": {"name": "web-1", "namespace": "default", "resourceVersion": "1"},
+                     "addressType": "IPv4", "endpoints": []});
+    let mut new = old.clone();
+    new["addressType"] = json!("IPv6");
+    let errs = update_errors(Kind::EndpointSlice, old, new);
+    assert_eq!(error_at(&errs, "addressType").detail, "field is immutable");
 }
 
 #[test]

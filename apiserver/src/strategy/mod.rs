@@ -101,6 +101,14 @@ pub trait Strategy: Send + Sync {
         0
     }
 
+    /// Whether the kind's own finalization of `obj` (beyond
+    /// `metadata.finalizers`) is still to be done: an update that leaves a
+    /// marked object with no finalizers completes its delete only if not.
+    fn finalizing(&self, obj: &Value) -> bool {
+        let _ = obj;
+        false
+    }
+
     /// Prepares `obj` (the object as the delete will leave it) for its own
     /// finalization. `true`: the object is only marked for deletion and
     /// stays until that finalization is done.
@@ -135,6 +143,7 @@ pub fn of(kind: Kind) -> &'static dyn Strategy {
             &workload::Workload
         }
         Kind::Endpoints
+        | Kind::EndpointSlice
         | Kind::ConfigMap
         | Kind::Secret
         | Kind::ServiceAccount
