@@ -3,7 +3,7 @@
 use serde_json::Value;
 
 use super::apps::{selector_matches, validate_label_selector, SELECTOR_MISMATCH};
-use super::cron::parse_standard;
+use super::cron::{parse_standard, time_zone};
 use super::object::{validate_annotations, validate_labels};
 use super::pod::{equal_ignoring_empty, one_of, validate_pod_template};
 use super::{get, get_str, nonnegative, same, IMMUTABLE};
@@ -115,6 +115,7 @@ pub(crate) fn validate_cron_job(obj: &Value, old: Option<&Value>) -> Vec<FieldEr
             ));
         }
     }
+    errs.extend(validate_time_zone(get(spec, "timeZone"), &path.child("timeZone")));
     errs.extend(nonnegative(spec, "startingDeadlineSeconds", &path));
     errs.extend(one_of(spec, "concurrencyPolicy", &["Allow", "Forbid", "Replace"], &path.child("concurrencyPolicy")));
     errs.extend(nonnegative(spec, "successfulJobsHistoryLimit", &path));
@@ -137,4 +138,27 @@ pub(crate) fn validate_cron_job(obj: &Value, old: Option<&Value>) -> Vec<FieldEr
         errs.push(FieldError::not_supported(js_path.child("manualSelector"), manual, &["nil", "false"]));
     }
     errs
+}
+
+/// `spec.timeZone`: unset, or a zone of the IANA database (Kubernetes loads
+/// it with Go's `time.LoadLocation`; Skiff looks it up in the database
+/// compiled in, so the answer does not depend on the host).
+fn validate_time_zone(zone: &Value, path: &Path) -> Vec<FieldError> {
+    let Some(name) = zone.as_str() else {
+        return Vec::new();
+    };
+    if name.is_empty() {
+        return vec![FieldError::invalid(path, zone, "timeZone must be nil or non-empty string")];
+    }
+    if name.eq_ignore_ascii_case("Local") {
+        return vec![FieldError::invalid(
+            path,
+            zone,
+            "timeZone must be an explicit time zone as defined in https://www.iana.org/time-zones",
+        )];
+    }
+    match time_zone(name) {
+        Some(_) => Vec::new(),
+        None => vec![FieldError::invalid(path, zone, format!("unknown time zone {name}"))],
+    }
 }

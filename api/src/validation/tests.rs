@@ -946,6 +946,24 @@ fn a_cron_job_needs_a_valid_schedule_and_policy() {
 }
 
 #[test]
+fn a_cron_jobs_time_zone_must_be_a_known_iana_zone() {
+    let mut c = cron_job();
+    c["spec"]["timeZone"] = json!("Europe/Berlin");
+    assert_valid(Kind::CronJob, c);
+    let mut c = cron_job();
+    c["spec"]["timeZone"] = json!("Mars/Olympus");
+    assert_eq!(
+        error_at(&errors(Kind::CronJob, c), "spec.timeZone").to_string(),
+        "spec.timeZone: Invalid value: \"Mars/Olympus\": unknown time zone Mars/Olympus"
+    );
+    for bad in ["", "Local"] {
+        let mut c = cron_job();
+        c["spec"]["timeZone"] = json!(bad);
+        assert_eq!(error_at(&errors(Kind::CronJob, c), "spec.timeZone").reason(), "FieldValueInvalid", "{bad:?}");
+    }
+}
+
+#[test]
 fn a_cron_jobs_job_template_is_validated_like_a_job() {
     let mut c = cron_job();
     c["spec"]["jobTemplate"]["spec"]["template"]["spec"]["restartPolicy"] = json!("Always");
