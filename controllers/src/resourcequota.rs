@@ -161,7 +161,7 @@ fn pod_amount(pod: &Pod, resource: &str, side: Side) -> Option<(Quantity, bool)>
         if let Some(text) = container_amount(c, resource, side) {
             binary |= Quantity::is_binary_form(text);
             let q = Quantity::parse(text)?;
-            if q.cmp(&amount) == std::cmp::Ordering::Greater {
+            if q.compare(&amount) == std::cmp::Ordering::Greater {
                 amount = q;
             }
         }
@@ -202,7 +202,7 @@ fn same_quantities(a: Option<&BTreeMap<String, ApiQuantity>>, b: Option<&BTreeMa
         && a.iter().zip(b).all(|((ka, va), (kb, vb))| {
             ka == kb
                 && match (Quantity::parse(&va.0), Quantity::parse(&vb.0)) {
-                    (Some(x), Some(y)) => x.cmp(&y) == std::cmp::Ordering::Equal,
+                    (Some(x), Some(y)) => x.compare(&y) == std::cmp::Ordering::Equal,
                     _ => va.0 == vb.0,
                 }
         })

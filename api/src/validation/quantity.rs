@@ -180,8 +180,13 @@ impl Quantity {
         (self.mantissa as f64) * 10f64.powi(self.exp)
     }
 
-    /// Orders by value (`500m` equals `0.5`).
-    pub fn cmp(&self, other: &Quantity) -> Ordering {
+    /// Orders by value (`500m` equals `0.5`). Not `Ord`: the derived
+    /// equality is of the representation.
+    pub fn compare(&self, other: &Quantity) -> Ordering {
+        self.cmp(other)
+    }
+
+    pub(crate) fn cmp(&self, other: &Quantity) -> Ordering {
         match self.aligned(*other) {
             Some((a, b, _)) => a.cmp(&b),
             None => self.approx().partial_cmp(&other.approx()).unwrap_or(Ordering::Equal),
