@@ -12,6 +12,10 @@ use crate::field::{FieldError, Path};
 /// CronJob names leave room for the 11 characters of a job's suffix.
 const CRON_JOB_NAME_MAX: usize = 52;
 
+/// An Indexed Job runs at most this many pods at once (Kubernetes'
+/// `maxParallelismForIndexedJob`).
+const MAX_INDEXED_PARALLELISM: i64 = 100_000;
+
 pub(crate) fn validate_job(obj: &Value, old: Option<&Value>) -> Vec<FieldError> {
     let spec = get(obj, "spec");
     let path = Path::new("spec");
@@ -66,8 +70,18 @@ fn validate_job_spec(spec: &Value, path: &Path) -> Vec<FieldError> {
     if let Some(m) = mode.as_str() {
         if m != "NonIndexed" && m != "Indexed" {
             errs.push(FieldError::not_supported(path.child("completionMode"), mode, &["NonIndexed", "Indexed"]));
-        } else if m == "Indexed" && get(spec, "completions").is_null() {
-            errs.push(FieldError::required(path.child("completions"), "when completion mode is Indexed"));
+        } else if m == "Indexed" {
+            if get(spec, "completions").is_null() {
+                errs.push(FieldError::required(path.child("completions"), "when completion mode is Indexed"));
+            }
+            let parallelism = get(spec, "parallelism");
+            if parallelism.as_i64().is_some_and(|p| p > MAX_INDEXED_PARALLELISM) {
+                errs.push(FieldError::invalid(
+                    path.child("parallelism"),
+                    parallelism,
+                    format!("must be less than or equal to {MAX_INDEXED_PARALLELISM} when completion mode is Indexed"),
+                ));
+            }
         }
     }
     let template = get(spec, "template");

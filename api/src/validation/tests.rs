@@ -887,6 +887,22 @@ fn job_counts_may_not_be_negative() {
 }
 
 #[test]
+fn an_indexed_job_needs_completions_and_bounded_parallelism() {
+    let mut j = job();
+    j["spec"]["completionMode"] = json!("Indexed");
+    j["spec"]["parallelism"] = json!(100_001);
+    let errs = errors(Kind::Job, j.clone());
+    assert_eq!(error_at(&errs, "spec.completions").reason(), "FieldValueRequired");
+    assert_eq!(
+        error_at(&errs, "spec.parallelism").detail,
+        "must be less than or equal to 100000 when completion mode is Indexed"
+    );
+    j["spec"]["completions"] = json!(10_000);
+    j["spec"]["parallelism"] = json!(100);
+    assert_valid(Kind::Job, j);
+}
+
+#[test]
 fn a_manual_job_selector_must_be_given_and_match_the_template() {
     let mut j = job();
     j["spec"]["manualSelector"] = json!(true);
