@@ -23,6 +23,8 @@
 //!    the template, extra ones deleted — only when the wiring's
 //!    [`Expectations`](crate::expectations::Expectations) for the Job are
 //!    satisfied, so a cache that lags its own writes never over-creates.
+//!    A failed pod is replaced after a back-off of 10s doubling per failure
+//!    since the last success (at most 10 minutes).
 //!
 //! Counts only grow: `succeeded` and `failed` are the larger of the recorded
 //! value and the pods seen, and Indexed Jobs merge `completedIndexes` with
@@ -51,6 +53,11 @@ pub const COMPLETION_INDEX: &str = "batch.kubernetes.io/job-completion-index";
 
 /// Kubernetes' default `backoffLimit`.
 const DEFAULT_BACKOFF_LIMIT: i32 = 6;
+
+/// The first delay before replacing a failed pod, doubled per failure
+/// (Kubernetes' `DefaultJobPodFailureBackOff`), and its cap.
+const FAILURE_BACKOFF_BASE: TimeDelta = TimeDelta::seconds(10);
+const FAILURE_BACKOFF_MAX: TimeDelta = TimeDelta::minutes(10);
 
 /// What one reconcile of a Job asks for.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -206,7 +213,13 @@ pub fn reconcile(job: &Job, pods: &[Pod], expectations_satisfied: bool, now: Dat
                     }
                 }
             }
-            plan.requeue_after = deadline.map(|d| to_duration(d - now));
+            // Replacements for failed pods wait out the back-off; the
+            // deletions of extra pods go ahead.
+            let backoff_until = failure_backoff_until(&owned).filter(|t| *t > now);
+            if backoff_until.is_some() {
+                creations.clear();
+            }
+            plan.requeue_after = [deadline, backoff_until].into_iter().flatten().min().map(|d| to_duration(d - now));
         }
     }
 
@@ -347,6 +360,43 @@ impl PodFactory<'_> {
         };
         serde_json::to_value(pod).unwrap_or(Value::Null)
     }
+}
+
+/// When the next pod may be created after failures: Kubernetes' back-off
+/// of 10s doubling with each failure since the last success, at most 10
+/// minutes, from the last failure. `None` without failures.
+fn failure_backoff_until(owned: &[&Pod]) -> Option<DateTime<Utc>> {
+    let last_success = owned.iter().filter(|p| pod_phase(p) == "Succeeded").filter_map(|p| pod_finished_at(p)).max();
+    let failures: Vec<DateTime<Utc>> = owned
+        .iter()
+        .filter(|p| pod_phase(p) == "Failed")
+        .filter_map(|p| pod_finished_at(p))
+        .filter(|t| last_success.is_none_or(|s| *t > s))
+        .collect();
+    let last = *failures.iter().max()?;
+    let doublings = u32::try_from(failures.len() - 1).unwrap_or(u32::MAX).min(16);
+    let delay = (FAILURE_BACKOFF_BASE * 2_i32.pow(doublings)).min(FAILURE_BACKOFF_MAX);
+    Some(last + delay)
+}
+
+/// When a terminated pod finished: its last container's exit, else when
+/// it stopped being ready.
+fn pod_finished_at(pod: &Pod) -> Option<DateTime<Utc>> {
+    let status = pod.status.as_ref()?;
+    let exited = status
+        .container_statuses
+        .iter()
+        .flatten()
+        .filter_map(|c| c.state.as_ref()?.terminated.as_ref()?.finished_at.as_ref().map(|t| t.0))
+        .max();
+    exited.or_else(|| {
+        status
+            .conditions
+            .iter()
+            .flatten()
+            .find(|c| c.type_ == "Ready")
+            .and_then(|c| c.last_transition_time.as_ref().map(|t| t.0))
+    })
 }
 
 /// Step 1: the TTL of a finished Job. Deletes the Job once it has passed,

@@ -301,3 +301,30 @@ fn index_sets_merge_ranges_and_print_as_kubernetes_does() {
     assert_eq!(set.to_string(), "1-9");
     assert!(IndexSet::parse("").is_empty());
 }
+
+#[test]
+fn failed_pods_are_replaced_after_a_doubling_back_off() {
+    let failed_at = |name: &str, at: DateTime<Utc>| {
+        let mut p = pod(name, "Failed", None);
+        p.status = Some(
+            serde_json::from_value(json!({"phase": "Failed", "containerStatuses": [{
+                "name": "c", "image": "busybox", "imageID": "", "ready": false, "restartCount": 0,
+                "state": {"terminated": {"exitCode": 1, "finishedAt": at.to_rfc3339()}}}]}))
+            .expect("status"),
+        );
+        p
+    };
+    let spec = json!({"completions": 1, "parallelism": 1});
+    let one = vec![failed_at("f1", now() - TimeDelta::seconds(4))];
+    let plan = reconcile(&job(spec.clone()), &one, true, now());
+    assert!(creates(&plan).is_empty());
+    assert_eq!(plan.requeue_after, Some(Duration::from_secs(6)));
+    assert_eq!(creates(&reconcile(&job(spec.clone()), &one, true, now() + TimeDelta::seconds(6))).len(), 1);
+    // Three failures: 40s after the last.
+    let three = vec![
+        failed_at("f1", now() - TimeDelta::seconds(100)),
+        failed_at("f2", now() - TimeDelta::seconds(50)),
+        failed_at("f3", now() - TimeDelta::seconds(30)),
+    ];
+    assert_eq!(reconcile(&job(spec), &three, true, now()).requeue_after, Some(Duration::from_secs(10)));
+}
