@@ -29,12 +29,12 @@ use crate::resources::{Kind, ResourceInfo};
 
 mod apps;
 mod batch;
-mod cron;
+pub mod cron;
 mod names;
 mod object;
 mod other;
 mod pod;
-pub(crate) mod quantity;
+pub mod quantity;
 mod service;
 #[cfg(test)]
 mod tests;

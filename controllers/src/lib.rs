@@ -33,6 +33,14 @@
 //! - [`node_ipam`]: a pod CIDR per node from the cluster CIDR.
 //! - [`node_lifecycle`]: node health from Leases, NoExecute taints, taint
 //!   based eviction at a rate limit.
+//! - [`job`]: Jobs: pods up to parallelism and completions, backoff and
+//!   deadline failures, Indexed completion, suspend, TTL after finishing.
+//! - [`cronjob`]: CronJobs: Jobs at the times of a cron schedule in a time
+//!   zone, concurrency policy, missed starts, history limits.
+//! - [`daemonset`]: DaemonSets: one pod per eligible node, placed by node
+//!   affinity, rolling or on-delete updates.
+//! - [`resourcequota`]: ResourceQuotas: `status.used` summed from the
+//!   namespace's objects.
 
 #![forbid(unsafe_code)]
 
@@ -54,6 +62,10 @@ pub mod node_ipam;
 pub mod node_lifecycle;
 pub mod podgc;
 pub mod serviceaccount;
+pub mod cronjob;
+pub mod daemonset;
+pub mod job;
+pub mod resourcequota;
 
 pub use action::{Action, Reconciled};
 pub use expectations::Expectations;

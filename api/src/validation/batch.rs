@@ -3,7 +3,7 @@
 use serde_json::Value;
 
 use super::apps::{selector_matches, validate_label_selector, SELECTOR_MISMATCH};
-use super::cron::parse_standard;
+use super::cron::{parse_standard, time_zone};
 use super::object::{validate_annotations, validate_labels};
 use super::pod::{equal_ignoring_empty, one_of, validate_pod_template};
 use super::{get, get_str, nonnegative, same, IMMUTABLE};
@@ -11,6 +11,10 @@ use crate::field::{FieldError, Path};
 
 /// CronJob names leave room for the 11 characters of a job's suffix.
 const CRON_JOB_NAME_MAX: usize = 52;
+
+/// An Indexed Job runs at most this many pods at once (Kubernetes'
+/// `maxParallelismForIndexedJob`).
+const MAX_INDEXED_PARALLELISM: i64 = 100_000;
 
 pub(crate) fn validate_job(obj: &Value, old: Option<&Value>) -> Vec<FieldError> {
     let spec = get(obj, "spec");
@@ -66,8 +70,18 @@ fn validate_job_spec(spec: &Value, path: &Path) -> Vec<FieldError> {
     if let Some(m) = mode.as_str() {
         if m != "NonIndexed" && m != "Indexed" {
             errs.push(FieldError::not_supported(path.child("completionMode"), mode, &["NonIndexed", "Indexed"]));
-        } else if m == "Indexed" && get(spec, "completions").is_null() {
-            errs.push(FieldError::required(path.child("completions"), "when completion mode is Indexed"));
+        } else if m == "Indexed" {
+            if get(spec, "completions").is_null() {
+                errs.push(FieldError::required(path.child("completions"), "when completion mode is Indexed"));
+            }
+            let parallelism = get(spec, "parallelism");
+            if parallelism.as_i64().is_some_and(|p| p > MAX_INDEXED_PARALLELISM) {
+                errs.push(FieldError::invalid(
+                    path.child("parallelism"),
+                    parallelism,
+                    format!("must be less than or equal to {MAX_INDEXED_PARALLELISM} when completion mode is Indexed"),
+                ));
+            }
         }
     }
     let template = get(spec, "template");
@@ -115,6 +129,7 @@ pub(crate) fn validate_cron_job(obj: &Value, old: Option<&Value>) -> Vec<FieldEr
             ));
         }
     }
+    errs.extend(validate_time_zone(get(spec, "timeZone"), &path.child("timeZone")));
     errs.extend(nonnegative(spec, "startingDeadlineSeconds", &path));
     errs.extend(one_of(spec, "concurrencyPolicy", &["Allow", "Forbid", "Replace"], &path.child("concurrencyPolicy")));
     errs.extend(nonnegative(spec, "successfulJobsHistoryLimit", &path));
@@ -137,4 +152,27 @@ pub(crate) fn validate_cron_job(obj: &Value, old: Option<&Value>) -> Vec<FieldEr
         errs.push(FieldError::not_supported(js_path.child("manualSelector"), manual, &["nil", "false"]));
     }
     errs
+}
+
+/// `spec.timeZone`: unset, or a zone of the IANA database (Kubernetes loads
+/// it with Go's `time.LoadLocation`; Skiff looks it up in the database
+/// compiled in, so the answer does not depend on the host).
+fn validate_time_zone(zone: &Value, path: &Path) -> Vec<FieldError> {
+    let Some(name) = zone.as_str() else {
+        return Vec::new();
+    };
+    if name.is_empty() {
+        return vec![FieldError::invalid(path, zone, "timeZone must be nil or non-empty string")];
+    }
+    if name.eq_ignore_ascii_case("Local") {
+        return vec![FieldError::invalid(
+            path,
+            zone,
+            "timeZone must be an explicit time zone as defined in https://www.iana.org/time-zones",
+        )];
+    }
+    match time_zone(name) {
+        Some(_) => Vec::new(),
+        None => vec![FieldError::invalid(path, zone, format!("unknown time zone {name}"))],
+    }
 }

@@ -953,6 +953,22 @@ fn job_counts_may_not_be_negative() {
 }
 
 #[test]
+fn an_indexed_job_needs_completions_and_bounded_parallelism() {
+    let mut j = job();
+    j["spec"]["completionMode"] = json!("Indexed");
+    j["spec"]["parallelism"] = json!(100_001);
+    let errs = errors(Kind::Job, j.clone());
+    assert_eq!(error_at(&errs, "spec.completions").reason(), "FieldValueRequired");
+    assert_eq!(
+        error_at(&errs, "spec.parallelism").detail,
+        "must be less than or equal to 100000 when completion mode is Indexed"
+    );
+    j["spec"]["completions"] = json!(10_000);
+    j["spec"]["parallelism"] = json!(100);
+    assert_valid(Kind::Job, j);
+}
+
+#[test]
 fn a_manual_job_selector_must_be_given_and_match_the_template() {
     let mut j = job();
     j["spec"]["manualSelector"] = json!(true);
@@ -1009,6 +1025,24 @@ fn a_cron_job_needs_a_valid_schedule_and_policy() {
         error_at(&errors(Kind::CronJob, c), "spec.schedule").detail,
         "cannot use TZ or CRON_TZ in schedule, use timeZone field instead"
     );
+}
+
+#[test]
+fn a_cron_jobs_time_zone_must_be_a_known_iana_zone() {
+    let mut c = cron_job();
+    c["spec"]["timeZone"] = json!("Europe/Berlin");
+    assert_valid(Kind::CronJob, c);
+    let mut c = cron_job();
+    c["spec"]["timeZone"] = json!("Mars/Olympus");
+    assert_eq!(
+        error_at(&errors(Kind::CronJob, c), "spec.timeZone").to_string(),
+        "spec.timeZone: Invalid value: \"Mars/Olympus\": unknown time zone Mars/Olympus"
+    );
+    for bad in ["", "Local"] {
+        let mut c = cron_job();
+        c["spec"]["timeZone"] = json!(bad);
+        assert_eq!(error_at(&errors(Kind::CronJob, c), "spec.timeZone").reason(), "FieldValueInvalid", "{bad:?}");
+    }
 }
 
 #[test]
