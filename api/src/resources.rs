@@ -127,7 +127,7 @@ const fn info(
 
 const ALL: &[&str] = &["all"];
 
-static CATALOG: [ResourceInfo; 18] = [
+static CATALOG: [ResourceInfo; 19] = [
     info(Kind::Namespace, "", "Namespace", "namespaces", "namespace", &["ns"], false, &["status", "finalize"], &[]),
     info(Kind::Pod, "", "Pod", "pods", "pod", &["po"], true, &["status", "binding", "log"], ALL),
     info(Kind::Node, "", "Node", "nodes", "node", &["no"], false, &["status"], &[]),

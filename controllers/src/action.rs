@@ -19,9 +19,6 @@ pub enum Action {
     Update(Value),
     /// Replace an object's `status` subresource (compare-and-swap as above).
     UpdateStatus(Value),
-    /// Replace one subresource of an object other than `status`, e.g. a
-    /// namespace's `finalize` (compare-and-swap as above).
-    UpdateSubresource { subresource: String, object: Value },
     /// A JSON merge patch of one object.
     Patch { api_version: String, kind: String, namespace: String, name: String, patch: Value },
     /// Delete one object; `uid` (when set) is a precondition so a delete

@@ -88,12 +88,12 @@ pub async fn execute(client: &Client, recorder: &Recorder, actions: Vec<Action>)
             Action::UpdateStatus(obj) => {
                 client.update_status(info_of(&obj)?, &obj).await.map_err(failed("update status of", &obj))?;
             }
-            Action::UpdateSubresource { subresource, object } => {
-                let info = info_of(&object)?;
+            Action::Finalize(namespace) => {
+                let info = info_of(&namespace)?;
                 client
-                    .update_subresource(info, &object, &subresource)
+                    .update_subresource(info, &namespace, "finalize")
                     .await
-                    .map_err(failed("update subresource of", &object))?;
+                    .map_err(failed("finalize", &namespace))?;
             }
             Action::Patch { api_version, kind, namespace, name, patch } => {
                 let info = info_named(&api_version, &kind)?;
@@ -101,22 +101,17 @@ pub async fn execute(client: &Client, recorder: &Recorder, actions: Vec<Action>)
                 client.patch(info, &namespace, &name, "merge", &patch, "").await.map_err(failed("patch", &target))?;
             }
             Action::Delete { api_version, kind, namespace, name, uid, propagation } => {
-                let info = info_named(&api_version, &kind)?;
                 let params = DeleteParams {
                     uid: uid.unwrap_or_default(),
                     propagation_policy: propagation.unwrap_or_default(),
                     ..Default::default()
                 };
-                match client.delete(info, &namespace, &name, &params).await {
-                    // Gone already, or replaced by a newer object of that
-                    // name (the uid precondition): nothing left to delete.
-                    Err(e) if e.is(Reason::NotFound) || (!params.uid.is_empty() && e.is(Reason::Conflict)) => {}
-                    Err(e) => {
-                        let target = json!({"kind": kind, "metadata": {"namespace": namespace, "name": name}});
-                        return Err(failed("delete", &target)(e));
-                    }
-                    Ok(_) => {}
-                }
+                delete(client, &api_version, &kind, &namespace, &name, &params).await?;
+            }
+            Action::ForceDelete { api_version, kind, namespace, name, uid } => {
+                let params =
+                    DeleteParams { uid: uid.unwrap_or_default(), grace_period_seconds: Some(0), ..Default::default() };
+                delete(client, &api_version, &kind, &namespace, &name, &params).await?;
             }
             Action::Event { regarding, type_, reason, message } => {
                 recorder.record(client, &regarding, &type_, &reason, &message).await;
@@ -124,6 +119,27 @@ pub async fn execute(client: &Client, recorder: &Recorder, actions: Vec<Action>)
         }
     }
     Ok(outcome)
+}
+
+/// Deletes one object; one already gone (or replaced by a newer object of
+/// that name, when the uid is a precondition) counts as deleted.
+async fn delete(
+    client: &Client,
+    api_version: &str,
+    kind: &str,
+    namespace: &str,
+    name: &str,
+    params: &DeleteParams,
+) -> Result<(), ExecuteError> {
+    let info = info_named(api_version, kind)?;
+    match client.delete(info, namespace, name, params).await {
+        Err(e) if e.is(Reason::NotFound) || (!params.uid.is_empty() && e.is(Reason::Conflict)) => Ok(()),
+        Err(e) => {
+            let target = json!({"kind": kind, "metadata": {"namespace": namespace, "name": name}});
+            Err(failed("delete", &target)(e))
+        }
+        Ok(_) => Ok(()),
+    }
 }
 
 /// Events one object may get at once, and how often it earns another.

@@ -46,26 +46,26 @@
 
 pub mod action;
 pub mod config;
-pub mod execute;
-pub mod metrics;
+pub mod cronjob;
+pub mod daemonset;
 pub mod deployment;
-pub mod expectations;
-pub mod ownership;
-pub mod pod_state;
-pub mod replicaset;
-pub mod replication;
 pub mod endpoints;
 pub mod endpointslice;
+pub mod execute;
+pub mod expectations;
 pub mod garbage_collector;
+pub mod job;
+pub mod metrics;
 pub mod namespace;
 pub mod node_ipam;
 pub mod node_lifecycle;
+pub mod ownership;
+pub mod pod_state;
 pub mod podgc;
-pub mod serviceaccount;
-pub mod cronjob;
-pub mod daemonset;
-pub mod job;
+pub mod replicaset;
+pub mod replication;
 pub mod resourcequota;
+pub mod serviceaccount;
 
 pub use action::{Action, Reconciled};
 pub use expectations::Expectations;

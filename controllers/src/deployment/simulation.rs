@@ -309,6 +309,9 @@ impl World {
                 self.sets.remove(i);
             }
             Action::Event { .. } => {}
+            other @ (Action::ForceDelete { .. } | Action::Finalize(_)) => {
+                panic!("a deployment never asks for {other:?}")
+            }
         }
         Ok(())
     }
