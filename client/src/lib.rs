@@ -1,12 +1,23 @@
-//! Skiff's client runtime, modelled on client-go and kube-runtime.
+//! Skiff's client and client runtime, modelled on client-go and
+//! kube-runtime.
 //!
 //! # Layout
-//! - [`resources`]: the resource API (get, list, create, update, patch,
-//!   delete, watch, history) against any apiserver, failing over between
-//!   endpoints, with errors as Kubernetes `Status` reasons.
+//! - [`resources`]: the dynamic resource API (get, list, create, update,
+//!   patch, delete, watch, history) on `serde_json::Value`s against any
+//!   apiserver, failing over between endpoints, with errors as Kubernetes
+//!   `Status` reasons.
+//! - [`runtime::config`]: [`ClientConfig`], the connection settings every
+//!   component takes, and the token bucket that paces writes.
+//! - [`runtime::api`]: [`Api<K>`](runtime::api::Api), the typed API over
+//!   k8s-openapi types.
+//! - [`runtime::watcher`]: list then watch, as a state machine that
+//!   relists on 410 and resumes after errors, as a stream of events.
+//! - [`runtime::fake`]: an in-memory list/watch source for tests.
 
 #![forbid(unsafe_code)]
 
 pub mod resources;
+pub mod runtime;
 
 pub use resources::{Client, ClientError};
+pub use runtime::config::ClientConfig;

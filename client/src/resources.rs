@@ -22,6 +22,8 @@ use skiff_proto::resource::{
 use tonic::transport::{Channel, Endpoint};
 use tonic::{Code, Status};
 
+use crate::runtime::config::TokenBucket;
+
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum ClientError {
     /// The server refused or failed the request.
@@ -33,9 +35,17 @@ pub enum ClientError {
     /// A response the client could not read.
     #[error("bad response: {0}")]
     Decode(String),
+    /// A typed [`Api`](crate::runtime::api::Api) of a type no apiserver serves.
+    #[error("no resource serves {api_version} {kind}")]
+    UnknownKind { api_version: String, kind: String },
+    /// An object the client could not encode.
+    #[error("cannot encode the object: {0}")]
+    Encode(String),
 }
 
 impl ClientError {
+    /// The Kubernetes reason of a refusal by the server; `None` for
+    /// transport and decoding failures.
     pub fn reason(&self) -> Option<Reason> {
         match self {
             ClientError::Api(e) => Some(e.reason),
@@ -43,6 +53,7 @@ impl ClientError {
         }
     }
 
+    /// Whether the server refused the request for `reason`.
     pub fn is(&self, reason: Reason) -> bool {
         self.reason() == Some(reason)
     }
@@ -135,6 +146,9 @@ struct Inner {
     channels: Vec<(String, Channel)>,
     /// The endpoint that answered last; requests start there.
     current: AtomicUsize,
+    /// Paces writes (create, update, patch, delete, bind) so a runaway
+    /// controller cannot flood the apiservers; `None`: unlimited.
+    write_limiter: Option<TokenBucket>,
 }
 
 fn resource_ref(info: &ResourceInfo, namespace: &str) -> Option<ResourceRef> {
@@ -156,6 +170,14 @@ fn from_json(bytes: &[u8]) -> Result<Value, ClientError> {
 impl Client {
     /// `endpoints`: `HOST:PORT` or URLs. Connections are made lazily.
     pub fn new<S: AsRef<str>>(endpoints: &[S]) -> Result<Client, ClientError> {
+        Client::with_write_limiter(endpoints, None)
+    }
+
+    /// [`Client::new`] whose writes wait for a token of `limiter` first.
+    pub fn with_write_limiter<S: AsRef<str>>(
+        endpoints: &[S],
+        write_limiter: Option<TokenBucket>,
+    ) -> Result<Client, ClientError> {
         let mut channels = Vec::new();
         for e in endpoints {
             let e = e.as_ref().trim();
@@ -174,7 +196,14 @@ impl Client {
         if channels.is_empty() {
             return Err(ClientError::Unreachable("no endpoint given".into()));
         }
-        Ok(Client { inner: Arc::new(Inner { channels, current: AtomicUsize::new(0) }) })
+        Ok(Client { inner: Arc::new(Inner { channels, current: AtomicUsize::new(0), write_limiter }) })
+    }
+
+    /// Waits for the write limiter, if any.
+    async fn throttle_write(&self) {
+        if let Some(limiter) = &self.inner.write_limiter {
+            limiter.acquire().await;
+        }
     }
 
     /// Runs `call` against the current endpoint, moving on to the next one
@@ -304,6 +333,7 @@ impl Client {
     }
 
     pub async fn create(&self, info: &ResourceInfo, namespace: &str, obj: &Value) -> Result<Value, ClientError> {
+        self.throttle_write().await;
         let req = CreateRequest { resource: resource_ref(info, namespace), json: to_json(obj), ..Default::default() };
         let obj = rpc!(self, create, req)?;
         from_json(&obj.json)
@@ -311,6 +341,7 @@ impl Client {
 
     /// Binds a pod to a node (`pods/binding`).
     pub async fn bind(&self, namespace: &str, pod: &str, node: &str) -> Result<(), ClientError> {
+        self.throttle_write().await;
         let info = skiff_api::resources::of(skiff_api::Kind::Pod);
         let binding = serde_json::json!({"apiVersion": "v1", "kind": "Binding",
             "metadata": {"name": pod, "namespace": namespace}, "target": {"kind": "Node", "name": node}});
@@ -340,6 +371,7 @@ impl Client {
         obj: &Value,
         subresource: &str,
     ) -> Result<Value, ClientError> {
+        self.throttle_write().await;
         let namespace = skiff_api::meta::namespace(obj).unwrap_or_default();
         let req = UpdateRequest {
             resource: resource_ref(info, namespace),
@@ -361,6 +393,7 @@ impl Client {
         patch: &Value,
         subresource: &str,
     ) -> Result<Value, ClientError> {
+        self.throttle_write().await;
         let req = PatchRequest {
             resource: resource_ref(info, namespace),
             name: name.to_string(),
@@ -380,6 +413,7 @@ impl Client {
         name: &str,
         params: &DeleteParams,
     ) -> Result<Value, ClientError> {
+        self.throttle_write().await;
         let req = DeleteRequest {
             resource: resource_ref(info, namespace),
             name: name.to_string(),
