@@ -4,5 +4,7 @@
 pub mod api;
 pub mod config;
 pub mod fake;
+pub mod informer;
+pub mod queue;
 pub mod reflector;
 pub mod watcher;
