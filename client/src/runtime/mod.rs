@@ -3,6 +3,7 @@
 
 pub mod api;
 pub mod config;
+pub mod controller;
 pub mod fake;
 pub mod informer;
 pub mod queue;

@@ -107,6 +107,12 @@ impl<T> Clone for WorkQueue<T> {
     }
 }
 
+impl<T> std::fmt::Debug for WorkQueue<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("WorkQueue")
+    }
+}
+
 impl<T: Clone + Eq + Hash + Send + 'static> WorkQueue<T> {
     /// An empty queue.
     pub fn new(config: QueueConfig) -> WorkQueue<T> {
