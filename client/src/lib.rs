@@ -12,6 +12,17 @@
 //!   k8s-openapi types.
 //! - [`runtime::watcher`]: list then watch, as a state machine that
 //!   relists on 410 and resumes after errors, as a stream of events.
+//! - [`runtime::reflector`]: the watcher's events as an indexed cache, one
+//!   [`Writer`](runtime::reflector::Writer) and cloneable
+//!   [`Store`](runtime::reflector::Store)s.
+//! - [`runtime::informer`]: shared informers, one watch and one cache per
+//!   resource type per process, with change subscriptions.
+//! - [`runtime::queue`]: the bounded, de-duplicating, rate-limited work
+//!   queue.
+//! - [`runtime::controller`]: the runner that feeds a queue from informers
+//!   and hands keys to a reconcile function.
+//! - [`runtime::leader`]: leader election on a `coordination.k8s.io/v1`
+//!   Lease.
 //! - [`runtime::fake`]: an in-memory list/watch source for tests.
 
 #![forbid(unsafe_code)]

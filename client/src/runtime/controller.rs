@@ -118,6 +118,7 @@ fn feeder<W: Resource>(mut changes: Subscription<W>, store: Store<W>, map: Mappe
                 async move {
                     for key in keys {
                         tokio::select! {
+                            biased;
                             _ = shutdown.cancelled() => return false,
                             added = queue.add(key) => if added.is_err() { return false },
                         }
@@ -127,6 +128,7 @@ fn feeder<W: Resource>(mut changes: Subscription<W>, store: Store<W>, map: Mappe
             };
             if initial {
                 tokio::select! {
+                    biased;
                     _ = shutdown.cancelled() => return,
                     ready = store.wait_until_ready() => if ready.is_err() { return },
                 }
@@ -136,6 +138,7 @@ fn feeder<W: Resource>(mut changes: Subscription<W>, store: Store<W>, map: Mappe
             }
             loop {
                 let notification = tokio::select! {
+                    biased;
                     _ = shutdown.cancelled() => return,
                     n = changes.recv() => n,
                 };
@@ -257,6 +260,7 @@ impl<K: Resource> Controller<K> {
             }));
         }
         tokio::select! {
+            biased;
             _ = shutdown.cancelled() => {}
             _ = futures::future::join_all(synced) => {}
         }
@@ -395,12 +399,13 @@ mod tests {
             seen.lock().unwrap().last.get(&key).cloned().flatten().as_deref() == Some(latest.as_str())
         })
         .await;
-        let s = seen.lock().unwrap();
-        assert_eq!(s.max_in_flight, 1);
+        let (max_in_flight, n) = {
+            let s = seen.lock().unwrap();
+            (s.max_in_flight, s.reconciles[&key])
+        };
+        assert_eq!(max_in_flight, 1);
         // Coalesced: far fewer reconciles than changes, but more than one.
-        let n = s.reconciles[&key];
         assert!((2..30).contains(&n), "{n} reconciles");
-        drop(s);
         shutdown.stop().await;
         run.await.unwrap();
     }

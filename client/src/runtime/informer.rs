@@ -85,6 +85,7 @@ impl<K: Resource> Informer<K> {
             futures::pin_mut!(events);
             loop {
                 let event = tokio::select! {
+                    biased;
                     _ = stop.cancelled() => break,
                     event = events.next() => event,
                 };
