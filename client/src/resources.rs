@@ -116,12 +116,48 @@ pub struct WatchParams {
     pub name: String,
 }
 
+/// How to delete: preconditions, propagation and grace period.
 #[derive(Clone, Debug, Default)]
 pub struct DeleteParams {
+    /// Precondition: delete only the object with this uid ("" for any).
     pub uid: String,
+    /// Precondition: delete only at this resourceVersion ("" for any).
     pub resource_version: String,
+    /// `Background`, `Foreground` or `Orphan`; "" for the kind's default.
     pub propagation_policy: String,
+    /// Seconds of graceful termination (pods); `None` for the default.
     pub grace_period_seconds: Option<i64>,
+}
+
+impl DeleteParams {
+    /// Dependents are deleted by the garbage collector afterwards.
+    pub fn background() -> DeleteParams {
+        DeleteParams { propagation_policy: "Background".into(), ..Default::default() }
+    }
+
+    /// The object goes once its dependents with `blockOwnerDeletion` are gone.
+    pub fn foreground() -> DeleteParams {
+        DeleteParams { propagation_policy: "Foreground".into(), ..Default::default() }
+    }
+
+    /// Dependents are left, without this owner.
+    pub fn orphan() -> DeleteParams {
+        DeleteParams { propagation_policy: "Orphan".into(), ..Default::default() }
+    }
+
+    /// Adds the uid precondition, so a newer object of the same name is
+    /// never deleted instead.
+    pub fn with_uid(self, uid: impl Into<String>) -> DeleteParams {
+        DeleteParams { uid: uid.into(), ..self }
+    }
+}
+
+/// The resource an object's `apiVersion` and `kind` name, for code that
+/// writes objects of many kinds as JSON (the controllers' action executor).
+pub fn resource_of(obj: &Value) -> Result<&'static ResourceInfo, ClientError> {
+    let field = |name: &str| obj.get(name).and_then(Value::as_str).unwrap_or_default().to_string();
+    let (api_version, kind) = (field("apiVersion"), field("kind"));
+    skiff_api::resources::by_kind(&api_version, &kind).ok_or(ClientError::UnknownKind { api_version, kind })
 }
 
 /// Calls the unary RPC `$method` with `$req` through [`Client::call`].
@@ -482,5 +518,27 @@ impl Client {
         let req = GetAtRevisionRequest { resource: resource_ref(info, namespace), name: name.to_string(), revision };
         let obj = rpc!(self, get_at_revision, req)?;
         from_json(&obj.json)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn resource_of_reads_api_version_and_kind() {
+        let rs = serde_json::json!({"apiVersion": "apps/v1", "kind": "ReplicaSet", "metadata": {"name": "x"}});
+        assert_eq!(resource_of(&rs).unwrap().plural, "replicasets");
+        let widget = serde_json::json!({"apiVersion": "example.com/v1", "kind": "Widget"});
+        assert!(matches!(resource_of(&widget), Err(ClientError::UnknownKind { .. })));
+    }
+
+    #[test]
+    fn delete_params_carry_propagation_and_the_uid_precondition() {
+        let params = DeleteParams::foreground().with_uid("u-1");
+        assert_eq!(params.propagation_policy, "Foreground");
+        assert_eq!(params.uid, "u-1");
+        assert_eq!(DeleteParams::orphan().propagation_policy, "Orphan");
+        assert_eq!(DeleteParams::background().propagation_policy, "Background");
     }
 }

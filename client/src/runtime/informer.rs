@@ -122,8 +122,8 @@ pub struct Informers {
     client: Client,
     shutdown: Shutdown,
     capacity: usize,
-    /// `TypeId` of `K` -> `Informer<K>`.
-    started: Arc<Mutex<HashMap<TypeId, Box<dyn Any + Send + Sync>>>>,
+    /// (`TypeId` of `K`, label selector, field selector) -> `Informer<K>`.
+    started: Arc<Mutex<HashMap<(TypeId, String, String), Box<dyn Any + Send + Sync>>>>,
 }
 
 impl Informers {
@@ -139,17 +139,20 @@ impl Informers {
 
     /// The informer of `K` over all namespaces, started on first use.
     pub fn informer<K: Resource>(&self) -> Informer<K> {
+        self.informer_with(WatcherConfig::default())
+    }
+
+    /// The informer of the `K`s `config`'s selectors pick (the node agent's
+    /// `spec.nodeName=<node>` pods), started on first use; one per type and
+    /// selector pair.
+    pub fn informer_with<K: Resource>(&self, config: WatcherConfig) -> Informer<K> {
+        let key = (TypeId::of::<K>(), config.label_selector.clone(), config.field_selector.clone());
         let mut started = self.started.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(informer) = started.get(&TypeId::of::<K>()).and_then(|i| i.downcast_ref::<Informer<K>>()) {
+        if let Some(informer) = started.get(&key).and_then(|i| i.downcast_ref::<Informer<K>>()) {
             return informer.clone();
         }
-        let informer = Informer::spawn(
-            Api::<K>::all(self.client.clone()),
-            WatcherConfig::default(),
-            self.capacity,
-            &self.shutdown,
-        );
-        started.insert(TypeId::of::<K>(), Box::new(informer.clone()));
+        let informer = Informer::spawn(Api::<K>::all(self.client.clone()), config, self.capacity, &self.shutdown);
+        started.insert(key, Box::new(informer.clone()));
         informer
     }
 }
@@ -217,8 +220,12 @@ mod tests {
         let first = informers.informer::<Pod>();
         let second = informers.informer::<Pod>();
         let _other = informers.informer::<ConfigMap>();
+        let selected = WatcherConfig { field_selector: "spec.nodeName=n1".into(), ..Default::default() };
+        let on_node = informers.informer_with::<Pod>(selected.clone());
         assert!(first.changes.same_channel(&second.changes));
-        assert_eq!(shutdown.running(), 2);
+        assert!(!first.changes.same_channel(&on_node.changes));
+        assert!(on_node.changes.same_channel(&informers.informer_with::<Pod>(selected).changes));
+        assert_eq!(shutdown.running(), 3);
         assert!(!first.store().is_ready());
         shutdown.stop().await;
     }
