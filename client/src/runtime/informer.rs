@@ -116,14 +116,17 @@ impl<K: Resource> Informer<K> {
     }
 }
 
+/// `TypeId` of `K`, label selector, field selector.
+type InformerKey = (TypeId, String, String);
+
 /// The process's informers, one per resource type; clones share them.
 #[derive(Clone)]
 pub struct Informers {
     client: Client,
     shutdown: Shutdown,
     capacity: usize,
-    /// (`TypeId` of `K`, label selector, field selector) -> `Informer<K>`.
-    started: Arc<Mutex<HashMap<(TypeId, String, String), Box<dyn Any + Send + Sync>>>>,
+    /// Which informer -> `Informer<K>`.
+    started: Arc<Mutex<HashMap<InformerKey, Box<dyn Any + Send + Sync>>>>,
 }
 
 impl Informers {
