@@ -22,6 +22,8 @@ use skiff_proto::resource::{
 use tonic::transport::{Channel, Endpoint};
 use tonic::{Code, Status};
 
+use crate::runtime::config::TokenBucket;
+
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum ClientError {
     /// The server refused or failed the request.
@@ -33,9 +35,17 @@ pub enum ClientError {
     /// A response the client could not read.
     #[error("bad response: {0}")]
     Decode(String),
+    /// A typed [`Api`](crate::runtime::api::Api) of a type no apiserver serves.
+    #[error("no resource serves {api_version} {kind}")]
+    UnknownKind { api_version: String, kind: String },
+    /// An object the client could not encode.
+    #[error("cannot encode the object: {0}")]
+    Encode(String),
 }
 
 impl ClientError {
+    /// The Kubernetes reason of a refusal by the server; `None` for
+    /// transport and decoding failures.
     pub fn reason(&self) -> Option<Reason> {
         match self {
             ClientError::Api(e) => Some(e.reason),
@@ -43,6 +53,7 @@ impl ClientError {
         }
     }
 
+    /// Whether the server refused the request for `reason`.
     pub fn is(&self, reason: Reason) -> bool {
         self.reason() == Some(reason)
     }
@@ -105,12 +116,48 @@ pub struct WatchParams {
     pub name: String,
 }
 
+/// How to delete: preconditions, propagation and grace period.
 #[derive(Clone, Debug, Default)]
 pub struct DeleteParams {
+    /// Precondition: delete only the object with this uid ("" for any).
     pub uid: String,
+    /// Precondition: delete only at this resourceVersion ("" for any).
     pub resource_version: String,
+    /// `Background`, `Foreground` or `Orphan`; "" for the kind's default.
     pub propagation_policy: String,
+    /// Seconds of graceful termination (pods); `None` for the default.
     pub grace_period_seconds: Option<i64>,
+}
+
+impl DeleteParams {
+    /// Dependents are deleted by the garbage collector afterwards.
+    pub fn background() -> DeleteParams {
+        DeleteParams { propagation_policy: "Background".into(), ..Default::default() }
+    }
+
+    /// The object goes once its dependents with `blockOwnerDeletion` are gone.
+    pub fn foreground() -> DeleteParams {
+        DeleteParams { propagation_policy: "Foreground".into(), ..Default::default() }
+    }
+
+    /// Dependents are left, without this owner.
+    pub fn orphan() -> DeleteParams {
+        DeleteParams { propagation_policy: "Orphan".into(), ..Default::default() }
+    }
+
+    /// Adds the uid precondition, so a newer object of the same name is
+    /// never deleted instead.
+    pub fn with_uid(self, uid: impl Into<String>) -> DeleteParams {
+        DeleteParams { uid: uid.into(), ..self }
+    }
+}
+
+/// The resource an object's `apiVersion` and `kind` name, for code that
+/// writes objects of many kinds as JSON (the controllers' action executor).
+pub fn resource_of(obj: &Value) -> Result<&'static ResourceInfo, ClientError> {
+    let field = |name: &str| obj.get(name).and_then(Value::as_str).unwrap_or_default().to_string();
+    let (api_version, kind) = (field("apiVersion"), field("kind"));
+    skiff_api::resources::by_kind(&api_version, &kind).ok_or(ClientError::UnknownKind { api_version, kind })
 }
 
 /// Calls the unary RPC `$method` with `$req` through [`Client::call`].
@@ -135,6 +182,9 @@ struct Inner {
     channels: Vec<(String, Channel)>,
     /// The endpoint that answered last; requests start there.
     current: AtomicUsize,
+    /// Paces writes (create, update, patch, delete, bind) so a runaway
+    /// controller cannot flood the apiservers; `None`: unlimited.
+    write_limiter: Option<TokenBucket>,
 }
 
 fn resource_ref(info: &ResourceInfo, namespace: &str) -> Option<ResourceRef> {
@@ -156,6 +206,14 @@ fn from_json(bytes: &[u8]) -> Result<Value, ClientError> {
 impl Client {
     /// `endpoints`: `HOST:PORT` or URLs. Connections are made lazily.
     pub fn new<S: AsRef<str>>(endpoints: &[S]) -> Result<Client, ClientError> {
+        Client::with_write_limiter(endpoints, None)
+    }
+
+    /// [`Client::new`] whose writes wait for a token of `limiter` first.
+    pub fn with_write_limiter<S: AsRef<str>>(
+        endpoints: &[S],
+        write_limiter: Option<TokenBucket>,
+    ) -> Result<Client, ClientError> {
         let mut channels = Vec::new();
         for e in endpoints {
             let e = e.as_ref().trim();
@@ -174,7 +232,14 @@ impl Client {
         if channels.is_empty() {
             return Err(ClientError::Unreachable("no endpoint given".into()));
         }
-        Ok(Client { inner: Arc::new(Inner { channels, current: AtomicUsize::new(0) }) })
+        Ok(Client { inner: Arc::new(Inner { channels, current: AtomicUsize::new(0), write_limiter }) })
+    }
+
+    /// Waits for the write limiter, if any.
+    async fn throttle_write(&self) {
+        if let Some(limiter) = &self.inner.write_limiter {
+            limiter.acquire().await;
+        }
     }
 
     /// Runs `call` against the current endpoint, moving on to the next one
@@ -304,6 +369,7 @@ impl Client {
     }
 
     pub async fn create(&self, info: &ResourceInfo, namespace: &str, obj: &Value) -> Result<Value, ClientError> {
+        self.throttle_write().await;
         let req = CreateRequest { resource: resource_ref(info, namespace), json: to_json(obj), ..Default::default() };
         let obj = rpc!(self, create, req)?;
         from_json(&obj.json)
@@ -311,6 +377,7 @@ impl Client {
 
     /// Binds a pod to a node (`pods/binding`).
     pub async fn bind(&self, namespace: &str, pod: &str, node: &str) -> Result<(), ClientError> {
+        self.throttle_write().await;
         let info = skiff_api::resources::of(skiff_api::Kind::Pod);
         let binding = serde_json::json!({"apiVersion": "v1", "kind": "Binding",
             "metadata": {"name": pod, "namespace": namespace}, "target": {"kind": "Node", "name": node}});
@@ -340,6 +407,7 @@ impl Client {
         obj: &Value,
         subresource: &str,
     ) -> Result<Value, ClientError> {
+        self.throttle_write().await;
         let namespace = skiff_api::meta::namespace(obj).unwrap_or_default();
         let req = UpdateRequest {
             resource: resource_ref(info, namespace),
@@ -361,6 +429,7 @@ impl Client {
         patch: &Value,
         subresource: &str,
     ) -> Result<Value, ClientError> {
+        self.throttle_write().await;
         let req = PatchRequest {
             resource: resource_ref(info, namespace),
             name: name.to_string(),
@@ -380,6 +449,7 @@ impl Client {
         name: &str,
         params: &DeleteParams,
     ) -> Result<Value, ClientError> {
+        self.throttle_write().await;
         let req = DeleteRequest {
             resource: resource_ref(info, namespace),
             name: name.to_string(),
@@ -448,5 +518,27 @@ impl Client {
         let req = GetAtRevisionRequest { resource: resource_ref(info, namespace), name: name.to_string(), revision };
         let obj = rpc!(self, get_at_revision, req)?;
         from_json(&obj.json)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn resource_of_reads_api_version_and_kind() {
+        let rs = serde_json::json!({"apiVersion": "apps/v1", "kind": "ReplicaSet", "metadata": {"name": "x"}});
+        assert_eq!(resource_of(&rs).unwrap().plural, "replicasets");
+        let widget = serde_json::json!({"apiVersion": "example.com/v1", "kind": "Widget"});
+        assert!(matches!(resource_of(&widget), Err(ClientError::UnknownKind { .. })));
+    }
+
+    #[test]
+    fn delete_params_carry_propagation_and_the_uid_precondition() {
+        let params = DeleteParams::foreground().with_uid("u-1");
+        assert_eq!(params.propagation_policy, "Foreground");
+        assert_eq!(params.uid, "u-1");
+        assert_eq!(DeleteParams::orphan().propagation_policy, "Orphan");
+        assert_eq!(DeleteParams::background().propagation_policy, "Background");
     }
 }
