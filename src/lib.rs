@@ -1,11 +1,14 @@
 //! The `skiff` package: thin binaries over the workspace's libraries.
 //!
 //! # Layout
+//! - [`controller_manager`]: `skiff controller-manager`'s flags, which
+//!   `skiff server` shares.
 //! - [`server`]: `skiff server`, a whole master host in one process,
 //!   configured by flags or a YAML file.
 //! - [`up`]: `skiff up`, a local cluster of master processes on loopback,
 //!   with a kubeconfig and a live status line.
 
+pub mod controller_manager;
 pub mod server;
 pub mod up;
 

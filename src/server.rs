@@ -16,6 +16,7 @@ use std::path::{Path, PathBuf};
 
 use serde_yaml::Value;
 use skiff_apiserver::{ApiserverConfig, RunError};
+use skiff_controllers::config::ControllerManagerConfig;
 use skiff_shutdown::Shutdown;
 
 /// Where k3s users expect a server's configuration.
@@ -130,16 +131,39 @@ fn scalar(v: &Value) -> Result<String, String> {
     }
 }
 
+/// A component of the master host that failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ServerError {
+    #[error(transparent)]
+    Apiserver(#[from] RunError),
+    #[error("controller manager: {0}")]
+    ControllerManager(#[from] skiff_controllers::RunError),
+}
+
 /// Runs a master host's components in this process until `shutdown` is
-/// cancelled, and returns once every one of them has stopped.
-///
-/// Today that is the apiserver alone. The controller manager and the
-/// scheduler start here beside it once they exist, each with
-/// `run(config, shutdown.child())` as tasks of this process that talk gRPC
-/// to this apiserver's client address (`config.client_listen`), so that
-/// one signal stops them all.
-pub async fn run(config: ApiserverConfig, shutdown: Shutdown) -> Result<(), RunError> {
-    skiff_apiserver::run(config, shutdown).await
+/// cancelled, and returns once every one of them has stopped: the
+/// apiserver, and (unless `controllers` is `None`) a controller manager on
+/// a child of the same shutdown that talks gRPC to this apiserver, so that
+/// one signal stops them all. The scheduler joins them once it exists.
+pub async fn run(
+    config: ApiserverConfig,
+    controllers: Option<ControllerManagerConfig>,
+    shutdown: Shutdown,
+) -> Result<(), ServerError> {
+    let manager = controllers.map(|c| {
+        let child = shutdown.child();
+        child.spawn(skiff_controllers::run(c, child.clone()))
+    });
+    let served = skiff_apiserver::run(config, shutdown.clone()).await;
+    // The apiserver stopped (a signal, or a failure): the controllers go too.
+    shutdown.cancel();
+    if let Some(manager) = manager {
+        if let Ok(Err(e)) = manager.await {
+            served?;
+            return Err(e.into());
+        }
+    }
+    Ok(served?)
 }
 
 #[cfg(test)]

@@ -11,6 +11,7 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use futures::StreamExt;
 use serde_json::{json, Value};
 use skiff_api::resources::{self, ResourceInfo};
 use skiff_api::{meta, Reason};
@@ -71,54 +72,134 @@ fn failed<'a>(verb: &'static str, obj: &'a Value) -> impl FnOnce(ClientError) ->
     }
 }
 
-/// Carries out `actions` in order; the first failure ends the run.
-pub async fn execute(client: &Client, recorder: &Recorder, actions: Vec<Action>) -> Result<Outcome, ExecuteError> {
+/// A run that stopped at a failure.
+#[derive(Debug)]
+pub struct Failed {
+    pub error: ExecuteError,
+    /// The actions not carried out: the failed ones and every one after
+    /// them (a controller's expectations stop waiting for these).
+    pub skipped: Vec<Action>,
+}
+
+/// The first batch of a run of creates; each batch after a successful one is
+/// twice as large (Kubernetes' `slowStartBatch`), so a failing create (a
+/// quota, a bad template) costs one request, not hundreds.
+const SLOW_START_BATCH: usize = 1;
+/// Creates in flight at once within a batch.
+const CREATES_IN_FLIGHT: usize = 128;
+
+/// Carries out `actions` in order; the first failure ends the run. A run of
+/// consecutive creates goes in slow-start batches, each batch's creates
+/// concurrently.
+pub async fn execute(client: &Client, recorder: &Recorder, actions: Vec<Action>) -> Result<Outcome, Failed> {
     let mut outcome = Outcome::default();
-    for action in actions {
-        match action {
-            Action::Create(obj) => {
-                let info = info_of(&obj)?;
-                let ns = meta::namespace(&obj).unwrap_or_default().to_string();
-                let created = client.create(info, &ns, &obj).await.map_err(failed("create", &obj))?;
-                outcome.created.push(created);
+    let mut rest = actions.into_iter().peekable();
+    while let Some(action) = rest.next() {
+        if matches!(action, Action::Create(_)) {
+            let mut creates = vec![action];
+            while let Some(next) = rest.next_if(|a| matches!(a, Action::Create(_))) {
+                creates.push(next);
             }
-            Action::Update(obj) => {
-                client.update(info_of(&obj)?, &obj).await.map_err(failed("update", &obj))?;
+            if let Err(mut failed) = create_in_batches(client, creates, &mut outcome).await {
+                failed.skipped.extend(rest);
+                return Err(failed);
             }
-            Action::UpdateStatus(obj) => {
-                client.update_status(info_of(&obj)?, &obj).await.map_err(failed("update status of", &obj))?;
-            }
-            Action::Finalize(namespace) => {
-                let info = info_of(&namespace)?;
-                client
-                    .update_subresource(info, &namespace, "finalize")
-                    .await
-                    .map_err(failed("finalize", &namespace))?;
-            }
-            Action::Patch { api_version, kind, namespace, name, patch } => {
-                let info = info_named(&api_version, &kind)?;
-                let target = json!({"kind": kind, "metadata": {"namespace": namespace, "name": name}});
-                client.patch(info, &namespace, &name, "merge", &patch, "").await.map_err(failed("patch", &target))?;
-            }
-            Action::Delete { api_version, kind, namespace, name, uid, propagation } => {
-                let params = DeleteParams {
-                    uid: uid.unwrap_or_default(),
-                    propagation_policy: propagation.unwrap_or_default(),
-                    ..Default::default()
-                };
-                delete(client, &api_version, &kind, &namespace, &name, &params).await?;
-            }
-            Action::ForceDelete { api_version, kind, namespace, name, uid } => {
-                let params =
-                    DeleteParams { uid: uid.unwrap_or_default(), grace_period_seconds: Some(0), ..Default::default() };
-                delete(client, &api_version, &kind, &namespace, &name, &params).await?;
-            }
-            Action::Event { regarding, type_, reason, message } => {
-                recorder.record(client, &regarding, &type_, &reason, &message).await;
-            }
+            continue;
+        }
+        if let Err(error) = execute_one(client, recorder, &action).await {
+            let mut skipped = vec![action];
+            skipped.extend(rest);
+            return Err(Failed { error, skipped });
         }
     }
     Ok(outcome)
+}
+
+async fn create_in_batches(client: &Client, creates: Vec<Action>, outcome: &mut Outcome) -> Result<(), Failed> {
+    let mut pending = creates.into_iter();
+    let mut batch_size = SLOW_START_BATCH;
+    loop {
+        let batch: Vec<Action> = pending.by_ref().take(batch_size).collect();
+        if batch.is_empty() {
+            return Ok(());
+        }
+        let results: Vec<(Action, Result<Value, ExecuteError>)> = futures::stream::iter(batch)
+            .map(|action| async move {
+                let result = match &action {
+                    Action::Create(obj) => create(client, obj).await,
+                    _ => unreachable!("only creates are batched"),
+                };
+                (action, result)
+            })
+            .buffered(CREATES_IN_FLIGHT)
+            .collect()
+            .await;
+        let mut error = None;
+        let mut skipped = Vec::new();
+        for (action, result) in results {
+            match result {
+                Ok(created) => outcome.created.push(created),
+                Err(e) => {
+                    error.get_or_insert(e);
+                    skipped.push(action);
+                }
+            }
+        }
+        if let Some(error) = error {
+            skipped.extend(pending);
+            return Err(Failed { error, skipped });
+        }
+        batch_size *= 2;
+    }
+}
+
+async fn create(client: &Client, obj: &Value) -> Result<Value, ExecuteError> {
+    let info = info_of(obj)?;
+    let ns = meta::namespace(obj).unwrap_or_default();
+    client.create(info, ns, obj).await.map_err(failed("create", obj))
+}
+
+async fn execute_one(client: &Client, recorder: &Recorder, action: &Action) -> Result<(), ExecuteError> {
+    match action {
+        Action::Create(obj) => {
+            create(client, obj).await?;
+        }
+        Action::Update(obj) => {
+            client.update(info_of(obj)?, obj).await.map_err(failed("update", obj))?;
+        }
+        Action::UpdateStatus(obj) => {
+            client.update_status(info_of(obj)?, obj).await.map_err(failed("update status of", obj))?;
+        }
+        Action::Finalize(namespace) => {
+            let info = info_of(namespace)?;
+            client.update_subresource(info, namespace, "finalize").await.map_err(failed("finalize", namespace))?;
+        }
+        Action::Patch { api_version, kind, namespace, name, patch } => {
+            let info = info_named(api_version, kind)?;
+            let target = json!({"kind": kind, "metadata": {"namespace": namespace, "name": name}});
+            client.patch(info, namespace, name, "merge", patch, "").await.map_err(failed("patch", &target))?;
+        }
+        Action::Delete { api_version, kind, namespace, name, uid, propagation } => {
+            let params = DeleteParams {
+                uid: uid.clone().unwrap_or_default(),
+                propagation_policy: propagation.clone().unwrap_or_default(),
+                ..Default::default()
+            };
+            delete(client, api_version, kind, namespace, name, &params).await?;
+        }
+        Action::ForceDelete { api_version, kind, namespace, name, uid } => {
+            let params = DeleteParams {
+                uid: uid.clone().unwrap_or_default(),
+                grace_period_seconds: Some(0),
+                ..Default::default()
+            };
+            delete(client, api_version, kind, namespace, name, &params).await?;
+        }
+        Action::Event { regarding, type_, reason, message } => {
+            recorder.record(client, regarding, type_, reason, message).await;
+        }
+    }
+    Ok(())
 }
 
 /// Deletes one object; one already gone (or replaced by a newer object of

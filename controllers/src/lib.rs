@@ -9,6 +9,8 @@
 //! caches and carries the actions out against the API.
 //!
 //! # Layout
+//! - [`manager`]: `run(config, shutdown)`: leader election, shared
+//!   informers, and each controller's wiring to its logic.
 //! - [`config`]: what `skiff controller-manager` takes; `--controllers`.
 //! - [`action`]: the writes a reconcile asks for, shared by every controller.
 //! - [`metrics`]: queue depth, reconciles, retries, leadership; `/metrics`
@@ -55,6 +57,7 @@ pub mod execute;
 pub mod expectations;
 pub mod garbage_collector;
 pub mod job;
+pub mod manager;
 pub mod metrics;
 pub mod namespace;
 pub mod node_ipam;
@@ -69,3 +72,4 @@ pub mod serviceaccount;
 
 pub use action::{Action, Reconciled};
 pub use expectations::Expectations;
+pub use manager::{run, RunError};

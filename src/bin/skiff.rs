@@ -33,8 +33,10 @@ struct Cli {
 enum Command {
     /// Run one master replica: Raft member, MVCC store and APIs.
     Apiserver(Box<ApiserverArgs>),
-    /// Run a whole master host in one process (today the apiserver; the
-    /// controller manager and scheduler beside it once they exist).
+    /// Run the controllers (leader-elected) against the apiservers.
+    ControllerManager(Box<skiff::controller_manager::ControllerManagerArgs>),
+    /// Run a whole master host in one process: the apiserver and a
+    /// controller manager (the scheduler beside them once it exists).
     Server(Box<ServerArgs>),
     /// Run a local cluster of masters on loopback in the foreground (Ctrl-C stops it).
     Up(skiff::up::UpArgs),
@@ -50,6 +52,11 @@ struct ServerArgs {
     config: Option<PathBuf>,
     #[command(flatten)]
     apiserver: ApiserverArgs,
+    /// Run no controller manager in this process.
+    #[arg(long)]
+    disable_controller_manager: bool,
+    #[command(flatten)]
+    controllers: skiff::controller_manager::ControllerFlags,
 }
 
 #[derive(Args)]
@@ -219,9 +226,24 @@ fn main() -> ExitCode {
                 let config = (*args).into_config()?;
                 skiff_apiserver::run(config, shutdown_on_signals()?).await.map_err(|e| e.to_string())
             }
+            Command::ControllerManager(args) => {
+                let config = (*args).into_config()?;
+                skiff_controllers::run(config, shutdown_on_signals()?).await.map_err(|e| e.to_string())
+            }
             Command::Server(args) => {
-                let config = args.apiserver.into_config()?;
-                skiff::server::run(config, shutdown_on_signals()?).await.map_err(|e| e.to_string())
+                let args = *args;
+                let apiserver = args.apiserver.into_config()?;
+                let controllers = match args.disable_controller_manager {
+                    true => None,
+                    false => {
+                        // Its own apiserver; the process is one failure domain.
+                        let servers = vec![apiserver.client_listen.clone()];
+                        let identity =
+                            format!("{}_{}", skiff::controller_manager::default_identity(), apiserver.store.name);
+                        Some(args.controllers.into_config(servers, identity)?)
+                    }
+                };
+                skiff::server::run(apiserver, controllers, shutdown_on_signals()?).await.map_err(|e| e.to_string())
             }
             Command::Up(args) => skiff::up::run(args).await,
         }

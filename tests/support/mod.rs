@@ -13,6 +13,7 @@ use skiff_proto::etcdserverpb::maintenance_client::MaintenanceClient;
 use skiff_proto::etcdserverpb::StatusRequest;
 use tonic::transport::{Channel, Endpoint};
 
+pub mod controllers;
 pub mod kubectl;
 pub mod netns;
 

@@ -1,0 +1,122 @@
+//! `skiff controller-manager`'s flags, Kubernetes' names where Kubernetes
+//! has them; `skiff server` takes the same ones (without `--server`, since
+//! there the controller manager talks to its own apiserver).
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use clap::Args;
+use skiff_controllers::config::{parse_controllers, ControllerManagerConfig, LeaderElection};
+
+use crate::parse_duration;
+
+/// Flags of the controller manager that `skiff server` shares.
+#[derive(Args, Clone, Debug)]
+pub struct ControllerFlags {
+    /// Controllers to run: `*` for all, `name` to add one, `-name` to leave
+    /// one out (e.g. `*,-podgc`).
+    #[arg(long, default_value = "*")]
+    pub controllers: String,
+    /// Run only while holding the `kube-system/kube-controller-manager` Lease.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    pub leader_elect: bool,
+    /// How long a lease lasts without renewal before another instance may take it.
+    #[arg(long, default_value = "15s", value_parser = parse_duration)]
+    pub leader_elect_lease_duration: Duration,
+    /// How long the leader keeps trying to renew before it stops acting.
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    pub leader_elect_renew_deadline: Duration,
+    /// How often candidates try to acquire and the leader to renew.
+    #[arg(long, default_value = "2s", value_parser = parse_duration)]
+    pub leader_elect_retry_period: Duration,
+    /// Workers of each workload controller (Kubernetes' `--concurrent-*-syncs`).
+    #[arg(long, default_value_t = 16)]
+    pub concurrent_syncs: usize,
+    /// Writes per second to the apiserver; 0 leaves them unthrottled.
+    #[arg(long, default_value_t = 0.0)]
+    pub kube_api_qps: f64,
+    /// Writes allowed in a burst above --kube-api-qps.
+    #[arg(long, default_value_t = 0)]
+    pub kube_api_burst: u32,
+    /// Range of pod addresses, split into one --node-cidr-mask-size block per node.
+    #[arg(long, default_value = "10.244.0.0/16")]
+    pub cluster_cidr: String,
+    #[arg(long, default_value_t = 24)]
+    pub node_cidr_mask_size: u8,
+    /// How long a node's Lease may go unrenewed before the node is marked unknown.
+    #[arg(long, default_value = "40s", value_parser = parse_duration)]
+    pub node_monitor_grace_period: Duration,
+    /// How long pods without their own toleration stay on a not-ready or
+    /// unreachable node (seconds).
+    #[arg(long, default_value_t = 300)]
+    pub default_not_ready_toleration_seconds: u64,
+    /// Terminated pods kept before the oldest are deleted.
+    #[arg(long, default_value_t = 12500)]
+    pub terminated_pod_gc_threshold: usize,
+}
+
+/// `skiff controller-manager`.
+#[derive(Args, Clone, Debug)]
+pub struct ControllerManagerArgs {
+    /// Apiservers' client addresses, comma-separated (any of them will do).
+    #[arg(long, value_delimiter = ',', required = true)]
+    pub server: Vec<String>,
+    /// This instance's name in the Lease (default: hostname and pid).
+    #[arg(long)]
+    pub identity: Option<String>,
+    /// HTTP listener for /metrics and /healthz.
+    #[arg(long)]
+    pub http_listen: Option<SocketAddr>,
+    #[command(flatten)]
+    pub flags: ControllerFlags,
+}
+
+/// A name unique to this process on this host.
+pub fn default_identity() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_else(|_| "localhost".into());
+    format!("{}_{}", host.trim(), std::process::id())
+}
+
+impl ControllerFlags {
+    pub fn into_config(self, servers: Vec<String>, identity: String) -> Result<ControllerManagerConfig, String> {
+        let mut config = ControllerManagerConfig::new(servers, identity);
+        config.controllers = parse_controllers(&self.controllers).map_err(|e| e.to_string())?;
+        if self.leader_elect_renew_deadline >= self.leader_elect_lease_duration {
+            return Err("--leader-elect-renew-deadline must be shorter than --leader-elect-lease-duration".into());
+        }
+        if self.leader_elect_retry_period >= self.leader_elect_renew_deadline {
+            return Err("--leader-elect-retry-period must be shorter than --leader-elect-renew-deadline".into());
+        }
+        config.leader_election = LeaderElection {
+            enabled: self.leader_elect,
+            lease_duration: self.leader_elect_lease_duration,
+            renew_deadline: self.leader_elect_renew_deadline,
+            retry_period: self.leader_elect_retry_period,
+            ..LeaderElection::default()
+        };
+        if self.concurrent_syncs == 0 {
+            return Err("--concurrent-syncs must be at least 1".into());
+        }
+        config.concurrent_syncs = self.concurrent_syncs;
+        if !(self.kube_api_qps >= 0.0) {
+            return Err("--kube-api-qps must be 0 (unlimited) or positive".into());
+        }
+        config.kube_api_qps = self.kube_api_qps;
+        config.kube_api_burst = self.kube_api_burst;
+        config.cluster_cidr = self.cluster_cidr;
+        config.node_cidr_mask_size = self.node_cidr_mask_size;
+        config.node_monitor_grace_period = self.node_monitor_grace_period;
+        config.default_toleration_seconds = self.default_not_ready_toleration_seconds;
+        config.terminated_pod_gc_threshold = self.terminated_pod_gc_threshold;
+        Ok(config)
+    }
+}
+
+impl ControllerManagerArgs {
+    pub fn into_config(self) -> Result<ControllerManagerConfig, String> {
+        let identity = self.identity.unwrap_or_else(default_identity);
+        let mut config = self.flags.into_config(self.server, identity)?;
+        config.http = self.http_listen;
+        Ok(config)
+    }
+}

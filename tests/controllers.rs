@@ -1,0 +1,447 @@
+//! The controller manager as real processes: three masters, two
+//! `skiff controller-manager`s (one active through its Lease), driven with
+//! the real kubectl. A stand-in kubelet gives pods their status, since no
+//! node agent runs here.
+
+mod support;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use serde_json::{json, Value};
+use skiff_api::{resources, Kind};
+use skiff_client::resources::EventType;
+use skiff_client::resources::{ListParams, WatchParams};
+use skiff_client::Client;
+use support::controllers::*;
+use support::kubectl::*;
+use support::*;
+
+/// A cluster with two controller managers and a stand-in kubelet.
+struct Setup {
+    cluster: Cluster,
+    managers: Vec<ControllerManager>,
+    http: String,
+    servers: String,
+    _kubelet: FakeKubelet,
+}
+
+impl Setup {
+    async fn new(fate: impl Fn(&Value) -> PodFate + Send + Sync + 'static, extra: &[&str]) -> Setup {
+        let cluster = Cluster::spawn(3).await;
+        let servers = cluster.endpoints();
+        let http = cluster.members[&1].http.clone();
+        let managers = (1..=2)
+            .map(|i| ControllerManager::spawn(cluster.root.path(), &servers, &format!("cm-{i}"), extra))
+            .collect();
+        let kubelet = FakeKubelet::start(&servers, fate);
+        let setup = Setup { cluster, managers, http, servers, _kubelet: kubelet };
+        setup
+            .must_eventually("namespace default exists", Duration::from_secs(30), || {
+                let o = kubectl(&setup.http, &["get", "ns", "default", "-o", "name"]);
+                o.status.success().then_some(())
+            })
+            .await;
+        setup
+    }
+
+    fn kubectl(&self, args: &[&str]) -> String {
+        ok(kubectl(&self.http, args))
+    }
+
+    fn apply(&self, manifest: &str) -> String {
+        ok(kubectl_stdin(&self.http, &["apply", "-f", "-"], manifest))
+    }
+
+    fn client(&self) -> Client {
+        let endpoints: Vec<String> = self.servers.split(',').map(str::to_string).collect();
+        Client::new(&endpoints).unwrap()
+    }
+
+    /// The identity holding the controller manager's Lease.
+    fn active_manager(&self) -> String {
+        let out = kubectl(
+            &self.http,
+            &["get", "lease", "-n", "kube-system", "kube-controller-manager", "-o", "jsonpath={.spec.holderIdentity}"],
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// Polls `check` until it returns something, failing the test with the
+    /// controller managers' logs after `within`.
+    async fn must_eventually<T>(&self, what: &str, within: Duration, mut check: impl FnMut() -> Option<T>) -> T {
+        let deadline = Instant::now() + within;
+        loop {
+            if let Some(v) = check() {
+                return v;
+            }
+            if Instant::now() > deadline {
+                let logs: Vec<String> =
+                    self.managers.iter().map(|m| format!("--- {} ---\n{}", m.identity, tail(&m.log(), 60))).collect();
+                panic!("{what}: not within {within:?}\n{}", logs.join("\n"));
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+    }
+
+    fn count(&self, args: &[&str]) -> usize {
+        let mut all = args.to_vec();
+        all.extend(["-o", "name"]);
+        let out = kubectl(&self.http, &all);
+        String::from_utf8_lossy(&out.stdout).lines().filter(|l| !l.is_empty()).count()
+    }
+}
+
+fn tail(s: &str, n: usize) -> String {
+    let lines: Vec<&str> = s.lines().collect();
+    lines[lines.len().saturating_sub(n)..].join("\n")
+}
+
+fn deployment(ns: &str, replicas: u32, image: &str) -> String {
+    format!(
+        "apiVersion: apps/v1\nkind: Deployment\nmetadata: {{name: web, namespace: {ns}}}\nspec:\n  replicas: {replicas}\n  \
+         selector: {{matchLabels: {{app: web}}}}\n  strategy:\n    type: RollingUpdate\n    rollingUpdate: {{maxSurge: 1, \
+         maxUnavailable: 1}}\n  template:\n    metadata: {{labels: {{app: web}}}}\n    spec:\n      containers:\n      - \
+         name: web\n        image: {image}\n        ports: [{{name: http, containerPort: 80}}]\n"
+    )
+}
+
+/// Pods seen through one watch over a whole run: the most that existed at
+/// once, and the fewest Ready once the first rollout was done.
+#[derive(Default)]
+struct PodCensus {
+    pods: BTreeMap<String, bool>,
+    most: usize,
+    fewest_ready: Option<usize>,
+    counting_ready: bool,
+}
+
+impl PodCensus {
+    fn observe(&mut self, kind: EventType, pod: &Value) {
+        let name = pod["metadata"]["name"].as_str().unwrap_or_default().to_string();
+        let ready = pod["status"]["conditions"]
+            .as_array()
+            .is_some_and(|cs| cs.iter().any(|c| c["type"] == "Ready" && c["status"] == "True"));
+        match kind {
+            EventType::Deleted => {
+                self.pods.remove(&name);
+            }
+            _ if pod["metadata"]["deletionTimestamp"].is_string() => {
+                self.pods.remove(&name);
+            }
+            _ => {
+                self.pods.insert(name, ready);
+            }
+        }
+        self.most = self.most.max(self.pods.len());
+        if self.counting_ready {
+            let ready = self.pods.values().filter(|r| **r).count();
+            self.fewest_ready = Some(self.fewest_ready.map_or(ready, |f| f.min(ready)));
+        }
+    }
+}
+
+/// Watches the pods of `ns` into a census until the returned handle is aborted.
+async fn census(client: Client, ns: &str) -> (Arc<Mutex<PodCensus>>, tokio::task::JoinHandle<()>) {
+    let census = Arc::new(Mutex::new(PodCensus::default()));
+    let pods = resources::of(Kind::Pod);
+    let list = client.list(pods, ns, &ListParams::default()).await.unwrap();
+    for p in &list.items {
+        census.lock().unwrap().observe(EventType::Added, p);
+    }
+    let params = WatchParams { resource_version: list.resource_version, ..Default::default() };
+    let mut events = client.watch(pods, ns, &params).await.unwrap();
+    let seen = census.clone();
+    let task = tokio::spawn(async move {
+        while let Some(Ok(e)) = events.next().await {
+            seen.lock().unwrap().observe(e.kind, &e.object);
+        }
+    });
+    (census, task)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deployment_rolls_out_scales_undoes_and_cascades_through_a_controller_manager_failover() {
+    let mut s = Setup::new(|_| PodFate::Ready, &[]).await;
+    let ns = "shop";
+    s.kubectl(&["create", "namespace", ns]);
+    let (census, watching) = census(s.client(), ns).await;
+
+    assert_eq!(s.apply(&deployment(ns, 4, "nginx:1.26")), "deployment.apps/web created\n");
+    s.kubectl(&["rollout", "status", "deployment/web", "-n", ns, "--timeout=60s"]);
+    assert_eq!(s.count(&["get", "rs", "-n", ns]), 1);
+    assert_eq!(s.count(&["get", "pods", "-n", ns, "-l", "app=web"]), 4);
+    let holder = s.active_manager();
+    assert!(holder == "cm-1" || holder == "cm-2", "one manager holds the lease: {holder:?}");
+    let lease = s.kubectl(&["get", "lease", "-n", "kube-system"]);
+    assert!(lease.contains("kube-controller-manager") && lease.contains(&holder), "{lease}");
+
+    // Scale, through the scale subresource as kubectl does it.
+    s.kubectl(&["scale", "deployment/web", "-n", ns, "--replicas=6"]);
+    s.kubectl(&["rollout", "status", "deployment/web", "-n", ns, "--timeout=60s"]);
+    assert_eq!(s.count(&["get", "pods", "-n", ns, "-l", "app=web"]), 6);
+
+    // A rolling update, with the active manager killed in the middle of it.
+    census.lock().unwrap().counting_ready = true;
+    census.lock().unwrap().most = 0;
+    s.kubectl(&["set", "image", "deployment/web", "-n", ns, "web=nginx:1.27"]);
+    let active = s.managers.iter().position(|m| m.identity == holder).unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    s.managers[active].kill();
+    s.kubectl(&["rollout", "status", "deployment/web", "-n", ns, "--timeout=90s"]);
+    let successor = s.active_manager();
+    assert_ne!(successor, holder, "the other manager took the lease over");
+    {
+        let c = census.lock().unwrap();
+        assert!(c.most <= 6 + 1, "never more than replicas + maxSurge pods: saw {}", c.most);
+        let fewest = c.fewest_ready.unwrap();
+        assert!(fewest >= 6 - 1, "never fewer than replicas - maxUnavailable ready: saw {fewest}");
+    }
+    let images = s.kubectl(&["get", "pods", "-n", ns, "-o", "jsonpath={.items[*].spec.containers[0].image}"]);
+    assert!(images.split_whitespace().all(|i| i == "nginx:1.27") && !images.is_empty(), "{images}");
+    let history = s.kubectl(&["rollout", "history", "deployment/web", "-n", ns]);
+    assert!(history.contains('1') && history.contains('2'), "two revisions: {history}");
+
+    // Undo, restart, pause and resume.
+    s.kubectl(&["rollout", "undo", "deployment/web", "-n", ns]);
+    s.kubectl(&["rollout", "status", "deployment/web", "-n", ns, "--timeout=60s"]);
+    let image =
+        s.kubectl(&["get", "deploy", "web", "-n", ns, "-o", "jsonpath={.spec.template.spec.containers[0].image}"]);
+    assert_eq!(image, "nginx:1.26");
+    let rs = s.kubectl(&[
+        "get",
+        "rs",
+        "-n",
+        ns,
+        "-o",
+        "jsonpath={.items[*].metadata.annotations.deployment\\.kubernetes\\.io/revision}",
+    ]);
+    let revisions: BTreeSet<&str> = rs.split_whitespace().collect();
+    assert_eq!(revisions, BTreeSet::from(["2", "3"]), "the old ReplicaSet came back as revision 3");
+    s.kubectl(&["rollout", "pause", "deployment/web", "-n", ns]);
+    s.kubectl(&["set", "image", "deployment/web", "-n", ns, "web=nginx:1.28"]);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(s.count(&["get", "rs", "-n", ns]), 2, "a paused deployment starts no rollout");
+    s.kubectl(&["rollout", "resume", "deployment/web", "-n", ns]);
+    s.kubectl(&["rollout", "status", "deployment/web", "-n", ns, "--timeout=60s"]);
+    s.kubectl(&["rollout", "restart", "deployment/web", "-n", ns]);
+    s.kubectl(&["rollout", "status", "deployment/web", "-n", ns, "--timeout=60s"]);
+    watching.abort();
+
+    // Deleting the deployment deletes what it owns.
+    s.kubectl(&["delete", "deployment", "web", "-n", ns]);
+    s.must_eventually("the ReplicaSets and pods are collected", Duration::from_secs(30), || {
+        (s.count(&["get", "rs,pods", "-n", ns]) == 0).then_some(())
+    })
+    .await;
+
+    // Deleting the namespace empties it, then it goes.
+    s.kubectl(&["create", "configmap", "left", "-n", ns, "--from-literal=a=b"]);
+    s.apply(&deployment(ns, 2, "nginx:1.26"));
+    s.kubectl(&["delete", "namespace", ns, "--wait=false"]);
+    s.must_eventually("the namespace is gone", Duration::from_secs(60), || {
+        let o = kubectl(&s.http, &["get", "namespace", ns]);
+        (!o.status.success()).then_some(())
+    })
+    .await;
+    let err = fails(kubectl(&s.http, &["get", "configmap", "left", "-n", ns]));
+    assert!(err.contains("NotFound"), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rollout_carries_on_when_the_apiserver_leader_is_killed() {
+    let mut s = Setup::new(|_| PodFate::Ready, &[]).await;
+    let ns = "default";
+    s.apply(&deployment(ns, 3, "nginx:1.26"));
+    s.kubectl(&["rollout", "status", "deployment/web", "-n", ns, "--timeout=60s"]);
+    s.kubectl(&["set", "image", "deployment/web", "-n", ns, "web=nginx:1.27"]);
+    let leader = s.cluster.must_leader().await;
+    s.cluster.kill(leader);
+    s.cluster.must_leader().await;
+    let http = s.cluster.running().next().unwrap().http.clone();
+    s.http = http;
+    s.kubectl(&["rollout", "status", "deployment/web", "-n", ns, "--timeout=90s"]);
+    let images = s.kubectl(&["get", "pods", "-n", ns, "-o", "jsonpath={.items[*].spec.containers[0].image}"]);
+    assert!(images.split_whitespace().all(|i| i == "nginx:1.27") && !images.is_empty(), "{images}");
+}
+
+fn job(name: &str, completions: u32, parallelism: u32) -> String {
+    format!(
+        "apiVersion: batch/v1\nkind: Job\nmetadata: {{name: {name}}}\nspec:\n  completions: {completions}\n  parallelism: \
+         {parallelism}\n  template:\n    spec:\n      restartPolicy: Never\n      containers: [{{name: work, image: busybox}}]\n"
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn jobs_run_to_completion_and_cronjobs_fire() {
+    let s = Setup::new(
+        |pod| match pod["metadata"]["labels"]["job-name"].is_string() {
+            true => PodFate::Succeeded,
+            false => PodFate::Ready,
+        },
+        &[],
+    )
+    .await;
+    s.apply(&job("batch", 5, 2));
+    let cron = "apiVersion: batch/v1\nkind: CronJob\nmetadata: {name: tick}\nspec:\n  schedule: '* * * * *'\n  \
+                jobTemplate:\n    spec:\n      template:\n        spec:\n          restartPolicy: Never\n          \
+                containers: [{name: work, image: busybox}]\n";
+    s.apply(cron);
+    s.kubectl(&["wait", "--for=condition=complete", "job/batch", "--timeout=60s"]);
+    let succeeded = s.kubectl(&["get", "job", "batch", "-o", "jsonpath={.status.succeeded}"]);
+    assert_eq!(succeeded, "5");
+    assert_eq!(s.count(&["get", "pods", "-l", "job-name=batch"]), 5, "exactly completions pods, none extra");
+
+    // The cron job fires at the next minute and its job completes.
+    s.must_eventually("the cron job's job completes", Duration::from_secs(80), || {
+        let o = s.kubectl(&["get", "cronjob", "tick", "-o", "jsonpath={.status.lastSuccessfulTime}"]);
+        (!o.is_empty()).then_some(())
+    })
+    .await;
+    let jobs = s.kubectl(&["get", "jobs", "-o", "jsonpath={.items[*].metadata.ownerReferences[0].name}"]);
+    assert!(jobs.contains("tick"), "{jobs}");
+
+    // Bad input is refused with the field.
+    let bad = cron.replace("'* * * * *'", "'61 * * * *'");
+    let err = fails(kubectl_stdin(&s.http, &["apply", "-f", "-"], &bad));
+    assert!(err.contains("spec.schedule"), "{err}");
+}
+
+fn node(name: &str) -> String {
+    format!("apiVersion: v1\nkind: Node\nmetadata: {{name: {name}, labels: {{kubernetes.io/hostname: {name}}}}}\n")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn daemonsets_follow_nodes_and_endpoints_follow_readiness() {
+    let s = Setup::new(
+        |pod| match pod["metadata"]["labels"]["ready"].as_str() {
+            Some("no") => PodFate::Pending,
+            _ => PodFate::Ready,
+        },
+        &[],
+    )
+    .await;
+    for n in ["n1", "n2"] {
+        s.apply(&node(n));
+    }
+    let ds = "apiVersion: apps/v1\nkind: DaemonSet\nmetadata: {name: agent}\nspec:\n  selector: {matchLabels: {app: \
+              agent}}\n  template:\n    metadata: {labels: {app: agent}}\n    spec:\n      containers: [{name: a, image: \
+              busybox}]\n";
+    s.apply(ds);
+    let pods_on_nodes = || {
+        let o = s.kubectl(&[
+            "get",
+            "pods",
+            "-l",
+            "app=agent",
+            "-o",
+            "jsonpath={.items[*].spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[0].matchFields[0].values[0]}",
+        ]);
+        o.split_whitespace().map(str::to_string).collect::<BTreeSet<String>>()
+    };
+    s.must_eventually("a pod per node", Duration::from_secs(30), || {
+        (pods_on_nodes() == BTreeSet::from(["n1".into(), "n2".into()])).then_some(())
+    })
+    .await;
+    s.apply(&node("n3"));
+    s.must_eventually("a pod for the node that joined", Duration::from_secs(30), || {
+        (pods_on_nodes().len() == 3).then_some(())
+    })
+    .await;
+    s.kubectl(&["delete", "node", "n1"]);
+    s.must_eventually("the pod of the node that left goes", Duration::from_secs(60), || {
+        (pods_on_nodes() == BTreeSet::from(["n2".into(), "n3".into()])).then_some(())
+    })
+    .await;
+
+    // Endpoints: two ready pods and one that never gets ready.
+    let svc = "apiVersion: v1\nkind: Service\nmetadata: {name: web}\nspec:\n  selector: {app: web}\n  ports: [{name: \
+               http, port: 80, targetPort: http}]\n";
+    s.apply(svc);
+    for (name, ready) in [("web-a", "yes"), ("web-b", "yes"), ("web-c", "no")] {
+        s.apply(&format!(
+            "apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}, labels: {{app: web, ready: {ready}}}}}\nspec:\n  \
+             containers: [{{name: web, image: nginx, ports: [{{name: http, containerPort: 8080}}]}}]\n"
+        ));
+    }
+    // web-c gets an IP but is not Ready.
+    let client = s.client();
+    let pods = resources::of(Kind::Pod);
+    let mut c = client.get(pods, "default", "web-c").await.unwrap();
+    c["status"] = json!({"phase": "Running", "podIP": "10.244.9.9",
+        "conditions": [{"type": "Ready", "status": "False"}]});
+    client.update_status(pods, &c).await.unwrap();
+    let endpoints = s
+        .must_eventually("endpoints list the ready pods", Duration::from_secs(30), || {
+            let o = s.kubectl(&["get", "endpoints", "web", "-o", "json"]);
+            let ep: Value = serde_json::from_str(&o).ok()?;
+            let subset = &ep["subsets"][0];
+            (subset["addresses"].as_array().map(Vec::len) == Some(2)
+                && subset["notReadyAddresses"].as_array().map(Vec::len) == Some(1))
+            .then_some(ep)
+        })
+        .await;
+    assert_eq!(endpoints["subsets"][0]["ports"][0]["port"], 8080, "targetPort resolved by name");
+    let slices = s.kubectl(&["get", "endpointslices", "-l", "kubernetes.io/service-name=web", "-o", "json"]);
+    let slices: Value = serde_json::from_str(&slices).unwrap();
+    let endpoints: Vec<&Value> =
+        slices["items"].as_array().unwrap().iter().flat_map(|s| s["endpoints"].as_array().unwrap()).collect();
+    assert_eq!(endpoints.len(), 3);
+    assert_eq!(endpoints.iter().filter(|e| e["conditions"]["ready"] == true).count(), 2);
+    s.kubectl(&["delete", "pod", "web-a"]);
+    s.must_eventually("a deleted pod leaves the endpoints", Duration::from_secs(30), || {
+        let o = s.kubectl(&["get", "endpoints", "web", "-o", "jsonpath={.subsets[0].addresses[*].ip}"]);
+        (o.split_whitespace().count() == 1).then_some(())
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_whose_lease_stops_goes_not_ready_is_tainted_and_loses_its_pods() {
+    let s = Setup::new(
+        |_| PodFate::Ready,
+        &["--node-monitor-grace-period", "3s", "--default-not-ready-toleration-seconds", "2"],
+    )
+    .await;
+    s.apply(&node("n1"));
+    s.kubectl(&["create", "namespace", "kube-node-lease"]);
+    let client = s.client();
+    let leases = resources::of(Kind::Lease);
+    let lease = json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+        "metadata": {"name": "n1", "namespace": "kube-node-lease"},
+        "spec": {"holderIdentity": "n1", "leaseDurationSeconds": 40}});
+    client.create(leases, "kube-node-lease", &lease).await.unwrap();
+    let renewing = {
+        let client = client.clone();
+        tokio::spawn(async move {
+            loop {
+                if let Ok(mut l) = client.get(leases, "kube-node-lease", "n1").await {
+                    l["spec"]["renewTime"] =
+                        json!(chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Micros, true));
+                    let _ = client.update(leases, &l).await;
+                }
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+        })
+    };
+    s.apply(
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: bound}\nspec:\n  nodeName: n1\n  containers: [{name: a, image: \
+         busybox}]\n",
+    );
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let taints = s.kubectl(&["get", "node", "n1", "-o", "jsonpath={.spec.taints[*].key}"]);
+    assert!(!taints.contains("unreachable"), "a renewing node is not tainted: {taints}");
+
+    renewing.abort();
+    s.must_eventually("the node is marked unknown and tainted", Duration::from_secs(30), || {
+        let ready =
+            s.kubectl(&["get", "node", "n1", "-o", "jsonpath={.status.conditions[?(@.type==\"Ready\")].status}"]);
+        let taints = s.kubectl(&["get", "node", "n1", "-o", "jsonpath={.spec.taints[*].key}"]);
+        (ready == "Unknown" && taints.contains("node.kubernetes.io/unreachable")).then_some(())
+    })
+    .await;
+    s.must_eventually("the pod is evicted", Duration::from_secs(30), || (s.count(&["get", "pods"]) == 0).then_some(()))
+        .await;
+}
