@@ -9,8 +9,13 @@
 //! - this module: `run`, the [`Context`] every controller's wiring gets,
 //!   and [`drive`], which carries out one reconcile's actions and records
 //!   its metrics.
-//! - [`workloads`]: ReplicaSets, ReplicationControllers, Deployments.
+//! - `dynamic`: every kind's shared informer seen as JSON.
+//! - `workloads`: ReplicaSets, ReplicationControllers, Deployments.
+//! - `cluster`: namespaces, garbage collection, service accounts, pod GC,
+//!   node IPAM, node lifecycle.
 
+mod cluster;
+mod dynamic;
 mod workloads;
 
 use std::sync::Arc;
@@ -123,6 +128,12 @@ fn start(name: &'static str, ctx: &Arc<Context>, shutdown: &Shutdown) -> bool {
         "replicaset" => workloads::replicasets(ctx, shutdown),
         "replicationcontroller" => workloads::replication_controllers(ctx, shutdown),
         "deployment" => workloads::deployments(ctx, shutdown),
+        "namespace" => cluster::namespaces(ctx, shutdown),
+        "serviceaccount" => cluster::service_accounts(ctx, shutdown),
+        "garbagecollector" => cluster::garbage_collector(ctx, shutdown),
+        "podgc" => cluster::pod_gc(ctx, shutdown),
+        "nodeipam" => cluster::node_ipam(ctx, shutdown),
+        "nodelifecycle" => cluster::node_lifecycle(ctx, shutdown),
         _ => return false,
     }
     true
