@@ -16,8 +16,8 @@
 //!   never compared with the local clock.
 //! - The leader counts its `renew_deadline` from the moment it *sent* its
 //!   last successful renewal, which is before any follower could have seen
-//!   it. If it cannot renew by then it steps down (cancels the token its
-//!   work runs under). Since `renew_deadline < lease_duration`, that
+//!   it. If it cannot renew by then it steps down (cancels the shutdown
+//!   its work runs under). Since `renew_deadline < lease_duration`, that
 //!   happens before any follower may take the lease over.
 //! - On a clean stop the leader first stops its work, then clears
 //!   `holderIdentity` so a successor takes over at its next retry instead
@@ -26,7 +26,8 @@
 //! The elector is an explicit [`State`] advanced by
 //! [`LeaderElector::step`] (one read-and-maybe-write), tested with paused
 //! time against [`MemoryLeaseStore`]; [`LeaderElector::run`] adds the
-//! timers and runs the caller's work while leading.
+//! timers and runs the caller's work while leading, on a child
+//! [`Shutdown`] it stops (cancels, then waits for) on losing the lease.
 
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -42,7 +43,6 @@ use skiff_api::{ApiError, Reason};
 use skiff_shutdown::Shutdown;
 use tokio::sync::watch;
 use tokio::time::Instant;
-use tokio_util::sync::CancellationToken;
 
 use super::api::Api;
 use crate::resources::{Client, ClientError};
@@ -494,19 +494,21 @@ impl<S: LeaseStore> LeaderElector<S> {
     }
 
     /// Competes until `shutdown`; each time it leads it runs
-    /// `on_leading(token)` as a task and cancels `token` when leadership is
-    /// lost, waiting for the task to end before competing again. If the
-    /// work ends by itself the lease is released and the candidate competes
-    /// again. On shutdown the work is stopped first, then (with
-    /// `release_on_cancel`) the lease is released.
+    /// `on_leading(leading)` as a task, where `leading` is a child of
+    /// `shutdown` to start the leader's work on (controllers' `run`). When
+    /// leadership is lost `leading` is stopped: cancelled, then waited for
+    /// (the task and everything spawned on `leading`) before competing
+    /// again. If the work ends by itself the lease is released and the
+    /// candidate competes again. On shutdown the work is stopped first,
+    /// then (with `release_on_cancel`) the lease is released.
     pub async fn run<F, Fut>(mut self, shutdown: Shutdown, on_leading: F)
     where
-        F: Fn(CancellationToken) -> Fut,
+        F: Fn(Shutdown) -> Fut,
         Fut: Future<Output = ()> + Send + 'static,
     {
-        let mut work: Option<(CancellationToken, tokio::task::JoinHandle<()>)> = None;
-        // Every select checks the shutdown first: the work's token is a
-        // child of the shutdown's, so at shutdown the work ends too, and
+        let mut work: Option<(Shutdown, tokio::task::JoinHandle<()>)> = None;
+        // Every select checks the shutdown first: the work's shutdown is a
+        // child of this one, so at shutdown the work ends too, and
         // that must not read as "the work ended by itself".
         while !shutdown.is_cancelled() {
             match self.state {
@@ -518,8 +520,8 @@ impl<S: LeaseStore> LeaderElector<S> {
                     };
                     if outcome == Outcome::Acquired {
                         tracing::info!(lease = %self.config.name, identity = %self.config.identity, "became leader");
-                        let token = shutdown.token().child_token();
-                        work = Some((token.clone(), tokio::spawn(on_leading(token))));
+                        let leading = shutdown.child();
+                        work = Some((leading.clone(), tokio::spawn(on_leading(leading))));
                         continue;
                     }
                     let wait = self.follower_wait();
@@ -542,9 +544,19 @@ impl<S: LeaseStore> LeaderElector<S> {
                     };
                     if finished {
                         tracing::info!(lease = %self.config.name, "leader's work ended; releasing the lease");
-                        work = None;
+                        // Its task has been awaited; stop what it spawned.
+                        if let Some((leading, _)) = work.take() {
+                            leading.stop().await;
+                        }
                         if let Err(e) = self.release().await {
                             tracing::warn!(error = %e, "releasing the lease failed");
+                        }
+                        // Give others a turn rather than re-acquiring at once.
+                        let wait = self.follower_wait();
+                        tokio::select! {
+                            biased;
+                            _ = shutdown.cancelled() => break,
+                            _ = tokio::time::sleep(wait) => {}
                         }
                         continue;
                     }
@@ -573,13 +585,15 @@ impl<S: LeaseStore> LeaderElector<S> {
     }
 }
 
-/// Cancels the leader's work and waits for it to end.
-async fn stop_work(work: Option<(CancellationToken, tokio::task::JoinHandle<()>)>) {
-    if let Some((token, task)) = work {
-        token.cancel();
+/// Stops the leader's work: cancels it and waits for its task and every
+/// task spawned on its shutdown.
+async fn stop_work(work: Option<(Shutdown, tokio::task::JoinHandle<()>)>) {
+    if let Some((leading, task)) = work {
+        leading.cancel();
         if let Err(e) = task.await {
             tracing::error!(error = %e, "the leader's work failed");
         }
+        leading.wait().await;
     }
 }
 
@@ -765,11 +779,11 @@ mod tests {
         let events = Arc::new(Mutex::new(Vec::<(String, Instant)>::new()));
         let record = |who: &'static str| {
             let events = events.clone();
-            move |token: CancellationToken| {
+            move |leading: Shutdown| {
                 let events = events.clone();
                 async move {
                     events.lock().unwrap().push((format!("{who} leads"), Instant::now()));
-                    token.cancelled().await;
+                    leading.cancelled().await;
                     events.lock().unwrap().push((format!("{who} stops"), Instant::now()));
                 }
             }
@@ -807,11 +821,16 @@ mod tests {
         let c = cancelled.clone();
         let run = tokio::spawn(LeaderElector::with_store(a_store.clone(), config("a")).run(
             stop.clone(),
-            move |token: CancellationToken| {
+            move |leading: Shutdown| {
                 let c = c.clone();
                 async move {
-                    token.cancelled().await;
-                    *c.lock().unwrap() = Some(Instant::now());
+                    // The work runs on tasks of its own, as controllers do.
+                    let work = leading.clone();
+                    leading.spawn(async move {
+                        work.cancelled().await;
+                        *c.lock().unwrap() = Some(Instant::now());
+                    });
+                    leading.cancelled().await;
                 }
             },
         ));
@@ -823,6 +842,26 @@ mod tests {
         // The last renewal was sent at most a retry period before the cut.
         assert!(at - cut <= Duration::from_secs(10), "{:?}", at - cut);
         assert!(at - cut >= Duration::from_secs(8), "{:?}", at - cut);
+        stop.stop().await;
+        run.await.unwrap();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn work_that_ends_by_itself_releases_the_lease_and_competes_again() {
+        let store = MemoryLeaseStore::new();
+        let stop = Shutdown::new();
+        let terms = Arc::new(Mutex::new(0));
+        let t = terms.clone();
+        let run = tokio::spawn(LeaderElector::with_store(store.clone(), config("a")).run(stop.clone(), move |_| {
+            let t = t.clone();
+            async move {
+                *t.lock().unwrap() += 1;
+            }
+        }));
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert_eq!(spec(&store).holder_identity, None, "released after the work ended");
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        assert!(*terms.lock().unwrap() >= 2);
         stop.stop().await;
         run.await.unwrap();
     }
