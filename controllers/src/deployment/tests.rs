@@ -205,6 +205,18 @@ fn a_rolling_update_stays_within_surge_and_unavailability_throughout() {
 }
 
 #[test]
+fn a_rolling_update_stays_within_bounds_when_replica_set_status_lags() {
+    for period in [2, 3] {
+        let mut world = settled(deployment(10, percent("25%"), percent("25%")));
+        world.rs_period = period;
+        world.bounds = Some(Bounds { max_pods: 13, min_available: 8 });
+        set_image(&mut world, "nginx:2");
+        world.must_settle(600, World::rolled_out);
+        assert!(world.max_pods_seen <= 13 && world.min_available_seen >= 8, "period {period}");
+    }
+}
+
+#[test]
 fn recreate_removes_every_old_pod_before_the_new_replica_set_exists() {
     let mut world = settled(recreate(4));
     assert!(!world.templates_overlapped);
