@@ -109,7 +109,7 @@ impl World {
         self.steps += 1;
         let mut sets = self.sets.clone();
         sets.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
-        if self.steps % self.rs_period.max(1) != 0 {
+        if !self.steps.is_multiple_of(self.rs_period.max(1)) {
             sets.clear();
         }
         for rs in sets {
