@@ -458,6 +458,26 @@ fn availability_below_the_minimum_is_reported() {
 }
 
 #[test]
+fn a_replica_set_failure_is_repeated_on_the_deployment() {
+    let d = deployment(2, percent("25%"), percent("25%"));
+    let mut rs = (*owned_set(&d, "a", "nginx:1", 2, 1, 0)).clone();
+    rs.spec.as_mut().unwrap().template = Some(d.spec.as_ref().unwrap().template.clone());
+    let status = rs.status.as_mut().unwrap();
+    status.available_replicas = Some(0);
+    status.conditions = Some(vec![k8s_openapi::api::apps::v1::ReplicaSetCondition {
+        type_: "ReplicaFailure".into(),
+        status: "True".into(),
+        reason: Some("FailedCreate".into()),
+        message: Some("exceeded quota".into()),
+        last_transition_time: None,
+    }]);
+    let r = reconcile(&d, &[Arc::new(rs)], &[], at(0));
+    let s = new_status(&r);
+    let failure = condition(&s, status::REPLICA_FAILURE).expect("ReplicaFailure");
+    assert_eq!((failure.reason.as_deref(), failure.message.as_deref()), (Some("FailedCreate"), Some("exceeded quota")));
+}
+
+#[test]
 fn a_hash_collision_counts_up_and_creates_nothing() {
     let d = deployment(2, percent("25%"), percent("25%"));
     let hash = template::pod_template_hash(&d.spec.as_ref().unwrap().template, None);
