@@ -8,6 +8,21 @@
 //! the runner from `skiff_client::runtime`) feeds that function from the
 //! caches and carries the actions out against the API.
 //!
+//! # Wiring the workload controllers
+//! - ReplicaSet / ReplicationController: key `namespace/name`; call
+//!   `replicaset::reconcile(&rs, &pods_in_namespace, &expectations, now)`.
+//!   Pod events lower the shared [`Expectations`]: an added pod whose
+//!   controller ([`ownership::owner_key`]) is the set → `creation_observed`;
+//!   a deleted pod, or one that just got a `deletionTimestamp` →
+//!   `deletion_observed(key, uid)`; then enqueue the owner (orphans: every
+//!   set whose selector matches). A runner failure hands the actions not
+//!   carried out to `actions_skipped`; a deleted set → `forget`.
+//! - Deployment: `deployment::reconcile(&d, &sets_in_namespace,
+//!   &pods_in_namespace, now)`; ReplicaSet events enqueue the owning
+//!   Deployment (`owner_key(.., "Deployment")`), pod deletions too (Recreate
+//!   waits for old pods to go). No expectations: every ReplicaSet write is
+//!   a compare-and-swap `Update` or a deterministic-name `Create`.
+//!
 //! # Layout
 //! - [`manager`]: `run(config, shutdown)`: leader election, shared
 //!   informers, and each controller's wiring to its logic.
@@ -21,8 +36,8 @@
 //! - [`pod_state`]: active, ready and available pods; which to delete first.
 //! - [`expectations`]: the creates and deletes a controller still waits to
 //!   see, so a lagging cache never makes it act twice.
-//! - [`replicaset`]: the ReplicaSet controller (and the core it shares with)
-//! - [`replication`]: the ReplicationController controller.
+//! - [`replicaset`]: the ReplicaSet controller, and the core it shares with
+//!   [`replication`], the ReplicationController controller.
 //! - [`deployment`]: the Deployment controller: ReplicaSets per template,
 //!   rolling and recreate rollouts, history.
 //! - [`namespace`]: empties a terminating namespace, then finalizes it.

@@ -392,6 +392,19 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn a_thousand_pods_are_asked_for_in_two_bursts() {
+        let e = Expectations::new();
+        let set = rs(1_000);
+        assert_eq!(creates(&reconcile(&set, &[], &e, at(0))), BURST_REPLICAS);
+        let pods: Vec<Arc<Pod>> = (0..BURST_REPLICAS).map(|i| member(&format!("p{i}"), "web", Some(&set))).collect();
+        assert_eq!(creates(&reconcile(&set, &pods[..499], &e, at(1))), 0, "the first burst is not all observed yet");
+        for _ in 0..BURST_REPLICAS {
+            e.creation_observed("ns/web");
+        }
+        assert_eq!(creates(&reconcile(&set, &pods, &e, at(1))), 1_000 - BURST_REPLICAS);
+    }
+
+    #[test]
     fn selected_orphans_are_adopted_and_unselected_pods_released() {
         let set = rs(2);
         let orphan = member("orphan", "web", None);

@@ -42,6 +42,10 @@ pub(crate) struct World {
     pub min_available_seen: usize,
     /// Whether pods of two different templates ever ran at once.
     pub templates_overlapped: bool,
+    /// ReplicaSet controllers run only every `rs_period` steps, so the
+    /// Deployment controller acts on stale ReplicaSet status in between.
+    pub rs_period: u64,
+    steps: u64,
     next_id: u64,
 }
 
@@ -67,6 +71,8 @@ impl World {
             max_pods_seen: 0,
             min_available_seen: usize::MAX,
             templates_overlapped: false,
+            rs_period: 1,
+            steps: 0,
             next_id: 0,
         }
     }
@@ -100,8 +106,12 @@ impl World {
             }
         }
         self.check();
+        self.steps += 1;
         let mut sets = self.sets.clone();
         sets.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
+        if !self.steps.is_multiple_of(self.rs_period.max(1)) {
+            sets.clear();
+        }
         for rs in sets {
             let r = replicaset::reconcile(&rs, &self.pods, &self.expectations, self.now);
             self.run(r.actions);

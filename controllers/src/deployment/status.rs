@@ -21,6 +21,7 @@ pub const NEW_RS_AVAILABLE: &str = "NewReplicaSetAvailable";
 pub const TIMED_OUT: &str = "ProgressDeadlineExceeded";
 pub const PAUSED: &str = "DeploymentPaused";
 pub const RESUMED: &str = "DeploymentResumed";
+pub const REPLICA_FAILURE: &str = crate::replicaset::REPLICA_FAILURE;
 
 pub fn condition<'s>(status: &'s DeploymentStatus, type_: &str) -> Option<&'s DeploymentCondition> {
     status.conditions.iter().flatten().find(|c| c.type_ == type_)
@@ -145,6 +146,29 @@ pub(crate) fn write(plan: &mut Plan<'_>, rollout: bool) {
     set_condition(&mut plan.status, cond);
     if rollout {
         progress(plan);
+        replica_failure(plan);
+    }
+}
+
+/// A ReplicaSet that cannot create or delete pods (quota, admission) says
+/// so in its `ReplicaFailure` condition; the Deployment repeats the first
+/// one, the new ReplicaSet's before the old ones'.
+fn replica_failure(plan: &mut Plan<'_>) {
+    let failure = plan.all().find_map(|p| {
+        p.rs.status.as_ref()?.conditions.iter().flatten().find(|c| c.type_ == REPLICA_FAILURE && c.status == "True")
+    });
+    match failure {
+        Some(c) => {
+            let cond = condition_of(
+                REPLICA_FAILURE,
+                "True",
+                c.reason.as_deref().unwrap_or(""),
+                c.message.as_deref().unwrap_or(""),
+                plan.now,
+            );
+            set_condition(&mut plan.status, cond);
+        }
+        None => remove_condition(&mut plan.status, REPLICA_FAILURE),
     }
 }
 

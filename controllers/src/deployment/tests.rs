@@ -205,6 +205,18 @@ fn a_rolling_update_stays_within_surge_and_unavailability_throughout() {
 }
 
 #[test]
+fn a_rolling_update_stays_within_bounds_when_replica_set_status_lags() {
+    for period in [2, 3] {
+        let mut world = settled(deployment(10, percent("25%"), percent("25%")));
+        world.rs_period = period;
+        world.bounds = Some(Bounds { max_pods: 13, min_available: 8 });
+        set_image(&mut world, "nginx:2");
+        world.must_settle(600, World::rolled_out);
+        assert!(world.max_pods_seen <= 13 && world.min_available_seen >= 8, "period {period}");
+    }
+}
+
+#[test]
 fn recreate_removes_every_old_pod_before_the_new_replica_set_exists() {
     let mut world = settled(recreate(4));
     assert!(!world.templates_overlapped);
@@ -443,6 +455,26 @@ fn availability_below_the_minimum_is_reported() {
         ("False", Some(status::MINIMUM_REPLICAS_UNAVAILABLE))
     );
     assert_eq!(s.unavailable_replicas, Some(2));
+}
+
+#[test]
+fn a_replica_set_failure_is_repeated_on_the_deployment() {
+    let d = deployment(2, percent("25%"), percent("25%"));
+    let mut rs = (*owned_set(&d, "a", "nginx:1", 2, 1, 0)).clone();
+    rs.spec.as_mut().unwrap().template = Some(d.spec.as_ref().unwrap().template.clone());
+    let status = rs.status.as_mut().unwrap();
+    status.available_replicas = Some(0);
+    status.conditions = Some(vec![k8s_openapi::api::apps::v1::ReplicaSetCondition {
+        type_: "ReplicaFailure".into(),
+        status: "True".into(),
+        reason: Some("FailedCreate".into()),
+        message: Some("exceeded quota".into()),
+        last_transition_time: None,
+    }]);
+    let r = reconcile(&d, &[Arc::new(rs)], &[], at(0));
+    let s = new_status(&r);
+    let failure = condition(&s, status::REPLICA_FAILURE).expect("ReplicaFailure");
+    assert_eq!((failure.reason.as_deref(), failure.message.as_deref()), (Some("FailedCreate"), Some("exceeded quota")));
 }
 
 #[test]
