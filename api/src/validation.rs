@@ -19,6 +19,10 @@
 //!
 //! Everything works on `serde_json::Value` and never panics on any input:
 //! a field of an unexpected shape is treated as missing.
+//!
+//! Two of its parsers are public because controllers compute with what
+//! they parse: [`cron`] (a CronJob's start times, in its time zone) and
+//! [`quantity`] (a ResourceQuota's sums).
 
 use serde::de::DeserializeOwned;
 use serde::Serialize;

@@ -52,15 +52,25 @@ pub struct Schedule {
     zone: Option<String>,
 }
 
+/// A schedule that does not parse, with robfig/cron's message (which
+/// Kubernetes shows in the field error and in the CronJob's events).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct ScheduleError(pub String);
+
 /// `Ok` if `spec` is a valid standard cron schedule, else robfig/cron's
 /// error message.
 pub(crate) fn parse_standard(spec: &str) -> Result<(), String> {
-    Schedule::parse(spec).map(|_| ())
+    Schedule::parse(spec).map(|_| ()).map_err(|e| e.0)
 }
 
 impl Schedule {
-    /// Parses a standard schedule, or returns robfig/cron's error message.
-    pub fn parse(spec: &str) -> Result<Schedule, String> {
+    /// Parses a standard schedule.
+    pub fn parse(spec: &str) -> Result<Schedule, ScheduleError> {
+        Schedule::parse_text(spec).map_err(ScheduleError)
+    }
+
+    fn parse_text(spec: &str) -> Result<Schedule, String> {
         let mut spec = spec.trim();
         let mut zone = None;
         // `CRON_TZ=Europe/Berlin 0 * * * *`: the zone is checked by the caller.
@@ -75,7 +85,7 @@ impl Schedule {
         }
         if spec.starts_with('@') {
             return match DESCRIPTORS.iter().find(|(d, _)| *d == spec) {
-                Some((_, fields)) => Schedule::parse(fields).map(|s| Schedule { zone, ..s }),
+                Some((_, fields)) => Schedule::parse_text(fields).map(|s| Schedule { zone, ..s }),
                 None => Err(format!("unrecognized descriptor: {spec}")),
             };
         }
