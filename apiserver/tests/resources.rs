@@ -157,8 +157,12 @@ async fn a_namespace_stays_terminating_until_finalized_through_its_subresource()
     let client = client(&cluster).await;
     let namespaces = of(Kind::Namespace);
     let created = client
-        .create(namespaces, "", &json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "doomed"},
-            "spec": {"finalizers": ["example.com/x"]}}))
+        .create(
+            namespaces,
+            "",
+            &json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "doomed"},
+            "spec": {"finalizers": ["example.com/x"]}}),
+        )
         .await
         .unwrap();
     assert_eq!(created["spec"]["finalizers"], json!(["example.com/x", "kubernetes"]));

@@ -256,7 +256,13 @@ fn endpoint_slices_show_address_type_ports_and_endpoints() {
     });
     assert_eq!(
         cells_of(Kind::EndpointSlice, &slice),
-        vec![json!("web-abc12"), json!("IPv4"), json!("8080,all"), json!("10.0.0.1,10.0.0.2,10.0.0.3 + 1 more..."), json!("90s")]
+        vec![
+            json!("web-abc12"),
+            json!("IPv4"),
+            json!("8080,all"),
+            json!("10.0.0.1,10.0.0.2,10.0.0.3 + 1 more..."),
+            json!("90s")
+        ]
     );
     let placeholder = json!({"metadata": {"name": "web-x"}, "addressType": "IPv4", "endpoints": []});
     assert_eq!(cells_of(Kind::EndpointSlice, &placeholder)[2..4], [json!("<unset>"), json!("<unset>")]);

@@ -1035,7 +1035,8 @@ fn endpoint_slice_addresses_match_their_type_and_the_type_is_immutable() {
     assert_eq!(error_at(&errs, "ports[1].name").reason(), "FieldValueDuplicate");
     assert_eq!(error_at(&errs, "ports[1].port").reason(), "FieldValueInvalid");
     assert_eq!(error_at(&errs, "ports[1].protocol").reason(), "FieldValueNotSupported");
-    let bad_type = json!({"metadata": {"name": "web-1", "namespace": "default"}, "addressType": "IPX", "endpoints": []});
+    let bad_type =
+        json!({"metadata": {"name": "web-1", "namespace": "default"}, "addressType": "IPX", "endpoints": []});
     assert_eq!(error_at(&errors(Kind::EndpointSlice, bad_type), "addressType").reason(), "FieldValueNotSupported");
 
     let old = json!({"metadata": {"name": "web-1", "namespace": "default", "resourceVersion": "1"},

@@ -78,7 +78,8 @@ mod tests {
 
     #[test]
     fn an_update_keeps_the_stored_finalizers() {
-        let old = json!({"metadata": {"name": "a"}, "spec": {"finalizers": ["kubernetes"]}, "status": {"phase": "Active"}});
+        let old =
+            json!({"metadata": {"name": "a"}, "spec": {"finalizers": ["kubernetes"]}, "status": {"phase": "Active"}});
         let mut new = json!({"metadata": {"name": "a", "labels": {"x": "y"}}, "spec": {"finalizers": []}});
         Namespace.prepare_for_update(resources::of(Kind::Namespace), &mut new, &old);
         assert_eq!(new["spec"]["finalizers"], json!(["kubernetes"]));
