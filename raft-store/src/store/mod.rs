@@ -12,6 +12,7 @@
 //! - `write`: the batcher and the forwarder.
 //! - `read`: the read barrier, point-in-time reads, history and change feeds.
 //! - `admin`: membership changes on the leader.
+//! - `auth`: the replicated auth store and this member's auth tokens.
 //! - `leases`: lease grants, revokes and the leader's expiry loop.
 //! - `maintenance`: alarms, automatic compaction, snapshots, the election
 //!   watchdog.
@@ -20,6 +21,7 @@
 //! store shuts down, and [`Store::shutdown`] waits for it.
 
 mod admin;
+mod auth;
 mod bootstrap;
 pub mod config;
 pub mod identity;
@@ -135,6 +137,9 @@ struct Inner {
     /// Every task this member started; [`Store::shutdown`] stops them and
     /// waits for them.
     tasks: Shutdown,
+    /// The auth tokens this member issued (tokens are per member, as etcd's
+    /// simple tokens).
+    tokens: crate::auth::token::Tokens,
 }
 
 /// Spawns one of the store's tasks on `tasks`: it ends at its next await
@@ -226,8 +231,10 @@ impl Store {
         spawn_task(&tasks, run_read_barrier(raft.clone(), peers.clone(), config.id, config.request_timeout, read_rx));
         spawn_task(&tasks, run_election_watchdog(raft.clone(), config.election_timeout_max));
         let lessor = Arc::new(Lessor::default());
+        let tokens = crate::auth::token::Tokens::new(config.auth_token_ttl);
         let store = Store {
             inner: Arc::new(Inner {
+                tokens,
                 config,
                 identity: std::sync::Mutex::new(identity),
                 raft,
