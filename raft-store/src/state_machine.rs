@@ -30,7 +30,7 @@ use rocksdb::DB;
 use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 
-use crate::auth::AuthView;
+use crate::auth::{AuthCommand, AuthView};
 use crate::hub::{Hub, HubMessage};
 use crate::latest::LatestCache;
 use crate::mvcc::{self, cf, encode, Applier, Reader, CF_META};
@@ -109,6 +109,9 @@ struct Shared {
     /// (never changed in place) after an apply that changed it and after a
     /// snapshot install, so a request checks against one consistent view.
     auth: RwLock<Arc<AuthView>>,
+    /// Where applied `Authenticate` commands register their tokens (this
+    /// member's token store, in memory only). Set once, before Raft starts.
+    tokens: std::sync::OnceLock<Arc<crate::auth::token::Tokens>>,
 }
 
 /// A cheap handle: openraft owns one, the servers clone others for reads.
@@ -187,6 +190,7 @@ impl StateMachine {
                 latest: Mutex::new(LatestCache::new(LATEST_CACHE_BYTES)),
                 snapshot_files: Mutex::new(()),
                 auth: RwLock::new(Arc::new(AuthView::new(auth))),
+                tokens: std::sync::OnceLock::new(),
             }),
         };
         sm.refresh_db_size();
@@ -197,6 +201,12 @@ impl StateMachine {
     /// snapshot install swaps it.
     pub fn db(&self) -> Arc<DB> {
         self.shared.db.read().expect("state machine lock poisoned").clone()
+    }
+
+    /// Makes applied `Authenticate` commands register their tokens in
+    /// `tokens`. Set once, before Raft starts.
+    pub fn register_tokens_in(&self, tokens: Arc<crate::auth::token::Tokens>) {
+        let _ = self.shared.tokens.set(tokens);
     }
 
     /// The auth store as last applied.
@@ -375,6 +385,8 @@ impl StateMachine {
         let (mut last_applied, mut membership) = self.shared.raft_state.lock().expect("poisoned").clone();
         let mut responses = Vec::with_capacity(entries.len());
         let mut last_ts = None;
+        // Tokens of successful `Authenticate` commands, accepted once the batch is committed.
+        let mut tokens = Vec::new();
         for entry in entries {
             last_applied = Some(entry.log_id);
             match entry.payload {
@@ -389,7 +401,13 @@ impl StateMachine {
                         if let Command::PublishMember(info) = &p.command {
                             applier.batch.put_cf(cf(&db, CF_META), member_key(info.id), encode(info));
                         }
-                        results.push(applier.apply(p.id, &p.command, batch.timestamp_ms).map_err(sm_error)?);
+                        let result = applier.apply(p.id, &p.command, batch.timestamp_ms).map_err(sm_error)?;
+                        if let (Command::Auth(AuthCommand::Authenticate { token, user, password_revision }), Ok(_)) =
+                            (&p.command, &result)
+                        {
+                            tokens.push((token.clone(), user.clone(), *password_revision));
+                        }
+                        results.push(result);
                     }
                     last_ts = Some(batch.timestamp_ms);
                     responses.push(BatchResponse { results });
@@ -431,6 +449,11 @@ impl StateMachine {
             // Published before the replies go out: a client that changed a
             // permission sees it enforced by its next request to this member.
             *self.shared.auth.write().expect("poisoned") = Arc::new(AuthView::new(auth));
+        }
+        if let Some(store) = self.shared.tokens.get() {
+            for (token, user, password_revision) in tokens {
+                store.insert(&token, &user, password_revision);
+            }
         }
         self.refresh_db_size_at_most_every(DB_SIZE_REFRESH_MS);
         for ev in events {

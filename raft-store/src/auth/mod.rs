@@ -90,15 +90,48 @@ pub struct AuthState {
 pub enum AuthCommand {
     Enable,
     Disable,
-    UserAdd { name: String, password_hash: Option<String> },
-    UserDelete { name: String },
-    UserChangePassword { name: String, password_hash: String },
-    UserGrantRole { user: String, role: String },
-    UserRevokeRole { user: String, role: String },
-    RoleAdd { name: String },
-    RoleDelete { name: String },
-    RoleGrantPermission { role: String, permission: Permission },
-    RoleRevokePermission { role: String, key: Vec<u8>, range_end: Vec<u8> },
+    UserAdd {
+        name: String,
+        password_hash: Option<String>,
+    },
+    UserDelete {
+        name: String,
+    },
+    UserChangePassword {
+        name: String,
+        password_hash: String,
+    },
+    UserGrantRole {
+        user: String,
+        role: String,
+    },
+    UserRevokeRole {
+        user: String,
+        role: String,
+    },
+    RoleAdd {
+        name: String,
+    },
+    RoleDelete {
+        name: String,
+    },
+    RoleGrantPermission {
+        role: String,
+        permission: Permission,
+    },
+    RoleRevokePermission {
+        role: String,
+        key: Vec<u8>,
+        range_end: Vec<u8>,
+    },
+    /// `user` proved its password (at `password_revision`) to the member
+    /// that made `token` up: every member that applies this accepts the
+    /// token. Changes nothing in the store.
+    Authenticate {
+        token: String,
+        user: String,
+        password_revision: u64,
+    },
 }
 
 /// etcd's auth errors, with etcd's messages (clients match on them).
@@ -238,6 +271,15 @@ impl AuthState {
                     Ok(at) => role.permissions[at].access = permission.access,
                     Err(at) => role.permissions.insert(at, permission.clone()),
                 }
+            }
+            AuthCommand::Authenticate { user, .. } => {
+                if !self.enabled {
+                    return Err(AuthError::AuthNotEnabled);
+                }
+                if !self.users.contains_key(user) {
+                    return Err(AuthError::AuthFailed);
+                }
+                return Ok(self.revision);
             }
             AuthCommand::RoleRevokePermission { role, key, range_end } => {
                 let role = self.roles.get_mut(role).ok_or(AuthError::RoleNotFound)?;
@@ -471,6 +513,19 @@ mod tests {
         assert_eq!(s.roles["r"].permissions.len(), 1);
         assert_eq!(s.roles["r"].permissions[0].access, Access::Write);
         assert_eq!(s.apply(&grant("r", Access::Read, "z", "a")), Err(AuthError::InvalidAuthMgmt));
+    }
+
+    #[test]
+    fn authenticating_changes_nothing_and_needs_auth_enabled_and_the_user() {
+        let mut s = with_root();
+        let login =
+            |user: &str| AuthCommand::Authenticate { token: "t.1".into(), user: user.into(), password_revision: 1 };
+        assert_eq!(s.apply(&login(ROOT)), Err(AuthError::AuthNotEnabled));
+        s.apply(&AuthCommand::Enable).unwrap();
+        let before = s.clone();
+        assert_eq!(s.apply(&login(ROOT)), Ok(before.revision));
+        assert_eq!(s.apply(&login("nobody")), Err(AuthError::AuthFailed));
+        assert_eq!(s, before);
     }
 
     #[test]

@@ -1,13 +1,17 @@
-//! This member's simple tokens, as etcd issues them: a random string, a
-//! `.`, and a counter, handed out by `Authenticate` and sent back by the
-//! client in the `token` metadata of every later call.
+//! Simple tokens, as etcd issues them: a random string, a `.`, and a
+//! counter, handed out by `Authenticate` and sent back by the client in the
+//! `token` metadata of every later call.
 //!
-//! Tokens live only in the memory of the member that issued them (etcd's
-//! simple tokens are per-member too; a client authenticates against the
-//! member it talks to, and again after a reconnect). A token expires once
-//! it has gone unused for the TTL (`--auth-token-ttl`); each use restarts
-//! its clock. A token also stops holding once its user is deleted or its
-//! password changed (checked against the replicated [`AuthView`]).
+//! As in etcd, the member that checked the password makes the token up and
+//! replicates it (`AuthCommand::Authenticate`); every member that applies
+//! it keeps it in memory, so a client with several endpoints may use its
+//! token with any of them. Tokens are not persisted: after a restart, or a
+//! snapshot install past the entry, a member no longer knows them and the
+//! client authenticates again (etcd clients do so on "invalid auth token").
+//! A token expires once it has gone unused on a member for the TTL
+//! (`--auth-token-ttl`); each use restarts that member's clock. A token
+//! also stops holding once its user is deleted or its password changed
+//! (checked against the replicated [`AuthView`]).
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -49,19 +53,30 @@ impl Tokens {
         Tokens { ttl, inner: Mutex::new(TokensInner::default()) }
     }
 
-    /// A fresh token for `user`, whose password is at `password_revision`.
-    pub fn issue(&self, user: &str, password_revision: u64) -> String {
-        let now = Instant::now();
+    /// A new token string, not yet valid: replicate it, then [`Tokens::insert`].
+    pub fn fresh(&self) -> String {
         let random: String =
             rand::thread_rng().sample_iter(&Alphanumeric).take(TOKEN_RANDOM_LEN).map(char::from).collect();
+        let mut inner = self.inner.lock().expect("tokens lock poisoned");
+        inner.next_index += 1;
+        format!("{random}.{}", inner.next_index)
+    }
+
+    /// Makes `token` stand for `user`, whose password is at `password_revision`.
+    pub fn insert(&self, token: &str, user: &str, password_revision: u64) {
+        let now = Instant::now();
         let mut inner = self.inner.lock().expect("tokens lock poisoned");
         // Forget expired tokens here, so the map stays as small as the
         // number of live sessions without a sweeper task.
         inner.issued.retain(|_, t| t.expires > now);
-        inner.next_index += 1;
-        let token = format!("{random}.{}", inner.next_index);
         let issued = Issued { user: user.to_string(), password_revision, expires: now + self.ttl };
-        inner.issued.insert(token.clone(), issued);
+        inner.issued.insert(token.to_string(), issued);
+    }
+
+    #[cfg(test)]
+    fn issue(&self, user: &str, password_revision: u64) -> String {
+        let token = self.fresh();
+        self.insert(&token, user, password_revision);
         token
     }
 

@@ -4,7 +4,8 @@
 //! is hashed with bcrypt on the member that took the request, before the
 //! proposal, so the log and the snapshots only ever hold hashes.
 //! `Authenticate` checks a password against this member's applied auth
-//! store and issues a token from this member's [`Tokens`](crate::auth::token::Tokens).
+//! store, then replicates the token it makes up, so that every member
+//! accepts it (see [`Tokens`](crate::auth::token::Tokens)).
 //!
 //! [`caller`] turns a request's `token` metadata into a [`Caller`], against
 //! which a service checks what the request reads and writes. While auth is
@@ -226,7 +227,10 @@ impl Auth for AuthService {
         if !matches.unwrap_or(false) {
             return Err(AuthError::AuthFailed.into());
         }
-        let token = self.store.tokens().issue(&name, password_revision);
+        // Replicated, as etcd does, so that every member accepts the token.
+        let token = self.store.tokens().fresh();
+        let issued = AuthCommand::Authenticate { token: token.clone(), user: name, password_revision };
+        self.replicate(issued).await?;
         Ok(Response::new(AuthenticateResponse { header: self.header(), token }))
     }
 

@@ -15,17 +15,24 @@ impl Store {
         self.inner.sm.auth()
     }
 
-    /// The auth tokens this member issued.
+    /// The auth tokens this member accepts.
     pub fn tokens(&self) -> &Tokens {
         &self.inner.tokens
     }
 
     /// Replicates one change to the auth store; returns the auth revision
     /// after it. Passwords must already be hashed.
+    ///
+    /// Returns only once this member has applied the change too (a write
+    /// taken by a follower is answered from the leader's apply): a client
+    /// that enables auth or grants a permission through this member is
+    /// checked against the change by its very next request here.
     pub async fn change_auth(&self, change: AuthCommand) -> Result<u64, StoreError> {
-        match self.write(Command::Auth(change)).await? {
-            Output::Auth { revision } => Ok(revision),
-            other => Err(StoreError::Internal(format!("unexpected answer to an auth change: {other:?}"))),
-        }
+        let revision = match self.write(Command::Auth(change)).await? {
+            Output::Auth { revision } => revision,
+            other => return Err(StoreError::Internal(format!("unexpected answer to an auth change: {other:?}"))),
+        };
+        self.linearize().await?;
+        Ok(revision)
     }
 }
