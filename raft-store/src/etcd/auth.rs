@@ -200,7 +200,9 @@ impl Auth for AuthService {
         Ok(Response::new(AuthDisableResponse { header: self.header() }))
     }
 
-    async fn auth_status(&self, _: Request<AuthStatusRequest>) -> Result<Response<AuthStatusResponse>, Status> {
+    async fn auth_status(&self, request: Request<AuthStatusRequest>) -> Result<Response<AuthStatusResponse>, Status> {
+        // As in etcd, an administrative call.
+        caller(&self.store, request.metadata())?.admin()?;
         let view = self.store.auth();
         Ok(Response::new(AuthStatusResponse {
             header: self.header(),
