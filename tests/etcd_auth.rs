@@ -9,8 +9,12 @@ use std::process::Output;
 use std::time::Duration;
 
 use skiff_proto::etcdserverpb::auth_client::AuthClient;
+use skiff_proto::etcdserverpb::watch_client::WatchClient;
+use skiff_proto::etcdserverpb::watch_request::RequestUnion;
 use skiff_proto::etcdserverpb::{AuthEnableRequest, AuthenticateRequest, PutRequest, RangeRequest};
+use skiff_proto::etcdserverpb::{WatchCreateRequest, WatchRequest};
 use support::*;
+use tokio_stream::wrappers::ReceiverStream;
 
 const ROOT: &str = "root:rootpw";
 const ALICE: &str = "alice:alicepw";
@@ -118,6 +122,27 @@ async fn users_and_roles_keep_each_user_to_its_keys_as_etcd_does() {
     let leader_ep = cluster.members[&leader].client.clone();
     must_fail_with(etcdctl_as(&cluster, &leader_ep, ALICE, &["get", "/bob/x"]), "etcdserver: permission denied");
     assert_eq!(must_succeed(etcdctl_as(&cluster, &leader_ep, ALICE, &["get", "/alice/x"])), "/alice/x\na\n");
+
+    // A watch on keys alice may not read is refused, on a stream that stays open.
+    let token = must_authenticate(&ep, "alice", "alicepw").await;
+    let create = |key: &[u8], range_end: &[u8]| WatchRequest {
+        request_union: Some(RequestUnion::CreateRequest(WatchCreateRequest {
+            key: key.to_vec(),
+            range_end: range_end.to_vec(),
+            ..Default::default()
+        })),
+    };
+    let (tx, rx) = tokio::sync::mpsc::channel(2);
+    tx.send(create(b"/bob/", b"/bob0")).await.unwrap();
+    tx.send(create(b"/alice/", b"/alice0")).await.unwrap();
+    let mut watch = WatchClient::new(channel(&ep).await.unwrap());
+    let mut stream = watch.watch(with_token(ReceiverStream::new(rx), &token)).await.unwrap().into_inner();
+    let refused = stream.message().await.unwrap().unwrap();
+    assert!(refused.created && refused.canceled, "{refused:?}");
+    assert_eq!(refused.cancel_reason, "etcdserver: permission denied");
+    let allowed = stream.message().await.unwrap().unwrap();
+    assert!(allowed.created && !allowed.canceled, "{allowed:?}");
+    drop(tx);
 
     // A token unused for longer than --auth-token-ttl is refused; a used one lives on.
     let token = must_authenticate(&ep, "alice", "alicepw").await;
