@@ -7,6 +7,8 @@ use std::path::PathBuf;
 const PROTOS: &[&str] = &[
     "etcd/mvccpb/kv.proto",
     "etcd/etcdserverpb/rpc.proto",
+    "etcd/authpb/auth.proto",
+    "etcd/etcdserverpb/auth_rpc.proto",
     "skiff/peer.proto",
     "skiff/control.proto",
     "skiff/resource.proto",

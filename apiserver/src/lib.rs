@@ -38,7 +38,8 @@ pub mod watch;
 
 use std::net::SocketAddr;
 
-use skiff_raft_store::etcd::{cluster::ClusterService, control::ControlService, kv::KvService, lease::LeaseService};
+use skiff_raft_store::etcd::{auth::AuthService, cluster::ClusterService, control::ControlService};
+use skiff_raft_store::etcd::{kv::KvService, lease::LeaseService};
 use skiff_raft_store::etcd::{maintenance::MaintenanceService, watch::WatchService};
 use skiff_raft_store::peer::PeerService;
 use skiff_raft_store::Store;
@@ -199,6 +200,7 @@ pub async fn start_under(
         .add_service(LeaseService::server(store.clone()))
         .add_service(ClusterService::server(store.clone()))
         .add_service(MaintenanceService::server(store.clone()))
+        .add_service(AuthService::server(store.clone()))
         .add_service(ControlService::server(store.clone()))
         .add_service(grpc::ResourceService::server(registry.clone()));
     let client = serve::serve(listeners.client, routes, shutdown.clone());

@@ -9,9 +9,10 @@
 //!
 //! - [`mvccpb`]: etcd's `mvccpb` package (`KeyValue`, `Event`), wire-compatible
 //!   with etcd's `api/mvccpb/kv.proto`.
+//! - [`authpb`]: etcd's `authpb` package (`User`, `Role`, `Permission`).
 //! - [`etcdserverpb`]: the subset of etcd's `etcdserverpb` package Skiff
-//!   serves: the `KV`, `Watch`, `Lease`, `Cluster` and `Maintenance` services
-//!   (no `Auth`, no `Downgrade`) with all of their request/response messages,
+//!   serves: the `KV`, `Watch`, `Lease`, `Cluster`, `Maintenance` and `Auth`
+//!   services (no `Downgrade`) with all of their request/response messages,
 //!   wire-compatible with etcd's `api/etcdserverpb/rpc.proto`.
 //! - [`peer`]: Skiff's internal `skiff.peer.Peer` service used between
 //!   apiserver replicas for Raft RPCs and request forwarding. Each RPC carries
@@ -28,8 +29,14 @@ pub mod mvccpb {
     tonic::include_proto!("mvccpb");
 }
 
-/// etcd `etcdserverpb` package: KV, Watch, Lease, Cluster and Maintenance
-/// services and their messages.
+/// etcd `authpb` package: users, roles and key permissions.
+#[allow(missing_docs, clippy::all, clippy::pedantic, rustdoc::all)]
+pub mod authpb {
+    tonic::include_proto!("authpb");
+}
+
+/// etcd `etcdserverpb` package: KV, Watch, Lease, Cluster, Maintenance and
+/// Auth services and their messages.
 #[allow(missing_docs, clippy::all, clippy::pedantic, rustdoc::all)]
 pub mod etcdserverpb {
     tonic::include_proto!("etcdserverpb");

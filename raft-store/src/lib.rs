@@ -3,8 +3,10 @@
 //!
 //! # Layout
 //! In data-flow order, from a client's request to disk and back:
-//! - [`etcd`]: the etcd v3 gRPC services (KV, Watch, Cluster, Maintenance)
-//!   and Skiff's `Control` service, translating wire types.
+//! - [`etcd`]: the etcd v3 gRPC services (KV, Watch, Cluster, Maintenance,
+//!   Auth) and Skiff's `Control` service, translating wire types.
+//! - [`auth`]: etcd's users, roles and key-range permissions (replicated in
+//!   the state machine) and this member's auth tokens.
 //! - [`store`]: one member, the façade every other crate uses: write
 //!   batching and forwarding, linearizable reads, history and change feeds,
 //!   membership administration, leases, bootstrap, upkeep; one submodule
@@ -22,7 +24,7 @@
 //! - [`metrics`]: Prometheus counters and histograms of the above.
 //! - [`types`] and [`error`]: what travels through the log, and failures.
 //!
-//! Only `etcd`, `store`, `changes`, `join`, the peer channel, `metrics`,
+//! Only `etcd`, `auth`, `store`, `changes`, `join`, the peer channel, `metrics`,
 //! `types` and `error` are public: the engine, the log and the state
 //! machine are reached through [`Store`]. Their tests against a model and
 //! openraft's storage suite live in the crate (`tests`).
@@ -31,6 +33,7 @@
 // error types; boxing them at every call would only add noise.
 #![allow(clippy::result_large_err)]
 
+pub mod auth;
 pub mod changes;
 pub mod error;
 pub mod etcd;

@@ -15,6 +15,7 @@ use rocksdb::{ColumnFamily, ReadOptions, SnapshotWithThreadMode, WriteBatch, DB}
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
+use crate::auth::{AuthCommand, AuthState};
 use crate::latest::LatestCache;
 use crate::types::{
     Alarm, AlarmKind, ApplyError, Command, Compare, CompareResult, CompareTarget, DeleteRequest, KeyValue, Op,
@@ -48,6 +49,10 @@ pub const META_DEDUP_EXPIRED: &[u8] = b"dedup_expired";
 
 /// The raised alarms (bincode of a sorted `Vec<Alarm>`; absent: none).
 pub const META_ALARMS: &[u8] = b"alarms";
+/// The auth store (bincode of an `AuthState`; absent: empty, disabled). In
+/// the meta column, so no KV range or watch ever sees it, while snapshots
+/// and backups (checkpoints of the whole database) carry it.
+pub const META_AUTH: &[u8] = b"auth";
 
 /// One stored version of a key.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -421,6 +426,12 @@ impl<'a> Reader<'a> {
         Ok(v.map(|v| decode(CF_META, &v)).transpose()?.unwrap_or_default())
     }
 
+    /// The auth store as last applied.
+    pub fn auth(&self) -> Result<AuthState, EngineError> {
+        let v = self.db.get_cf_opt(cf(self.db, CF_META), META_AUTH, &self.opts())?;
+        Ok(v.map(|v| decode(CF_META, &v)).transpose()?.unwrap_or_default())
+    }
+
     /// The granted TTL (seconds) of lease `id`, if it exists.
     pub fn lease(&self, id: i64) -> Result<Option<i64>, EngineError> {
         let v = self.db.get_cf_opt(cf(self.db, CF_LEASE), lease_key(id), &self.opts())?;
@@ -613,6 +624,9 @@ pub struct Applier<'a> {
     dedup_expired: u64,
     /// The raised alarms, including this batch's changes.
     alarms: Vec<Alarm>,
+    /// The auth store with this batch's changes, once a command of the
+    /// batch changed it (read on first use: most batches never touch it).
+    auth: Option<AuthState>,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -677,6 +691,7 @@ impl<'a> Applier<'a> {
             dedup: BTreeMap::new(),
             pending_leases: BTreeMap::new(),
             pending_lease_keys: BTreeMap::new(),
+            auth: None,
         })
     }
 
@@ -707,6 +722,7 @@ impl<'a> Applier<'a> {
             Command::PublishMember(_) => Ok(Output::Published),
             Command::LeaseGrant { id, ttl_seconds } => self.lease_grant(*id, *ttl_seconds)?,
             Command::LeaseRevoke { id } => self.lease_revoke(*id, timestamp_ms)?,
+            Command::Auth(change) => self.auth(change)?,
         };
         self.remember(id, &result, timestamp_ms);
         Ok(result)
@@ -1053,6 +1069,28 @@ impl<'a> Applier<'a> {
         self.batch.delete_cf(cf(db, CF_LEASE), lease_key(id));
         self.pending_leases.insert(id, None);
         Ok(Ok(Output::LeaseRevoked { revision: self.revision }))
+    }
+
+    /// Applies one change to the auth store; a refused change writes nothing.
+    fn auth(&mut self, change: &AuthCommand) -> Result<ProposalResult, EngineError> {
+        let mut state = match self.auth.take() {
+            Some(state) => state,
+            None => self.reader.auth()?,
+        };
+        let before = state.revision;
+        let result = state.apply(change);
+        if state.revision != before {
+            let db = self.db();
+            self.batch.put_cf(cf(db, CF_META), META_AUTH, encode(&state));
+        }
+        self.auth = Some(state);
+        Ok(result.map(|revision| Output::Auth { revision }).map_err(ApplyError::from))
+    }
+
+    /// The auth store as this batch left it, if a command of the batch
+    /// touched it.
+    pub fn take_auth(&mut self) -> Option<AuthState> {
+        self.auth.take()
     }
 
     /// Raises or clears `alarm`; answers with what changed.

@@ -30,6 +30,7 @@ use rocksdb::DB;
 use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 
+use crate::auth::{AuthCommand, AuthView};
 use crate::hub::{Hub, HubMessage};
 use crate::latest::LatestCache;
 use crate::mvcc::{self, cf, encode, Applier, Reader, CF_META};
@@ -104,6 +105,13 @@ struct Shared {
     /// The Raft log's durable index: an entry is applied only once it is on
     /// this member's disk (see the log store's durability rules).
     log_durable: std::sync::OnceLock<watch::Receiver<crate::log_store::Durable>>,
+    /// The auth store as last applied, with permissions merged: replaced
+    /// (never changed in place) after an apply that changed it and after a
+    /// snapshot install, so a request checks against one consistent view.
+    auth: RwLock<Arc<AuthView>>,
+    /// Where applied `Authenticate` commands register their tokens (this
+    /// member's token store, in memory only). Set once, before Raft starts.
+    tokens: std::sync::OnceLock<Arc<crate::auth::token::Tokens>>,
 }
 
 /// A cheap handle: openraft owns one, the servers clone others for reads.
@@ -163,6 +171,7 @@ impl StateMachine {
         let applied =
             Applied { index: last_applied.map_or(0, |l| l.index), revision: reader.revision().map_err(corrupt)? };
         let compacted = reader.compacted().map_err(corrupt)?;
+        let auth = reader.auth().map_err(corrupt)?;
         drop(reader);
         let (applied_tx, _) = watch::channel(applied);
         let sm = StateMachine {
@@ -180,6 +189,8 @@ impl StateMachine {
                 db_size_read_ms: AtomicU64::new(0),
                 latest: Mutex::new(LatestCache::new(LATEST_CACHE_BYTES)),
                 snapshot_files: Mutex::new(()),
+                auth: RwLock::new(Arc::new(AuthView::new(auth))),
+                tokens: std::sync::OnceLock::new(),
             }),
         };
         sm.refresh_db_size();
@@ -190,6 +201,17 @@ impl StateMachine {
     /// snapshot install swaps it.
     pub fn db(&self) -> Arc<DB> {
         self.shared.db.read().expect("state machine lock poisoned").clone()
+    }
+
+    /// Makes applied `Authenticate` commands register their tokens in
+    /// `tokens`. Set once, before Raft starts.
+    pub fn register_tokens_in(&self, tokens: Arc<crate::auth::token::Tokens>) {
+        let _ = self.shared.tokens.set(tokens);
+    }
+
+    /// The auth store as last applied.
+    pub fn auth(&self) -> Arc<AuthView> {
+        self.shared.auth.read().expect("state machine lock poisoned").clone()
     }
 
     pub fn hub(&self) -> &Hub {
@@ -363,6 +385,8 @@ impl StateMachine {
         let (mut last_applied, mut membership) = self.shared.raft_state.lock().expect("poisoned").clone();
         let mut responses = Vec::with_capacity(entries.len());
         let mut last_ts = None;
+        // Tokens of successful `Authenticate` commands, accepted once the batch is committed.
+        let mut tokens = Vec::new();
         for entry in entries {
             last_applied = Some(entry.log_id);
             match entry.payload {
@@ -377,7 +401,13 @@ impl StateMachine {
                         if let Command::PublishMember(info) = &p.command {
                             applier.batch.put_cf(cf(&db, CF_META), member_key(info.id), encode(info));
                         }
-                        results.push(applier.apply(p.id, &p.command, batch.timestamp_ms).map_err(sm_error)?);
+                        let result = applier.apply(p.id, &p.command, batch.timestamp_ms).map_err(sm_error)?;
+                        if let (Command::Auth(AuthCommand::Authenticate { token, user, password_revision }), Ok(_)) =
+                            (&p.command, &result)
+                        {
+                            tokens.push((token.clone(), user.clone(), *password_revision));
+                        }
+                        results.push(result);
                     }
                     last_ts = Some(batch.timestamp_ms);
                     responses.push(BatchResponse { results });
@@ -388,6 +418,7 @@ impl StateMachine {
             applier.expire_request_ids(ts);
         }
         let compacted = applier.compacted;
+        let auth = applier.take_auth();
         // Records with big values are not worth a copy: they are dropped
         // from the cache instead (a later write to the key seeks once).
         let written: Vec<(Vec<u8>, Option<Option<mvcc::KvRecord>>)> = applier
@@ -414,6 +445,16 @@ impl StateMachine {
         drop(latest);
         *self.shared.raft_state.lock().expect("poisoned") = (last_applied, membership);
         self.shared.compacted.store(compacted, Ordering::Release);
+        if let Some(auth) = auth {
+            // Published before the replies go out: a client that changed a
+            // permission sees it enforced by its next request to this member.
+            *self.shared.auth.write().expect("poisoned") = Arc::new(AuthView::new(auth));
+        }
+        if let Some(store) = self.shared.tokens.get() {
+            for (token, user, password_revision) in tokens {
+                store.insert(&token, &user, password_revision);
+            }
+        }
         self.refresh_db_size_at_most_every(DB_SIZE_REFRESH_MS);
         for ev in events {
             self.shared.hub.publish(HubMessage::Revision(Arc::new(ev)));
@@ -581,6 +622,7 @@ impl StateMachine {
         let reader = Reader::live(&db);
         let revision = reader.revision().map_err(snapshot_error)?;
         let compacted = reader.compacted().map_err(snapshot_error)?;
+        let auth = reader.auth().map_err(snapshot_error)?;
         drop(reader);
         // The new database is complete and synced: only now does it become current.
         write_durably(&current, new_name.as_bytes()).map_err(snapshot_error)?;
@@ -588,6 +630,7 @@ impl StateMachine {
         *self.shared.raft_state.lock().expect("poisoned") = (last_applied, membership);
         self.shared.latest.lock().expect("poisoned").clear();
         self.shared.compacted.store(compacted, Ordering::Release);
+        *self.shared.auth.write().expect("poisoned") = Arc::new(AuthView::new(auth));
         self.shared.applied.send_replace(Applied { index: last_applied.map_or(0, |l| l.index), revision });
         self.refresh_db_size();
         self.shared.hub.publish(HubMessage::Reset);

@@ -119,6 +119,9 @@ pub enum Command {
     LeaseRevoke { id: i64 },
     /// Raise (`raise: true`) or clear an alarm for the whole cluster.
     Alarm { alarm: Alarm, raise: bool },
+    /// A change to the auth store (users, roles, the enabled switch).
+    /// Passwords travel as bcrypt hashes only.
+    Auth(crate::auth::AuthCommand),
 }
 
 impl Command {
@@ -139,7 +142,8 @@ impl Command {
             Command::Compact { .. }
             | Command::PublishMember(_)
             | Command::LeaseRevoke { .. }
-            | Command::Alarm { .. } => false,
+            | Command::Alarm { .. }
+            | Command::Auth(_) => false,
         }
     }
 }
@@ -333,6 +337,10 @@ pub enum Output {
     Alarm {
         changed: Vec<Alarm>,
     },
+    /// The auth store's revision after the command.
+    Auth {
+        revision: u64,
+    },
 }
 
 /// A deterministic, replicated failure of one proposal: every member
@@ -354,6 +362,9 @@ pub enum ApplyError {
     /// A NOSPACE alarm is raised: writes that add data are refused.
     #[error("etcdserver: mvcc: database space exceeded")]
     NoSpace,
+    /// The auth store refused the change.
+    #[error(transparent)]
+    Auth(#[from] crate::auth::AuthError),
 }
 
 pub type ProposalResult = Result<Output, ApplyError>;

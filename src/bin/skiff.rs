@@ -127,6 +127,9 @@ struct ApiserverArgs {
     /// How long a write may take, across leader changes, before it fails.
     #[arg(long, default_value = "10s", value_parser = parse_duration)]
     request_timeout: Duration,
+    /// Seconds an etcd auth token lives unused (etcd's `--auth-token-ttl`).
+    #[arg(long, default_value_t = 300)]
+    auth_token_ttl: u64,
 }
 
 fn parse_initial_cluster(s: &str) -> Result<BTreeMap<u64, String>, String> {
@@ -171,6 +174,7 @@ impl ApiserverArgs {
         store.history_retention = self.history_retention;
         store.quota_backend_bytes = self.quota_backend_bytes;
         store.restore_from = self.restore_from;
+        store.auth_token_ttl = Duration::from_secs(self.auth_token_ttl);
         Ok(ApiserverConfig {
             store,
             peer_listen: self.peer_listen,

@@ -78,6 +78,8 @@ pub(crate) fn peer_addr(urls: &[String]) -> Result<String, StoreError> {
 #[tonic::async_trait]
 impl Cluster for ClusterService {
     async fn member_add(&self, request: Request<MemberAddRequest>) -> Result<Response<MemberAddResponse>, Status> {
+        // etcd lets only the root role change membership.
+        super::auth::caller(&self.store, request.metadata())?.admin()?;
         let request = request.into_inner();
         let addr = peer_addr(&request.peer_ur_ls)?;
         let learner = request.is_learner;
@@ -103,6 +105,7 @@ impl Cluster for ClusterService {
         &self,
         request: Request<MemberRemoveRequest>,
     ) -> Result<Response<MemberRemoveResponse>, Status> {
+        super::auth::caller(&self.store, request.metadata())?.admin()?;
         let id = request.into_inner().id;
         self.change(AdminRequest::Remove { id }).await?;
         let mut members = self.members();
@@ -116,6 +119,7 @@ impl Cluster for ClusterService {
         &self,
         request: Request<MemberUpdateRequest>,
     ) -> Result<Response<MemberUpdateResponse>, Status> {
+        super::auth::caller(&self.store, request.metadata())?.admin()?;
         let request = request.into_inner();
         let addr = peer_addr(&request.peer_ur_ls)?;
         self.change(AdminRequest::Update { id: request.id, peer_addr: addr.clone() }).await?;
@@ -137,6 +141,7 @@ impl Cluster for ClusterService {
         &self,
         request: Request<MemberPromoteRequest>,
     ) -> Result<Response<MemberPromoteResponse>, Status> {
+        super::auth::caller(&self.store, request.metadata())?.admin()?;
         let id = request.into_inner().id;
         self.change(AdminRequest::Promote { id }).await?;
         let mut members = self.members();

@@ -14,6 +14,7 @@ use skiff_proto::etcdserverpb::{
 };
 use tonic::{Request, Response, Status};
 
+use crate::etcd::auth;
 use crate::etcd::convert::{self, MAX_REQUEST_BYTES};
 use crate::etcd::header;
 use crate::etcd::status::unexpected;
@@ -55,7 +56,9 @@ impl KvService {
 #[tonic::async_trait]
 impl Kv for KvService {
     async fn range(&self, request: Request<RangeRequest>) -> Result<Response<RangeResponse>, Status> {
+        let caller = auth::caller(&self.store, request.metadata())?;
         let request = request.into_inner();
+        caller.read(&request.key, &request.range_end)?;
         let serializable = request.serializable;
         let range = convert::range_request(request)?;
         let (result, at) = self.store.range(range, serializable).await?;
@@ -65,6 +68,7 @@ impl Kv for KvService {
     }
 
     async fn put(&self, request: Request<PutRequest>) -> Result<Response<PutResponse>, Status> {
+        auth::caller(&self.store, request.metadata())?.put(request.get_ref())?;
         let command = convert::put_command(request.into_inner())?;
         let (result, revision) = self.write_txn(command).await?;
         let mut response = convert::put_response(result, revision).ok_or_else(|| unexpected("no put result"))?;
@@ -76,6 +80,7 @@ impl Kv for KvService {
         &self,
         request: Request<DeleteRangeRequest>,
     ) -> Result<Response<DeleteRangeResponse>, Status> {
+        auth::caller(&self.store, request.metadata())?.delete(request.get_ref())?;
         let command = convert::delete_command(request.into_inner())?;
         let (result, revision) = self.write_txn(command).await?;
         let mut response = convert::delete_response(result, revision).ok_or_else(|| unexpected("no delete result"))?;
@@ -84,6 +89,7 @@ impl Kv for KvService {
     }
 
     async fn txn(&self, request: Request<TxnRequest>) -> Result<Response<TxnResponse>, Status> {
+        auth::caller(&self.store, request.metadata())?.txn(request.get_ref())?;
         let command = convert::txn_command(request.into_inner())?;
         let (result, revision) = self.write_txn(command).await?;
         let mut response = convert::txn_response(result, revision);
@@ -94,6 +100,7 @@ impl Kv for KvService {
     /// `physical` is accepted and ignored: compaction is applied with the
     /// entry, and RocksDB reclaims the space in its own compactions.
     async fn compact(&self, request: Request<CompactionRequest>) -> Result<Response<CompactionResponse>, Status> {
+        auth::caller(&self.store, request.metadata())?.admin()?;
         let revision = request.into_inner().revision;
         match self.store.write(Command::Compact { revision }).await? {
             Output::Compacted { .. } => {

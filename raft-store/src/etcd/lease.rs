@@ -3,6 +3,8 @@
 //! Grant and revoke are replicated commands; keep-alive and time-to-live
 //! act on the leader's lease clocks (forwarded there by any member); the
 //! lease list and attached keys come from this member's applied state.
+//! While auth is enabled every call needs a valid token, and a revoke
+//! needs write permission on every attached key.
 
 use skiff_proto::etcdserverpb::lease_server::{Lease, LeaseServer};
 use skiff_proto::etcdserverpb::{
@@ -15,7 +17,7 @@ use tokio_stream::StreamExt;
 use tonic::{Request, Response, Status, Streaming};
 
 use crate::error::StoreError;
-use crate::etcd::header;
+use crate::etcd::{auth, header};
 use crate::store::Store;
 use crate::types::ApplyError;
 
@@ -35,6 +37,7 @@ type KeepAliveStream = super::ResponseStream<LeaseKeepAliveResponse>;
 #[tonic::async_trait]
 impl Lease for LeaseService {
     async fn lease_grant(&self, request: Request<LeaseGrantRequest>) -> Result<Response<LeaseGrantResponse>, Status> {
+        auth::caller(&self.store, request.metadata())?;
         let req = request.into_inner();
         let (id, ttl) = self.store.lease_grant(req.id, req.ttl).await?;
         Ok(Response::new(LeaseGrantResponse {
@@ -49,7 +52,16 @@ impl Lease for LeaseService {
         &self,
         request: Request<LeaseRevokeRequest>,
     ) -> Result<Response<LeaseRevokeResponse>, Status> {
-        let revision = self.store.lease_revoke(request.into_inner().id).await?;
+        let caller = auth::caller(&self.store, request.metadata())?;
+        let id = request.into_inner().id;
+        // etcd's rule: revoking deletes the attached keys, so the user must
+        // be allowed to write every one of them.
+        if caller.user().is_some() {
+            for key in self.store.lease_keys(id)? {
+                caller.write(&key, &[])?;
+            }
+        }
+        let revision = self.store.lease_revoke(id).await?;
         let mut h = header(self.store.header());
         h.revision = revision;
         Ok(Response::new(LeaseRevokeResponse { header: Some(h) }))
@@ -61,6 +73,7 @@ impl Lease for LeaseService {
         &self,
         request: Request<Streaming<LeaseKeepAliveRequest>>,
     ) -> Result<Response<KeepAliveStream>, Status> {
+        auth::caller(&self.store, request.metadata())?;
         let mut requests = request.into_inner();
         let (tx, rx) = mpsc::channel(16);
         let store = self.store.clone();
@@ -86,6 +99,7 @@ impl Lease for LeaseService {
         &self,
         request: Request<LeaseTimeToLiveRequest>,
     ) -> Result<Response<LeaseTimeToLiveResponse>, Status> {
+        auth::caller(&self.store, request.metadata())?;
         let req = request.into_inner();
         // etcd answers for an unknown (or expired) lease with TTL -1.
         let (granted_ttl, ttl) = match self.store.lease_time_to_live(req.id).await {
@@ -103,7 +117,11 @@ impl Lease for LeaseService {
         }))
     }
 
-    async fn lease_leases(&self, _: Request<LeaseLeasesRequest>) -> Result<Response<LeaseLeasesResponse>, Status> {
+    async fn lease_leases(
+        &self,
+        request: Request<LeaseLeasesRequest>,
+    ) -> Result<Response<LeaseLeasesResponse>, Status> {
+        auth::caller(&self.store, request.metadata())?;
         let leases = self.store.leases()?.into_iter().map(|(id, _)| LeaseStatus { id }).collect();
         Ok(Response::new(LeaseLeasesResponse { header: Some(header(self.store.header())), leases }))
     }

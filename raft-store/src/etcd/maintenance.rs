@@ -102,7 +102,9 @@ impl Maintenance for MaintenanceService {
     }
 
     /// Nothing to do: RocksDB reclaims space in its own compactions.
-    async fn defragment(&self, _: Request<DefragmentRequest>) -> Result<Response<DefragmentResponse>, Status> {
+    async fn defragment(&self, request: Request<DefragmentRequest>) -> Result<Response<DefragmentResponse>, Status> {
+        // etcd lets only the root role defragment, hash or back up.
+        super::auth::caller(&self.store, request.metadata())?.admin()?;
         let sm = self.store.state_machine().clone();
         tokio::task::spawn_blocking(move || sm.reclaim_space())
             .await
@@ -113,7 +115,9 @@ impl Maintenance for MaintenanceService {
 
     /// A hash of this member's whole keyspace (history, revision index,
     /// leases) at its current state.
-    async fn hash(&self, _: Request<HashRequest>) -> Result<Response<HashResponse>, Status> {
+    async fn hash(&self, request: Request<HashRequest>) -> Result<Response<HashResponse>, Status> {
+        // etcd lets only the root role defragment, hash or back up.
+        super::auth::caller(&self.store, request.metadata())?.admin()?;
         let (hash, at) = self.store.hash_all().await?;
         Ok(Response::new(HashResponse { header: Some(header(at)), hash }))
     }
@@ -122,6 +126,7 @@ impl Maintenance for MaintenanceService {
     /// (`etcdctl endpoint hashkv`): equal on every member at the same
     /// revision, as with etcd, which is how divergence is detected.
     async fn hash_kv(&self, request: Request<HashKvRequest>) -> Result<Response<HashKvResponse>, Status> {
+        super::auth::caller(&self.store, request.metadata())?.admin()?;
         let ((hash, compact_revision, hash_revision), at) = self.store.hash_kv(request.into_inner().revision).await?;
         Ok(Response::new(HashKvResponse { header: Some(header(at)), hash, compact_revision, hash_revision }))
     }
@@ -131,7 +136,9 @@ impl Maintenance for MaintenanceService {
     /// A backup of this member's state: a RocksDB checkpoint packed into
     /// one file, streamed in chunks (never held whole in memory). Restore it
     /// with `skiff apiserver --restore-from FILE`.
-    async fn snapshot(&self, _: Request<SnapshotRequest>) -> Result<Response<Self::SnapshotStream>, Status> {
+    async fn snapshot(&self, request: Request<SnapshotRequest>) -> Result<Response<Self::SnapshotStream>, Status> {
+        // etcd lets only the root role defragment, hash or back up.
+        super::auth::caller(&self.store, request.metadata())?.admin()?;
         use tokio::io::AsyncReadExt;
         let sm = self.store.state_machine().clone();
         let path = tokio::task::spawn_blocking(move || sm.export())

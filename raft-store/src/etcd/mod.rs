@@ -1,5 +1,5 @@
-//! The client-facing gRPC services: etcd's v3 API (KV, Watch, Cluster,
-//! Maintenance), so that `etcdctl` and etcd client libraries work against
+//! The client-facing gRPC services: etcd's v3 API (KV, Watch, Lease,
+//! Cluster, Maintenance, Auth), so that `etcdctl` and etcd client libraries work against
 //! Skiff unchanged, and Skiff's own `Control` service.
 //!
 //! A request flows through [`convert`] (validation with etcd's rules and
@@ -8,6 +8,7 @@
 //! through [`convert`] into a response carrying etcd's [`header`]. Every
 //! failure becomes a `tonic::Status` in exactly one place, [`status`].
 
+pub mod auth;
 pub mod cluster;
 pub mod control;
 pub mod convert;

@@ -6,6 +6,7 @@
 
 use tonic::Status;
 
+use crate::auth::AuthError;
 use crate::error::StoreError;
 use crate::etcd::convert::RequestError;
 use crate::types::ApplyError;
@@ -20,6 +21,31 @@ impl From<ApplyError> for Status {
             ApplyError::LeaseNotFound { .. } => Status::not_found(e.to_string()),
             ApplyError::LeaseExists { .. } => Status::failed_precondition(e.to_string()),
             ApplyError::NoSpace => Status::resource_exhausted(e.to_string()),
+            ApplyError::Auth(e) => e.into(),
+        }
+    }
+}
+
+impl From<AuthError> for Status {
+    fn from(e: AuthError) -> Self {
+        let message = e.to_string();
+        match e {
+            AuthError::UserEmpty
+            | AuthError::RoleEmpty
+            | AuthError::AuthFailed
+            | AuthError::PermissionNotGiven
+            | AuthError::InvalidAuthMgmt => Status::invalid_argument(message),
+            AuthError::PermissionDenied => Status::permission_denied(message),
+            AuthError::InvalidAuthToken => Status::unauthenticated(message),
+            AuthError::RootUserNotExist
+            | AuthError::RootRoleNotExist
+            | AuthError::UserAlreadyExist
+            | AuthError::UserNotFound
+            | AuthError::RoleAlreadyExist
+            | AuthError::RoleNotFound
+            | AuthError::RoleNotGranted
+            | AuthError::PermissionNotGranted
+            | AuthError::AuthNotEnabled => Status::failed_precondition(message),
         }
     }
 }
@@ -81,6 +107,31 @@ mod tests {
                 "etcdserver: duplicate key given in txn request",
             ),
             (StoreError::NotLeader { leader: Some(2) }, Code::Unavailable, "etcdserver: leader changed"),
+            (
+                StoreError::Apply(ApplyError::Auth(AuthError::RootRoleNotExist)),
+                Code::FailedPrecondition,
+                "etcdserver: root user does not have root role",
+            ),
+            (
+                StoreError::Apply(ApplyError::Auth(AuthError::PermissionDenied)),
+                Code::PermissionDenied,
+                "etcdserver: permission denied",
+            ),
+            (
+                StoreError::Apply(ApplyError::Auth(AuthError::InvalidAuthToken)),
+                Code::Unauthenticated,
+                "etcdserver: invalid auth token",
+            ),
+            (
+                StoreError::Apply(ApplyError::Auth(AuthError::AuthFailed)),
+                Code::InvalidArgument,
+                "etcdserver: authentication failed, invalid user ID or password",
+            ),
+            (
+                StoreError::Apply(ApplyError::Auth(AuthError::UserEmpty)),
+                Code::InvalidArgument,
+                "etcdserver: user name is empty",
+            ),
             (StoreError::NoLeader, Code::Unavailable, "etcdserver: no leader"),
             (StoreError::Timeout, Code::Unavailable, "etcdserver: request timed out"),
             (StoreError::MemberNotFound { id: 9 }, Code::NotFound, "etcdserver: member not found"),

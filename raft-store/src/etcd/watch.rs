@@ -52,6 +52,7 @@ impl Watch for WatchService {
     type WatchStream = WatchStream;
 
     async fn watch(&self, request: Request<Streaming<WatchRequest>>) -> Result<Response<WatchStream>, Status> {
+        let caller = super::auth::caller(&self.store, request.metadata())?;
         let mut requests = request.into_inner();
         let (tx, rx) = mpsc::channel(STREAM_BUFFER);
         let store = self.store.clone();
@@ -63,6 +64,22 @@ impl Watch for WatchService {
                 watchers.retain(|_, h| !h.is_finished());
                 let response = match req.request_union {
                     Some(RequestUnion::CreateRequest(create)) => {
+                        // etcd refuses a watch on keys the user may not read
+                        // with a created-and-canceled response, keeping the stream.
+                        if let Err(denied) = caller.renewed(&store).read(&create.key, &create.range_end) {
+                            let refused = WatchResponse {
+                                header: Some(super::header(store.header())),
+                                watch_id: -1,
+                                created: true,
+                                canceled: true,
+                                cancel_reason: denied.message().to_string(),
+                                ..Default::default()
+                            };
+                            if tx.send(Ok(refused)).await.is_err() {
+                                break;
+                            }
+                            continue;
+                        }
                         let id = if create.watch_id != 0 { create.watch_id } else { next_id };
                         let slot = match watchers.entry(id) {
                             Entry::Vacant(slot) => slot,

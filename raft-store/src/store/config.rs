@@ -57,6 +57,9 @@ pub struct StoreConfig {
     /// Which outgoing peer calls are let through: all, unless a test
     /// partitions members of one process (skiff-testing's cluster).
     pub peer_filter: PeerFilter,
+    /// How long an auth token issued by this member lives unused (etcd's
+    /// `--auth-token-ttl`).
+    pub auth_token_ttl: Duration,
 }
 
 /// Automatic compaction policy.
@@ -127,6 +130,8 @@ impl StoreConfig {
             quota_backend_bytes: 8 * 1024 * 1024 * 1024,
             restore_from: None,
             peer_filter: PeerFilter::default(),
+            // etcd's default `--auth-token-ttl`.
+            auth_token_ttl: Duration::from_secs(300),
         }
     }
 }

@@ -12,6 +12,7 @@
 //! - `write`: the batcher and the forwarder.
 //! - `read`: the read barrier, point-in-time reads, history and change feeds.
 //! - `admin`: membership changes on the leader.
+//! - `auth`: the replicated auth store and the auth tokens.
 //! - `leases`: lease grants, revokes and the leader's expiry loop.
 //! - `maintenance`: alarms, automatic compaction, snapshots, the election
 //!   watchdog.
@@ -20,6 +21,7 @@
 //! store shuts down, and [`Store::shutdown`] waits for it.
 
 mod admin;
+mod auth;
 mod bootstrap;
 pub mod config;
 pub mod identity;
@@ -135,6 +137,9 @@ struct Inner {
     /// Every task this member started; [`Store::shutdown`] stops them and
     /// waits for them.
     tasks: Shutdown,
+    /// The auth tokens this member accepts: made up here or by another
+    /// member, registered by the state machine as it applies them.
+    tokens: Arc<crate::auth::token::Tokens>,
 }
 
 /// Spawns one of the store's tasks on `tasks`: it ends at its next await
@@ -196,6 +201,8 @@ impl Store {
         // The leader's entries reach its own disk while they replicate; none
         // is applied (answered, published) before it is on disk here too.
         sm.gate_applies_on(log.durable());
+        let tokens = Arc::new(crate::auth::token::Tokens::new(config.auth_token_ttl));
+        sm.register_tokens_in(tokens.clone());
         let raft_config = openraft::Config {
             cluster_name: "skiff".into(),
             heartbeat_interval: config.heartbeat.as_millis() as u64,
@@ -228,6 +235,7 @@ impl Store {
         let lessor = Arc::new(Lessor::default());
         let store = Store {
             inner: Arc::new(Inner {
+                tokens,
                 config,
                 identity: std::sync::Mutex::new(identity),
                 raft,

@@ -397,3 +397,42 @@ fn revoking_a_lease_deletes_its_keys_with_their_previous_values_and_forgets_them
     apply(Command::LeaseGrant { id: 9, ttl_seconds: 60 }).0.unwrap();
     assert!(Reader::live(&db).lease_keys(9).unwrap().is_empty());
 }
+
+/// The auth store is replicated state of its own: changes make no revision,
+/// never show in a range over the whole keyspace, and a refused change
+/// writes nothing.
+#[test]
+fn auth_changes_make_no_revision_and_stay_out_of_the_keyspace() {
+    use crate::auth::{AuthCommand, AuthError};
+    let dir = tempfile::tempdir().unwrap();
+    let db = open_db(dir.path()).unwrap();
+    let cache = LatestCache::new(0);
+    let apply = |cmds: &[Command]| {
+        let mut a = Applier::new(&db, &cache).unwrap();
+        let results: Vec<_> = cmds.iter().map(|c| a.apply(RequestId::fresh(), c, 1).unwrap()).collect();
+        let changed = a.take_auth();
+        let (wb, _, _) = a.finish();
+        db.write(wb).unwrap();
+        (results, changed)
+    };
+    let put = Command::Txn(Txn {
+        success: vec![Op::Put(PutRequest { key: b"k".to_vec(), value: b"v".to_vec(), ..Default::default() })],
+        ..Default::default()
+    });
+    let add = |name: &str| Command::Auth(AuthCommand::UserAdd { name: name.into(), password_hash: Some("h".into()) });
+
+    let (results, changed) = apply(&[put, add("alice"), add("bob")]);
+    assert_eq!(results[1..], [Ok(Output::Auth { revision: 1 }), Ok(Output::Auth { revision: 2 })]);
+    assert_eq!(changed.map(|s| s.users.len()), Some(2), "one batch sees its own earlier changes");
+    let reader = Reader::live(&db);
+    assert_eq!(reader.revision().unwrap(), 1, "only the put made a revision");
+    let everything = RangeRequest { key: vec![0], range_end: vec![0], ..Default::default() };
+    let all = reader.range(&everything).unwrap();
+    assert_eq!(all.kvs.iter().map(|kv| kv.key.clone()).collect::<Vec<_>>(), [b"k".to_vec()]);
+    assert_eq!(reader.auth().unwrap().revision, 2);
+    drop(reader);
+
+    let (results, _) = apply(&[add("alice")]);
+    assert_eq!(results, [Err(ApplyError::Auth(AuthError::UserAlreadyExist))]);
+    assert_eq!(Reader::live(&db).auth().unwrap().revision, 2, "a refused change writes nothing");
+}
