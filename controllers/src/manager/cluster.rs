@@ -22,8 +22,8 @@ use super::{drive, export_queue_depth, Context};
 use crate::action::Reconciled;
 use crate::execute::ExecuteError;
 use crate::garbage_collector::{Graph, Node as GraphNode};
-use crate::node_lifecycle::{self, NodeLifecycle};
 use crate::node_ipam::CidrAllocator;
+use crate::node_lifecycle::{self, NodeLifecycle};
 use crate::{namespace, podgc, serviceaccount};
 
 /// How often a terminating namespace with content left is looked at again.
@@ -222,7 +222,8 @@ const POD_GC_PERIOD: Duration = Duration::from_secs(20);
 pub(super) fn pod_gc(ctx: &Arc<Context>, shutdown: &Shutdown) {
     let pods = ctx.informers.informer::<Pod>().store();
     let nodes = ctx.informers.informer::<Node>().store();
-    let mut gc = podgc::PodGc::new(podgc::Config { terminated_pod_gc_threshold: ctx.config.terminated_pod_gc_threshold });
+    let mut gc =
+        podgc::PodGc::new(podgc::Config { terminated_pod_gc_threshold: ctx.config.terminated_pod_gc_threshold });
     let (ctx, stop) = (ctx.clone(), shutdown.clone());
     shutdown.spawn(async move {
         tokio::select! {

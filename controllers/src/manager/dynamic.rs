@@ -12,8 +12,8 @@ use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, ReplicaSet};
 use k8s_openapi::api::batch::v1::{CronJob, Job};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{
-    ConfigMap, Endpoints, Event, LimitRange, Namespace, Node, Pod, ReplicationController, ResourceQuota, Secret, Service,
-    ServiceAccount,
+    ConfigMap, Endpoints, Event, LimitRange, Namespace, Node, Pod, ReplicationController, ResourceQuota, Secret,
+    Service, ServiceAccount,
 };
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use serde_json::Value;
@@ -55,7 +55,9 @@ fn any<K: Resource>(kind: Kind, informer: Informer<K>) -> AnyInformer {
     let (a, b, c) = (informer.store(), informer.store(), informer.store());
     AnyInformer {
         kind,
-        in_namespace: Box::new(move |ns| a.by_index(Index::Namespace, ns).iter().map(|o| to_json(o.as_ref())).collect()),
+        in_namespace: Box::new(move |ns| {
+            a.by_index(Index::Namespace, ns).iter().map(|o| to_json(o.as_ref())).collect()
+        }),
         all: Box::new(move || b.list().iter().map(|o| to_json(o.as_ref())).collect()),
         ready: Box::new(move || {
             let store = c.clone();

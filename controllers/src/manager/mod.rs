@@ -26,7 +26,6 @@ use skiff_client::runtime::informer::Informers;
 use skiff_client::runtime::leader::{LeaderElectionConfig, LeaderElector};
 use skiff_client::{Client, ClientConfig, ClientError};
 use skiff_shutdown::Shutdown;
-use tokio_util::sync::CancellationToken;
 
 use crate::action::{Action, Reconciled};
 use crate::config::ControllerManagerConfig;
@@ -90,17 +89,13 @@ pub async fn run(config: ControllerManagerConfig, shutdown: Shutdown) -> Result<
         metrics().leader.set(0);
     });
     elector
-        .run(shutdown.clone(), move |leading: CancellationToken| {
-            let (client, config, work) = (client.clone(), config.clone(), shutdown.child());
+        .run(shutdown.clone(), move |leading: Shutdown| {
+            let (client, config) = (client.clone(), config.clone());
             async move {
                 tracing::info!("leading: starting the controllers");
-                let stop = work.clone();
-                tokio::spawn(async move {
-                    leading.cancelled().await;
-                    stop.cancel();
-                });
-                run_controllers(client, config, work.clone()).await;
-                work.stop().await;
+                // Losing the lease cancels `leading`; the elector then waits
+                // for every task started on it before competing again.
+                run_controllers(client, config, leading).await;
                 tracing::info!("controllers stopped");
             }
         })
