@@ -11,11 +11,15 @@
 //!   its metrics.
 //! - `dynamic`: every kind's shared informer seen as JSON.
 //! - `workloads`: ReplicaSets, ReplicationControllers, Deployments.
+//! - `batch`: Jobs, CronJobs, DaemonSets.
+//! - `network`: Endpoints, EndpointSlices; ResourceQuota usage.
 //! - `cluster`: namespaces, garbage collection, service accounts, pod GC,
 //!   node IPAM, node lifecycle.
 
+mod batch;
 mod cluster;
 mod dynamic;
+mod network;
 mod workloads;
 
 use std::sync::Arc;
@@ -129,6 +133,12 @@ fn start(name: &'static str, ctx: &Arc<Context>, shutdown: &Shutdown) -> bool {
         "podgc" => cluster::pod_gc(ctx, shutdown),
         "nodeipam" => cluster::node_ipam(ctx, shutdown),
         "nodelifecycle" => cluster::node_lifecycle(ctx, shutdown),
+        "job" => batch::jobs(ctx, shutdown),
+        "cronjob" => batch::cron_jobs(ctx, shutdown),
+        "daemonset" => batch::daemon_sets(ctx, shutdown),
+        "endpoint" => network::endpoints(ctx, shutdown),
+        "endpointslice" => network::endpoint_slices(ctx, shutdown),
+        "resourcequota" => network::resource_quotas(ctx, shutdown),
         _ => return false,
     }
     true

@@ -24,7 +24,7 @@ use crate::{deployment, ownership, replicaset, replication};
 
 /// Routes pod changes to the controller of kind `O` that owns (or could
 /// adopt) each pod, lowering that controller's expectations on the way.
-struct PodRouter<O> {
+pub(super) struct PodRouter<O> {
     kind: &'static str,
     expectations: Arc<Expectations>,
     pods: Store<Pod>,
@@ -37,7 +37,18 @@ struct PodRouter<O> {
 }
 
 impl<O: Resource> PodRouter<O> {
-    fn keys(&self, pod: &Pod) -> Vec<ObjectKey> {
+    /// A router to controllers of `O`; `selects` says which could adopt an
+    /// orphan (`never` for controllers that adopt nothing).
+    pub(super) fn new(
+        expectations: Arc<Expectations>,
+        pods: Store<Pod>,
+        owners: Store<O>,
+        selects: fn(&O, &BTreeMap<String, String>) -> bool,
+    ) -> PodRouter<O> {
+        PodRouter { kind: O::KIND, expectations, pods, owners, selects, alive: Mutex::new(HashSet::new()) }
+    }
+
+    pub(super) fn keys(&self, pod: &Pod) -> Vec<ObjectKey> {
         let meta = &pod.metadata;
         let uid = meta.uid.clone().unwrap_or_default();
         // The feeder hears of a change after the cache has it: a pod not
@@ -58,6 +69,9 @@ impl<O: Resource> PodRouter<O> {
             alive.remove(&uid);
             return Vec::new();
         }
+        if ownership::controller_of(meta).is_some() {
+            return Vec::new();
+        }
         // An orphan: every owner that could adopt it takes a look.
         let empty = BTreeMap::new();
         let labels = meta.labels.as_ref().unwrap_or(&empty);
@@ -71,7 +85,7 @@ impl<O: Resource> PodRouter<O> {
     }
 }
 
-fn selector_picks(selector: Option<serde_json::Value>, labels: &BTreeMap<String, String>) -> bool {
+pub(super) fn selector_picks(selector: Option<serde_json::Value>, labels: &BTreeMap<String, String>) -> bool {
     selector
         .filter(|s| s.as_object().is_some_and(|m| !m.is_empty()))
         .and_then(|s| LabelSelector::from_api(&s).ok())
@@ -107,14 +121,7 @@ fn replicated<O: Resource>(
     let owners = ctx.informers.informer::<O>();
     let pods = ctx.informers.informer::<Pod>();
     let expectations = Arc::new(Expectations::new());
-    let router = PodRouter {
-        kind: O::KIND,
-        expectations: expectations.clone(),
-        pods: pods.store(),
-        owners: owners.store(),
-        selects,
-        alive: Mutex::new(HashSet::new()),
-    };
+    let router = PodRouter::new(expectations.clone(), pods.store(), owners.store(), selects);
     let controller = Controller::new(&owners).watches(&pods, move |pod| router.keys(pod));
     export_queue_depth(name, controller.metrics(), shutdown);
     let shared = Arc::new(Replicas { ctx: ctx.clone(), pods: pods.store(), expectations, _owner: Default::default() });
@@ -212,4 +219,25 @@ pub(super) fn deployments(ctx: &Arc<Context>, shutdown: &Shutdown) {
     let workers = ctx.config.concurrent_syncs;
     let stop = shutdown.clone();
     shutdown.spawn(controller.run(reconcile, shared, workers, stop));
+}
+
+/// For controllers that adopt no orphans.
+pub(super) fn never<O>(_: &O, _: &BTreeMap<String, String>) -> bool {
+    false
+}
+
+/// Records what a plan asks to create and delete, before it is carried out.
+pub(super) fn expect(
+    expectations: &Expectations,
+    key: &str,
+    creations: usize,
+    deletions: Vec<String>,
+    now: chrono::DateTime<Utc>,
+) {
+    // A plan either grows or shrinks; a record holds one of the two.
+    if !deletions.is_empty() {
+        expectations.expect_deletions(key, deletions, now);
+    } else if creations > 0 {
+        expectations.expect_creations(key, creations, now);
+    }
 }

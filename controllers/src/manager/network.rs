@@ -1,0 +1,147 @@
+//! Wiring of the Endpoints and EndpointSlice controllers, and of the
+//! ResourceQuota controller (which also counts what is in a namespace).
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::{Endpoints, Pod, ResourceQuota, Service};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use skiff_api::resources;
+use skiff_client::runtime::controller::{Controller, ReconcileAction, Request};
+use skiff_client::runtime::reflector::{Index, ObjectKey, Store};
+use skiff_shutdown::Shutdown;
+
+use super::dynamic::{every_kind, AnyInformer};
+use super::{drive, export_queue_depth, Context};
+use crate::action::Reconciled;
+use crate::execute::ExecuteError;
+use crate::{endpoints, endpointslice, resourcequota};
+
+/// Routes a pod's change to the Services of its namespace that select it
+/// now or selected it before (its last labels are remembered), so a pod
+/// whose labels change leaves the old Service's endpoints too.
+struct ServiceRouter {
+    services: Store<Service>,
+    /// Pod (namespace, name) → the Services that selected it last time.
+    last: Mutex<BTreeMap<(String, String), Vec<String>>>,
+}
+
+impl ServiceRouter {
+    fn keys(&self, pod: &Pod) -> Vec<ObjectKey> {
+        let namespace = pod.metadata.namespace.clone().unwrap_or_default();
+        let name = pod.metadata.name.clone().unwrap_or_default();
+        let empty = BTreeMap::new();
+        let labels = pod.metadata.labels.as_ref().unwrap_or(&empty);
+        let now: Vec<String> = self
+            .services
+            .by_index(Index::Namespace, &namespace)
+            .iter()
+            .filter(|s| {
+                let selector = s.spec.as_ref().and_then(|s| s.selector.as_ref()).filter(|m| !m.is_empty());
+                selector.is_some_and(|m| m.iter().all(|(k, v)| labels.get(k) == Some(v)))
+            })
+            .filter_map(|s| s.metadata.name.clone())
+            .collect();
+        let mut last = self.last.lock().unwrap_or_else(|e| e.into_inner());
+        let before = last.insert((namespace.clone(), name), now.clone()).unwrap_or_default();
+        let mut all: Vec<String> = now.into_iter().chain(before).collect();
+        all.sort();
+        all.dedup();
+        all.into_iter().map(|s| ObjectKey::new(namespace.clone(), s)).collect()
+    }
+}
+
+fn namespace_pods(pods: &Store<Pod>, namespace: &str) -> Vec<Pod> {
+    pods.by_index(Index::Namespace, namespace).iter().map(|p| (**p).clone()).collect()
+}
+
+pub(super) fn endpoints(ctx: &Arc<Context>, shutdown: &Shutdown) {
+    let services = ctx.informers.informer::<Service>();
+    let pods = ctx.informers.informer::<Pod>();
+    let current = ctx.informers.informer::<Endpoints>();
+    let router = ServiceRouter { services: services.store(), last: Mutex::new(BTreeMap::new()) };
+    // Someone else's write to an Endpoints object is put right again.
+    let controller = Controller::new(&services)
+        .watches(&pods, move |pod| router.keys(pod))
+        .watches(&current, |e: &Endpoints| vec![ObjectKey::of(e)]);
+    export_queue_depth("endpoint", controller.metrics(), shutdown);
+    let shared = Arc::new((ctx.clone(), pods.store(), current.store()));
+    type Shared = (Arc<Context>, Store<Pod>, Store<Endpoints>);
+    let reconcile = |request: Request<Service>, shared: Arc<Shared>| async move {
+        let started = Instant::now();
+        let pods = namespace_pods(&shared.1, &request.key.namespace);
+        let current = shared.2.get(&request.key);
+        let actions = endpoints::reconcile(request.object.as_deref(), &pods, current.as_deref());
+        drive(&shared.0, "endpoint", started, Reconciled { actions, requeue_after: None }, |_, _| {}).await
+    };
+    let workers = ctx.config.concurrent_syncs;
+    let stop = shutdown.clone();
+    shutdown.spawn(controller.run(reconcile, shared, workers, stop));
+}
+
+pub(super) fn endpoint_slices(ctx: &Arc<Context>, shutdown: &Shutdown) {
+    let services = ctx.informers.informer::<Service>();
+    let pods = ctx.informers.informer::<Pod>();
+    let slices = ctx.informers.informer::<EndpointSlice>();
+    let router = ServiceRouter { services: services.store(), last: Mutex::new(BTreeMap::new()) };
+    let controller =
+        Controller::new(&services).watches(&pods, move |pod| router.keys(pod)).watches(&slices, |s: &EndpointSlice| {
+            let labels = s.metadata.labels.as_ref();
+            let service = labels.and_then(|l| l.get(endpointslice::SERVICE_NAME_LABEL));
+            let namespace = s.metadata.namespace.clone().unwrap_or_default();
+            service.map(|name| ObjectKey::new(namespace, name.clone())).into_iter().collect()
+        });
+    export_queue_depth("endpointslice", controller.metrics(), shutdown);
+    let shared = Arc::new((ctx.clone(), pods.store(), slices.store()));
+    type Shared = (Arc<Context>, Store<Pod>, Store<EndpointSlice>);
+    let reconcile = |request: Request<Service>, shared: Arc<Shared>| async move {
+        let started = Instant::now();
+        let pods = namespace_pods(&shared.1, &request.key.namespace);
+        let slices: Vec<EndpointSlice> =
+            shared.2.by_index(Index::Namespace, &request.key.namespace).iter().map(|s| (**s).clone()).collect();
+        let actions = endpointslice::reconcile(request.object.as_deref(), &pods, &slices);
+        drive(&shared.0, "endpointslice", started, Reconciled { actions, requeue_after: None }, |_, _| {}).await
+    };
+    let workers = ctx.config.concurrent_syncs;
+    let stop = shutdown.clone();
+    shutdown.spawn(controller.run(reconcile, shared, workers, stop));
+}
+
+/// How often a quota is recounted even without a pod event (objects of
+/// other kinds come and go without one).
+const QUOTA_RESYNC: Duration = Duration::from_secs(5);
+
+pub(super) fn resource_quotas(ctx: &Arc<Context>, shutdown: &Shutdown) {
+    let quotas = ctx.informers.informer::<ResourceQuota>();
+    let pods = ctx.informers.informer::<Pod>();
+    let quota_store = quotas.store();
+    let controller = Controller::new(&quotas).watches(&pods, move |pod: &Pod| {
+        let namespace = pod.metadata.namespace.as_deref().unwrap_or_default();
+        quota_store.by_index(Index::Namespace, namespace).iter().map(|q| ObjectKey::of(q.as_ref())).collect()
+    });
+    export_queue_depth("resourcequota", controller.metrics(), shutdown);
+    let shared = Arc::new((ctx.clone(), pods.store(), every_kind(ctx)));
+    type Shared = (Arc<Context>, Store<Pod>, Vec<Arc<AnyInformer>>);
+    let reconcile = |request: Request<ResourceQuota>, shared: Arc<Shared>| async move {
+        let Some(quota) = request.object else { return Ok::<_, ExecuteError>(ReconcileAction::AwaitChange) };
+        let started = Instant::now();
+        let namespace = request.key.namespace.as_str();
+        let mut counts = resourcequota::ObjectCounts::new();
+        for wanted in resourcequota::counted_resources(&quota) {
+            let (plural, group) = wanted.split_once('.').unwrap_or((wanted.as_str(), ""));
+            let Some(info) = resources::by_plural(Some(group), plural) else { continue };
+            if let Some(informer) = shared.2.iter().find(|i| i.kind == info.kind_id) {
+                (informer.ready)().await;
+                let n = (informer.in_namespace)(namespace).len();
+                counts.insert(wanted.clone(), i64::try_from(n).unwrap_or(i64::MAX));
+            }
+        }
+        let pods = namespace_pods(&shared.1, namespace);
+        let actions = resourcequota::reconcile(&quota, &pods, &counts).into_iter().collect();
+        drive(&shared.0, "resourcequota", started, Reconciled { actions, requeue_after: Some(QUOTA_RESYNC) }, |_, _| {})
+            .await
+    };
+    let stop = shutdown.clone();
+    shutdown.spawn(controller.run(reconcile, shared, 2, stop));
+}
