@@ -188,11 +188,13 @@ async fn a_deployment_rolls_out_scales_undoes_and_cascades_through_a_controller_
     census.lock().unwrap().most = 0;
     s.kubectl(&["set", "image", "deployment/web", "-n", ns, "web=nginx:1.27"]);
     let active = s.managers.iter().position(|m| m.identity == holder).unwrap();
-    tokio::time::sleep(Duration::from_millis(300)).await;
     s.managers[active].kill();
+    s.must_eventually("the other manager takes the lease over", Duration::from_secs(30), || {
+        let now = s.active_manager();
+        (!now.is_empty() && now != holder).then_some(())
+    })
+    .await;
     s.kubectl(&["rollout", "status", "deployment/web", "-n", ns, "--timeout=90s"]);
-    let successor = s.active_manager();
-    assert_ne!(successor, holder, "the other manager took the lease over");
     {
         let c = census.lock().unwrap();
         assert!(c.most <= 6 + 1, "never more than replicas + maxSurge pods: saw {}", c.most);
@@ -219,7 +221,19 @@ async fn a_deployment_rolls_out_scales_undoes_and_cascades_through_a_controller_
         "jsonpath={.items[*].metadata.annotations.deployment\\.kubernetes\\.io/revision}",
     ]);
     let revisions: BTreeSet<&str> = rs.split_whitespace().collect();
-    assert_eq!(revisions, BTreeSet::from(["2", "3"]), "the old ReplicaSet came back as revision 3");
+    let detail = format!(
+        "{}\n--- deployment template ---\n{}",
+        s.kubectl(&[
+            "get",
+            "rs",
+            "-n",
+            ns,
+            "-o",
+            "jsonpath={range .items[*]}{.metadata.name} {.spec.template}{\"\\n\"}{end}"
+        ]),
+        s.kubectl(&["get", "deploy", "web", "-n", ns, "-o", "jsonpath={.spec.template}"])
+    );
+    assert_eq!(revisions, BTreeSet::from(["2", "3"]), "the old ReplicaSet came back as revision 3:\n{detail}");
     s.kubectl(&["rollout", "pause", "deployment/web", "-n", ns]);
     s.kubectl(&["set", "image", "deployment/web", "-n", ns, "web=nginx:1.28"]);
     tokio::time::sleep(Duration::from_secs(2)).await;
@@ -362,7 +376,7 @@ async fn daemonsets_follow_nodes_and_endpoints_follow_readiness() {
     s.apply(svc);
     for (name, ready) in [("web-a", "yes"), ("web-b", "yes"), ("web-c", "no")] {
         s.apply(&format!(
-            "apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}, labels: {{app: web, ready: {ready}}}}}\nspec:\n  \
+            "apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}, labels: {{app: web, ready: \"{ready}\"}}}}\nspec:\n  \
              containers: [{{name: web, image: nginx, ports: [{{name: http, containerPort: 8080}}]}}]\n"
         ));
     }
@@ -405,19 +419,24 @@ async fn a_node_whose_lease_stops_goes_not_ready_is_tainted_and_loses_its_pods()
         &["--node-monitor-grace-period", "3s", "--default-not-ready-toleration-seconds", "2"],
     )
     .await;
+    // Two nodes: with every node of a zone down, the controller suspects
+    // itself and taints nothing (as Kubernetes does).
     s.apply(&node("n1"));
-    s.kubectl(&["create", "namespace", "kube-node-lease"]);
+    s.apply(&node("n2"));
+    // `kube-node-lease` is one of the namespaces every cluster starts with.
     let client = s.client();
     let leases = resources::of(Kind::Lease);
-    let lease = json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
-        "metadata": {"name": "n1", "namespace": "kube-node-lease"},
-        "spec": {"holderIdentity": "n1", "leaseDurationSeconds": 40}});
-    client.create(leases, "kube-node-lease", &lease).await.unwrap();
-    let renewing = {
+    for n in ["n1", "n2"] {
+        let lease = json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+            "metadata": {"name": n, "namespace": "kube-node-lease"},
+            "spec": {"holderIdentity": n, "leaseDurationSeconds": 40}});
+        client.create(leases, "kube-node-lease", &lease).await.unwrap();
+    }
+    let renew = |node: &'static str| {
         let client = client.clone();
         tokio::spawn(async move {
             loop {
-                if let Ok(mut l) = client.get(leases, "kube-node-lease", "n1").await {
+                if let Ok(mut l) = client.get(leases, "kube-node-lease", node).await {
                     l["spec"]["renewTime"] =
                         json!(chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Micros, true));
                     let _ = client.update(leases, &l).await;
@@ -426,6 +445,17 @@ async fn a_node_whose_lease_stops_goes_not_ready_is_tainted_and_loses_its_pods()
             }
         })
     };
+    // Both kubelets posted Ready once.
+    let nodes = resources::of(Kind::Node);
+    for n in ["n1", "n2"] {
+        let mut node = client.get(nodes, "", n).await.unwrap();
+        let now = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+        node["status"] = json!({"conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
+            "lastHeartbeatTime": now, "lastTransitionTime": now}]});
+        client.update_status(nodes, &node).await.unwrap();
+    }
+    let renewing = renew("n1");
+    let _healthy = renew("n2");
     s.apply(
         "apiVersion: v1\nkind: Pod\nmetadata: {name: bound}\nspec:\n  nodeName: n1\n  containers: [{name: a, image: \
          busybox}]\n",

@@ -58,11 +58,32 @@ fn without_hash(template: Option<&PodTemplateSpec>) -> Value {
                 meta.remove("labels");
             }
         }
-        if meta.is_empty() {
-            v.as_object_mut().map(|m| m.remove("metadata"));
-        }
     }
+    drop_empty(&mut v);
     v
+}
+
+/// Removes empty objects and lists, recursively: `resources: {}` (which
+/// `kubectl rollout undo` sends back) means what an absent field means,
+/// as Kubernetes' semantic equality of the typed templates has it.
+fn drop_empty(v: &mut Value) {
+    match v {
+        Value::Object(map) => {
+            map.values_mut().for_each(drop_empty);
+            map.retain(|_, v| !is_empty(v));
+        }
+        Value::Array(items) => items.iter_mut().for_each(drop_empty),
+        _ => {}
+    }
+}
+
+fn is_empty(v: &Value) -> bool {
+    match v {
+        Value::Object(m) => m.is_empty(),
+        Value::Array(a) => a.is_empty(),
+        Value::Null => true,
+        _ => false,
+    }
 }
 
 /// Whether two templates are the same but for the hash label (Kubernetes'
@@ -94,6 +115,15 @@ mod tests {
         assert!(h.bytes().all(|b| SAFE.contains(&b)), "{h}");
         assert_ne!(h, pod_template_hash(&template("web", "nginx:2"), None));
         assert_ne!(h, pod_template_hash(&t, Some(1)));
+    }
+
+    #[test]
+    fn an_empty_field_equals_an_absent_one_as_after_a_rollout_undo() {
+        let t = template("web", "nginx:1");
+        let mut undone = serde_json::to_value(&t).unwrap();
+        undone["spec"]["containers"][0]["resources"] = serde_json::json!({});
+        let undone: PodTemplateSpec = serde_json::from_value(undone).unwrap();
+        assert!(equal_ignoring_hash(Some(&t), Some(&undone)));
     }
 
     #[test]
