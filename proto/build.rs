@@ -7,6 +7,8 @@ use std::path::PathBuf;
 const PROTOS: &[&str] = &[
     "etcd/mvccpb/kv.proto",
     "etcd/etcdserverpb/rpc.proto",
+    "etcd/v3lockpb/v3lock.proto",
+    "etcd/v3electionpb/v3election.proto",
     "skiff/peer.proto",
     "skiff/control.proto",
     "skiff/resource.proto",
