@@ -106,12 +106,7 @@ impl Session {
     /// found none left.
     pub async fn wait_deletes(&self, prefix: &[u8], max_create_revision: i64) -> Result<ResponseHeader, Status> {
         loop {
-            let ahead = self
-                .range(RangeRequest {
-                    max_create_revision,
-                    ..last_created(prefix)
-                })
-                .await?;
+            let ahead = self.range(RangeRequest { max_create_revision, ..last_created(prefix) }).await?;
             let Some(kv) = ahead.kvs.first() else {
                 return ahead.header.ok_or_else(|| Status::internal("range response without a header"));
             };
@@ -125,10 +120,8 @@ impl Session {
         let mut changes = self.store.subscribe(key, &[], Some(from));
         loop {
             let revisions = changes.next().await.map_err(changes_status)?;
-            let deleted = revisions
-                .iter()
-                .flat_map(|r| r.events.iter())
-                .any(|e| e.kind == EventKind::Delete && e.kv.key == key);
+            let deleted =
+                revisions.iter().flat_map(|r| r.events.iter()).any(|e| e.kind == EventKind::Delete && e.kv.key == key);
             if deleted {
                 return Ok(());
             }
@@ -176,10 +169,12 @@ impl Drop for Withdraw {
         if !self.armed {
             return;
         }
+        // Outside a runtime (the process is ending) the lease cleans up.
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else { return };
         let session = self.session.clone();
         let key = std::mem::take(&mut self.key);
         let revision = self.revision;
-        tokio::spawn(async move {
+        runtime.spawn(async move {
             if let Err(e) = session.delete_if_created_at(&key, revision).await {
                 tracing::warn!(key = %String::from_utf8_lossy(&key), error = %e, "withdrawing an abandoned contender");
             }
@@ -256,7 +251,10 @@ mod tests {
     #[test]
     fn queue_reads_sort_by_create_revision_and_take_one() {
         let first = first_created(b"e/");
-        assert_eq!((first.limit, first.sort_target, first.sort_order), (1, SortTarget::Create as i32, SortOrder::Ascend as i32));
+        assert_eq!(
+            (first.limit, first.sort_target, first.sort_order),
+            (1, SortTarget::Create as i32, SortOrder::Ascend as i32)
+        );
         let last = last_created(b"e/");
         assert_eq!((last.range_end.as_slice(), last.sort_order), (&b"e0"[..], SortOrder::Descend as i32));
     }
