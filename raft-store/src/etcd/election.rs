@@ -61,7 +61,7 @@ impl Election for ElectionService {
         let prefix = prefix_of(&req.name);
         let key = session.key(&prefix);
         let enqueued = session.enqueue(&prefix, &req.value).await?;
-        let header = enqueued.header.clone();
+        let header = enqueued.header;
         let mut revision = header.as_ref().map_or(0, |h| h.revision);
         if !enqueued.succeeded {
             // Campaigning again under the same lease: keep the key and its

@@ -38,7 +38,7 @@ impl Lock for LockService {
         prefix.push(b'/');
         let key = session.key(&prefix);
         let enqueued = session.enqueue(&prefix, b"").await?;
-        let txn_header = enqueued.header.clone();
+        let txn_header = enqueued.header;
         let mut responses = enqueued.responses.into_iter().map(|r| r.response);
         let mine = responses.next().flatten();
         let owner = match responses.next().flatten() {

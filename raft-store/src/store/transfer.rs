@@ -7,7 +7,8 @@
 //! 1. it holds new writes and linearizable reads (each would reach the
 //!    followers and renew their leases), and membership changes;
 //! 2. it waits until the target has every entry of its log (so the target's
-//!    log is at least as new as any voter's and it can win);
+//!    log is at least as new as any voter's and it can win); a target far
+//!    behind is first caught up with requests flowing;
 //! 3. it stops its heartbeats and waits out the followers' leases;
 //! 4. it asks the target to campaign, before any other follower's own
 //!    election timeout (lease + at least `election_timeout_min`) fires;
@@ -25,6 +26,10 @@ use crate::error::StoreError;
 use crate::network::PeerMethod;
 use crate::store::AdminRequest;
 use crate::types::NodeId;
+
+/// How far behind the leader's log the target may be before requests are
+/// held for the rest (entries replicate within a round trip).
+const NEARLY_CAUGHT_UP: u64 = 64;
 
 /// Why a leadership transfer failed; messages are etcd's.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -90,9 +95,13 @@ impl Store {
         }
         let addr = self.leader_addr(target).ok_or(TransferError::BadTransferee { target })?;
         let _serial = self.inner.admin.lock().await;
+        // Catch the target up under load first, so that requests are held
+        // only for the last few entries.
+        self.wait_replicated(target, NEARLY_CAUGHT_UP, deadline).await?;
         let quiet = Quiet { store: self };
         self.inner.hold.send_replace(true);
-        self.wait_replicated(target, deadline).await?;
+        let held_at_most = Instant::now() + self.inner.config.election_timeout_max * 2;
+        self.wait_replicated(target, 0, deadline.min(held_at_most)).await?;
         self.inner.raft.runtime_config().heartbeat(false);
         // Every follower's lease runs from its last message, sent before
         // now; the target campaigns a little after the longest lease ends,
@@ -127,8 +136,9 @@ impl Store {
         Ok(AdminResponse::Done)
     }
 
-    /// Waits until `target` has every entry of this member's log.
-    async fn wait_replicated(&self, target: NodeId, deadline: Instant) -> Result<(), TransferError> {
+    /// Waits until `target` lacks at most `behind` entries of this
+    /// member's log.
+    async fn wait_replicated(&self, target: NodeId, behind: u64, deadline: Instant) -> Result<(), TransferError> {
         let mut metrics = self.inner.raft.metrics();
         let left = deadline.saturating_duration_since(Instant::now());
         let caught_up = async {
@@ -137,7 +147,7 @@ impl Store {
                     let last = m.last_log_index;
                     let matched =
                         m.replication.as_ref().and_then(|r| r.get(&target).cloned().flatten()).map(|l| l.index);
-                    last.is_some() && matched == last
+                    matches!((last, matched), (Some(last), Some(matched)) if matched + behind >= last)
                 })
                 .await
                 .map(|_| ())
