@@ -9,6 +9,8 @@ const PROTOS: &[&str] = &[
     "etcd/etcdserverpb/rpc.proto",
     "etcd/authpb/auth.proto",
     "etcd/etcdserverpb/auth_rpc.proto",
+    "etcd/v3lockpb/v3lock.proto",
+    "etcd/v3electionpb/v3election.proto",
     "skiff/peer.proto",
     "skiff/control.proto",
     "skiff/resource.proto",

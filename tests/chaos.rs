@@ -32,8 +32,8 @@ use skiff_proto::etcdserverpb::kv_client::KvClient;
 use skiff_proto::etcdserverpb::maintenance_client::MaintenanceClient;
 use skiff_proto::etcdserverpb::watch_client::WatchClient;
 use skiff_proto::etcdserverpb::{
-    compare, request_op, watch_request, Compare, HashKvRequest, PutRequest, RangeRequest, RequestOp, TxnRequest,
-    WatchCreateRequest, WatchRequest,
+    compare, request_op, watch_request, Compare, HashKvRequest, MoveLeaderRequest, PutRequest, RangeRequest, RequestOp,
+    TxnRequest, WatchCreateRequest, WatchRequest,
 };
 use support::netns::Network;
 use support::*;
@@ -390,6 +390,15 @@ async fn add_then_remove(cluster: &mut Cluster, net: &mut Network, id: u64, via:
     cluster.members.remove(&id);
 }
 
+/// etcd's MoveLeader from `leader` to `target`, with etcdctl's deadline.
+async fn move_leader(cluster: &Cluster, leader: u64, target: u64) -> Result<(), tonic::Status> {
+    let channel =
+        channel(&cluster.members[&leader].client).await.map_err(|e| tonic::Status::unavailable(e.to_string()))?;
+    let mut request = tonic::Request::new(MoveLeaderRequest { target_id: target });
+    request.set_timeout(Duration::from_secs(5));
+    MaintenanceClient::new(channel).move_leader(request).await.map(|_| ())
+}
+
 #[derive(Clone, Copy, Debug)]
 enum Nemesis {
     KillLeader,
@@ -399,6 +408,8 @@ enum Nemesis {
     SplitMinority,
     RollingRestart,
     AddRemoveMember,
+    /// etcd's MoveLeader to another member, under the workload.
+    MoveLeader,
 }
 
 /// The fault schedule: every kind early (so even a short run has at least
@@ -415,6 +426,7 @@ fn schedule(rng: &mut StdRng, n: usize, long: bool) -> Vec<Nemesis> {
         KillLeader,
         AddRemoveMember,
         KillRandom,
+        MoveLeader,
         KillLeader,
     ];
     let pool: &[Nemesis] = if long {
@@ -427,9 +439,10 @@ fn schedule(rng: &mut StdRng, n: usize, long: bool) -> Vec<Nemesis> {
             KillLeader,
             RollingRestart,
             AddRemoveMember,
+            MoveLeader,
         ]
     } else {
-        &[KillLeader, KillRandom, PauseLeader, IsolateLeader, SplitMinority]
+        &[KillLeader, KillRandom, PauseLeader, IsolateLeader, SplitMinority, MoveLeader]
     };
     while out.len() < n {
         out.push(pool[rng.gen_range(0..pool.len())]);
@@ -545,6 +558,15 @@ async fn chaos_loses_nothing_and_stays_linearizable() {
                 add_then_remove(&mut cluster, &mut net, id, leader).await;
                 ("add-remove-member", vec![id], vec![])
             }
+            Nemesis::MoveLeader => {
+                let others: Vec<u64> = ids.iter().copied().filter(|i| *i != leader).collect();
+                let target = others[rng.gen_range(0..others.len())];
+                let moved = move_leader(&cluster, leader, target).await;
+                println!("move-leader {leader} -> {target}: {moved:?}");
+                // A transfer that timed out may leave the old leader.
+                let excluded = if moved.is_ok() { vec![leader] } else { vec![] };
+                ("move-leader", vec![target], excluded)
+            }
         };
         fault_counter.fetch_add(1, Ordering::Relaxed);
         let new_leader = must_find_leader(&cluster, &excluded).await;
@@ -557,13 +579,16 @@ async fn chaos_loses_nothing_and_stays_linearizable() {
             Nemesis::KillLeader | Nemesis::KillRandom => cluster.start(target[0]),
             Nemesis::PauseLeader => cluster.signal(target[0], "CONT"),
             Nemesis::IsolateLeader | Nemesis::SplitMinority => net.heal().unwrap(),
-            Nemesis::RollingRestart | Nemesis::AddRemoveMember => {}
+            Nemesis::RollingRestart | Nemesis::AddRemoveMember | Nemesis::MoveLeader => {}
         }
         let healed_ns = now_ns();
         println!(
             "fault {kind} on {target:?}: leader {new_leader} after {without_leader:?}, first write after {failover:?}"
         );
-        let leader_lost = !matches!(nemesis, Nemesis::RollingRestart | Nemesis::KillRandom | Nemesis::AddRemoveMember);
+        let leader_lost = !matches!(
+            nemesis,
+            Nemesis::RollingRestart | Nemesis::KillRandom | Nemesis::AddRemoveMember | Nemesis::MoveLeader
+        );
         faults.push(Fault {
             kind: kind.to_string(),
             target: target.iter().map(|t| format!("master-{t}")).collect::<Vec<_>>().join(","),

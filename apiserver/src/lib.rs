@@ -38,8 +38,10 @@ pub mod watch;
 
 use std::net::SocketAddr;
 
-use skiff_raft_store::etcd::{auth::AuthService, cluster::ClusterService, control::ControlService};
-use skiff_raft_store::etcd::{kv::KvService, lease::LeaseService};
+use skiff_raft_store::etcd::{
+    auth::AuthService, cluster::ClusterService, control::ControlService, election::ElectionService, kv::KvService,
+    lease::LeaseService, lock::LockService,
+};
 use skiff_raft_store::etcd::{maintenance::MaintenanceService, watch::WatchService};
 use skiff_raft_store::peer::PeerService;
 use skiff_raft_store::Store;
@@ -198,6 +200,8 @@ pub async fn start_under(
     let routes = tonic::service::Routes::new(KvService::server(store.clone()))
         .add_service(WatchService::server(store.clone(), config.watch_progress_interval))
         .add_service(LeaseService::server(store.clone()))
+        .add_service(LockService::server(store.clone()))
+        .add_service(ElectionService::server(store.clone()))
         .add_service(ClusterService::server(store.clone()))
         .add_service(MaintenanceService::server(store.clone()))
         .add_service(AuthService::server(store.clone()))

@@ -14,6 +14,8 @@
 //!   serves: the `KV`, `Watch`, `Lease`, `Cluster`, `Maintenance` and `Auth`
 //!   services (no `Downgrade`) with all of their request/response messages,
 //!   wire-compatible with etcd's `api/etcdserverpb/rpc.proto`.
+//! - [`v3lockpb`], [`v3electionpb`]: etcd's Lock and Election services,
+//!   wire-compatible with etcd's `v3lock.proto` and `v3election.proto`.
 //! - [`peer`]: Skiff's internal `skiff.peer.Peer` service used between
 //!   apiserver replicas for Raft RPCs and request forwarding. Each RPC carries
 //!   an opaque [`peer::Payload`] whose bytes are bincode-encoded openraft /
@@ -40,6 +42,19 @@ pub mod authpb {
 #[allow(missing_docs, clippy::all, clippy::pedantic, rustdoc::all)]
 pub mod etcdserverpb {
     tonic::include_proto!("etcdserverpb");
+}
+
+/// etcd `v3lockpb` package: the Lock service (locks held with a lease).
+#[allow(missing_docs, clippy::all, clippy::pedantic, rustdoc::all)]
+pub mod v3lockpb {
+    tonic::include_proto!("v3lockpb");
+}
+
+/// etcd `v3electionpb` package: the Election service (leadership held with
+/// a lease).
+#[allow(missing_docs, clippy::all, clippy::pedantic, rustdoc::all)]
+pub mod v3electionpb {
+    tonic::include_proto!("v3electionpb");
 }
 
 /// Skiff `skiff.peer` package: inter-replica Raft and forwarding service.

@@ -35,8 +35,9 @@ impl ClusterService {
         ClusterServer::new(ClusterService { store })
     }
 
+    /// etcd 3.4's Cluster header: cluster, member and term, no revision.
     fn header(&self) -> Option<ResponseHeader> {
-        Some(header(self.store.header()))
+        Some(ResponseHeader { revision: 0, ..header(self.store.header()) })
     }
 
     fn members(&self) -> Vec<Member> {

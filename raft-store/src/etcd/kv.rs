@@ -39,6 +39,12 @@ impl KvService {
         KvServer::new(KvService { store }).max_decoding_message_size(MAX_DECODING_BYTES)
     }
 
+    /// The KV service as called from inside the server (the Lock and
+    /// Election recipes).
+    pub(crate) fn new(store: Store) -> KvService {
+        KvService { store }
+    }
+
     /// Replicates a txn command; returns its result and the revision after it.
     async fn write_txn(&self, command: Command) -> Result<(TxnResult, i64), Status> {
         match self.store.write(command).await? {

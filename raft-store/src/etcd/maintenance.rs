@@ -1,6 +1,11 @@
 //! etcd's Maintenance service: what `etcdctl endpoint status`, `hashkv`,
-//! `alarm`, `defrag` and `snapshot save` need. Leader transfer is not
-//! offered (openraft 0.9 has no leadership transfer) and says so.
+//! `alarm`, `defrag`, `snapshot save` and `move-leader` need.
+//!
+//! Replies follow etcd 3.4's for the same request: `Status`, `Hash` and
+//! `HashKV` carry a response header; `Alarm`, `Defragment`, `MoveLeader`
+//! and the `Snapshot` chunks carry none.
+
+use std::time::Instant;
 
 use futures::stream::BoxStream;
 use skiff_proto::etcdserverpb::alarm_request::AlarmAction;
@@ -12,8 +17,9 @@ use skiff_proto::etcdserverpb::{
 };
 use tonic::{Request, Response, Status};
 
+use crate::error::StoreError;
 use crate::etcd::header;
-use crate::store::Store;
+use crate::store::{grpc_timeout, Store};
 use crate::types::{Alarm, AlarmKind};
 
 /// The etcd version Skiff reports, the API level it serves.
@@ -74,7 +80,7 @@ impl Maintenance for MaintenanceService {
             Err(_) => return Err(Status::invalid_argument(format!("unknown alarm action {}", req.action))),
         };
         let alarms = alarms.iter().map(alarm_member).collect();
-        Ok(Response::new(AlarmResponse { header: self.header(), alarms }))
+        Ok(Response::new(AlarmResponse { header: None, alarms }))
     }
 
     async fn status(&self, _: Request<StatusRequest>) -> Result<Response<StatusResponse>, Status> {
@@ -88,12 +94,19 @@ impl Maintenance for MaintenanceService {
             raft_index: status.last_log_index,
             raft_term: status.term,
             raft_applied_index: status.applied_index,
-            // As etcd: every raised alarm, in the text form `alarm list` prints.
-            errors: self
-                .store
-                .alarms()?
-                .iter()
-                .map(|a| format!("memberID:{} alarm:{}", a.member, alarm_type(a.kind).as_str_name()))
+            // As etcd: "no leader" without one, then every raised alarm in
+            // the text form `alarm list` prints.
+            errors: status
+                .leader
+                .is_none()
+                .then(|| StoreError::NoLeader.to_string())
+                .into_iter()
+                .chain(
+                    self.store
+                        .alarms()?
+                        .iter()
+                        .map(|a| format!("memberID:{} alarm:{}", a.member, alarm_type(a.kind).as_str_name())),
+                )
                 .collect(),
             db_size_in_use: db_size,
             is_learner: status.is_learner,
@@ -110,7 +123,7 @@ impl Maintenance for MaintenanceService {
             .await
             .map_err(|e| Status::internal(e.to_string()))?
             .map_err(|e| Status::internal(format!("defragment: {e}")))?;
-        Ok(Response::new(DefragmentResponse { header: self.header() }))
+        Ok(Response::new(DefragmentResponse { header: None }))
     }
 
     /// A hash of this member's whole keyspace (history, revision index,
@@ -147,7 +160,8 @@ impl Maintenance for MaintenanceService {
             .map_err(|e| Status::internal(format!("snapshot: {e}")))?;
         let mut file = tokio::fs::File::open(&path).await.map_err(|e| Status::internal(e.to_string()))?;
         let total = file.metadata().await.map_err(|e| Status::internal(e.to_string()))?.len();
-        let header = self.header();
+        // etcd 3.4 sends its chunks without a header.
+        let header = None;
         let (tx, rx) = tokio::sync::mpsc::channel(4);
         // Like etcd, the stream ends with the SHA-256 of everything before
         // it (etcdctl checks that it is there); restore verifies it.
@@ -188,11 +202,21 @@ impl Maintenance for MaintenanceService {
         Ok(Response::new(Box::pin(tokio_stream::wrappers::ReceiverStream::new(rx))))
     }
 
-    async fn move_leader(&self, _: Request<MoveLeaderRequest>) -> Result<Response<MoveLeaderResponse>, Status> {
-        Err(Status::unimplemented(
-            "MoveLeader is not supported: Skiff's Raft (openraft 0.9) has no leadership transfer; \
-             stopping the leader's process hands leadership over within an election timeout",
-        ))
+    /// Hands leadership to the target member, answering once it leads
+    /// (see `Store::move_leader`). Only the leader takes the request, as
+    /// with etcd; the deadline is the client's, within the store's request
+    /// timeout.
+    async fn move_leader(&self, request: Request<MoveLeaderRequest>) -> Result<Response<MoveLeaderResponse>, Status> {
+        let timeout = self.store.config().request_timeout;
+        let timeout = request
+            .metadata()
+            .get("grpc-timeout")
+            .and_then(|v| v.to_str().ok())
+            .and_then(grpc_timeout)
+            .map_or(timeout, |t| t.min(timeout));
+        let target = request.into_inner().target_id;
+        self.store.move_leader(target, Instant::now() + timeout).await?;
+        Ok(Response::new(MoveLeaderResponse { header: None }))
     }
 }
 

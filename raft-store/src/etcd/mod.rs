@@ -1,5 +1,6 @@
 //! The client-facing gRPC services: etcd's v3 API (KV, Watch, Lease,
-//! Cluster, Maintenance, Auth), so that `etcdctl` and etcd client libraries work against
+//! Cluster, Maintenance, Auth, and Lock and Election, which run etcd's
+//! concurrency recipes on KV inside the server, see [`session`]), so that `etcdctl` and etcd client libraries work against
 //! Skiff unchanged, and Skiff's own `Control` service.
 //!
 //! A request flows through [`convert`] (validation with etcd's rules and
@@ -12,9 +13,12 @@ pub mod auth;
 pub mod cluster;
 pub mod control;
 pub mod convert;
+pub mod election;
 pub mod kv;
 pub mod lease;
+pub mod lock;
 pub mod maintenance;
+pub mod session;
 pub mod status;
 pub mod watch;
 

@@ -9,6 +9,7 @@ use tonic::Status;
 use crate::auth::AuthError;
 use crate::error::StoreError;
 use crate::etcd::convert::RequestError;
+use crate::store::TransferError;
 use crate::types::ApplyError;
 
 const LEADER_CHANGED: &str = "etcdserver: leader changed";
@@ -65,6 +66,18 @@ impl From<StoreError> for Status {
             StoreError::Unavailable(m) => Status::unavailable(m),
             StoreError::Engine(_) | StoreError::Task(_) => Status::internal(e.to_string()),
             StoreError::Internal(m) => Status::internal(m),
+        }
+    }
+}
+
+impl From<TransferError> for Status {
+    fn from(e: TransferError) -> Self {
+        match e {
+            TransferError::NotLeader | TransferError::BadTransferee { .. } => {
+                Status::failed_precondition(e.to_string())
+            }
+            TransferError::TimedOut { .. } => Status::unavailable(e.to_string()),
+            TransferError::Store(e) => e.into(),
         }
     }
 }
@@ -139,6 +152,23 @@ mod tests {
                 StoreError::MemberExists { id: 0, reason: "etcdserver: Peer URLs already exists".into() },
                 Code::FailedPrecondition,
                 "etcdserver: Peer URLs already exists",
+            ),
+        ];
+        for (error, code, message) in cases {
+            let status = Status::from(error);
+            assert_eq!((status.code(), status.message()), (code, message));
+        }
+    }
+
+    #[test]
+    fn transfer_errors_keep_etcd_codes_and_messages() {
+        let cases = [
+            (TransferError::NotLeader, Code::FailedPrecondition, "etcdserver: not leader"),
+            (TransferError::BadTransferee { target: 9 }, Code::FailedPrecondition, "etcdserver: bad leader transferee"),
+            (
+                TransferError::TimedOut { target: 2 },
+                Code::Unavailable,
+                "etcdserver: request timed out, leader transfer took too long",
             ),
         ];
         for (error, code, message) in cases {

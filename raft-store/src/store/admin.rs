@@ -49,6 +49,9 @@ pub enum AdminRequest {
     LeaseTimeToLive {
         id: i64,
     },
+    /// The leader hands leadership to the member it sends this to: start
+    /// an election now (see `transfer`).
+    Campaign,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -145,6 +148,9 @@ impl Store {
         if let AdminRequest::LeaseKeepAlive { id } | AdminRequest::LeaseTimeToLive { id } = req {
             return self.lease_clock(id, matches!(req, AdminRequest::LeaseKeepAlive { .. }));
         }
+        if let AdminRequest::Campaign = req {
+            return self.campaign().await;
+        }
         if let AdminRequest::Probe = req {
             let membership = self.inner.sm.membership();
             return Ok(AdminResponse::Probe {
@@ -163,7 +169,10 @@ impl Store {
         let nodes: BTreeMap<NodeId, Node> = membership.membership().nodes().map(|(id, n)| (*id, n.clone())).collect();
         let voters: BTreeSet<NodeId> = membership.membership().voter_ids().collect();
         match req {
-            AdminRequest::Probe | AdminRequest::LeaseKeepAlive { .. } | AdminRequest::LeaseTimeToLive { .. } => {
+            AdminRequest::Probe
+            | AdminRequest::Campaign
+            | AdminRequest::LeaseKeepAlive { .. }
+            | AdminRequest::LeaseTimeToLive { .. } => {
                 unreachable!("handled above")
             }
             AdminRequest::Join { info, timeout_ms } => {

@@ -13,6 +13,7 @@
 //! - `read`: the read barrier, point-in-time reads, history and change feeds.
 //! - `admin`: membership changes on the leader.
 //! - `auth`: the replicated auth store and the auth tokens.
+//! - `transfer`: handing leadership to another member (etcd's MoveLeader).
 //! - `leases`: lease grants, revokes and the leader's expiry loop.
 //! - `maintenance`: alarms, automatic compaction, snapshots, the election
 //!   watchdog.
@@ -28,6 +29,7 @@ pub mod identity;
 mod leases;
 mod maintenance;
 mod read;
+mod transfer;
 mod write;
 
 use std::future::Future;
@@ -42,6 +44,7 @@ use tokio::sync::{mpsc, Mutex};
 pub use admin::{AdminRequest, AdminResponse, MemberView};
 pub use config::{Retention, StoreConfig};
 pub use identity::{cluster_id_of, DataDirIdentity};
+pub use transfer::{grpc_timeout, TransferError};
 
 use crate::lessor::Lessor;
 use crate::log_store::LogStore;
@@ -52,6 +55,7 @@ use identity::{load_identity, IDENTITY_FILE};
 use leases::run_lease_expiry;
 use maintenance::{run_alarm_clearer, run_compactor, run_election_watchdog, run_snapshot_trigger};
 use read::{run_read_barrier, ReadWaiter};
+use transfer::Hold;
 use write::{run_batcher, run_forwarder, PendingForward, PendingWrite};
 
 /// Why a member could not start. Each is one line for the operator; the
@@ -125,8 +129,11 @@ struct Inner {
     /// may remove it again, leaving nothing that would later pass for a
     /// member's state).
     created_data_dir: bool,
-    /// openraft allows one membership change at a time.
+    /// openraft allows one membership change at a time (and none during a
+    /// leadership transfer).
     admin: Mutex<()>,
+    /// Set while a leadership transfer holds this leader's writes and reads.
+    hold: tokio::sync::watch::Sender<bool>,
     /// Lease expiry clocks, kept while this member leads.
     lessor: Arc<Lessor>,
     /// Set once the member begins to stop: long-lived client streams
@@ -229,8 +236,15 @@ impl Store {
         let (writes, write_rx) = mpsc::channel(16 * 1024);
         let (reads, read_rx) = mpsc::channel(16 * 1024);
         let (forwards, forward_rx) = mpsc::channel(16 * 1024);
-        spawn_task(&tasks, run_batcher(raft.clone(), write_rx, config.max_batch, config.max_in_flight, tasks.clone()));
-        spawn_task(&tasks, run_read_barrier(raft.clone(), peers.clone(), config.id, config.request_timeout, read_rx));
+        let (hold, held) = Hold::new();
+        spawn_task(
+            &tasks,
+            run_batcher(raft.clone(), write_rx, config.max_batch, config.max_in_flight, held.clone(), tasks.clone()),
+        );
+        spawn_task(
+            &tasks,
+            run_read_barrier(raft.clone(), peers.clone(), config.id, config.request_timeout, held, read_rx),
+        );
         spawn_task(&tasks, run_election_watchdog(raft.clone(), config.election_timeout_max));
         let lessor = Arc::new(Lessor::default());
         let store = Store {
@@ -247,6 +261,7 @@ impl Store {
                 reads,
                 created_data_dir: created,
                 admin: Mutex::new(()),
+                hold,
                 lessor,
                 stopping: tokio::sync::watch::Sender::new(false),
                 raising_nospace: std::sync::atomic::AtomicBool::new(false),

@@ -129,9 +129,20 @@ pub(super) async fn run_read_barrier(
     peers: PeerClients,
     id: NodeId,
     timeout: Duration,
+    hold: super::transfer::Hold,
     rx: mpsc::Receiver<ReadWaiter>,
 ) {
-    serve_reads(rx, || read_index_once(&raft, &peers, id, timeout)).await
+    serve_reads(rx, || {
+        // A leadership transfer in progress: the quorum round would renew
+        // the followers' leases.
+        let mut hold = hold.clone();
+        let (raft, peers) = (&raft, &peers);
+        async move {
+            hold.released().await;
+            read_index_once(raft, peers, id, timeout).await
+        }
+    })
+    .await
 }
 
 /// The read barrier's loop: waits for a read, takes every read waiting

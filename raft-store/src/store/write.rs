@@ -207,6 +207,7 @@ pub(super) async fn run_batcher(
     mut rx: mpsc::Receiver<PendingWrite>,
     max_batch: usize,
     max_in_flight: usize,
+    mut hold: super::transfer::Hold,
     tasks: Shutdown,
 ) {
     let slots = Arc::new(Semaphore::new(max_in_flight.max(1)));
@@ -221,6 +222,9 @@ pub(super) async fn run_batcher(
                 None => return,
             },
         };
+        // A leadership transfer in progress: the entry would renew the
+        // followers' leases and keep the target from being elected.
+        hold.released().await;
         let limits = Limits { items: max_batch, bytes: MAX_BATCH_BYTES };
         let (pending, next) = gather(first, &mut rx, limits, |w| proposal_size(&w.proposal), |_, _| true);
         carry = next;
