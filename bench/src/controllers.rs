@@ -396,12 +396,13 @@ async fn job(client: &Client, config: &ControllersConfig) -> Result<(Option<f64>
     .await?
     .flatten();
     let job = timed(client.get(info(Kind::Job), NAMESPACE, "batch")).await?;
-    let detail = format!(
-        "status.succeeded {}, active {}, after {:.1}s",
-        job["status"]["succeeded"].as_i64().unwrap_or(0),
-        job["status"]["active"].as_i64().unwrap_or(0),
-        started.elapsed().as_secs_f64()
-    );
+    let (succeeded, active) =
+        (job["status"]["succeeded"].as_i64().unwrap_or(0), job["status"]["active"].as_i64().unwrap_or(0));
+    let mut detail =
+        format!("status.succeeded {succeeded}, active {active}, after {:.1}s", started.elapsed().as_secs_f64());
+    if done.is_none() && succeeded == 0 && active == 0 {
+        detail.push_str("; no pod of the Job was ever created: no Job controller ran");
+    }
     Ok((done, detail))
 }
 
@@ -470,6 +471,11 @@ async fn failover(
     let renewed = lease["spec"]["renewTime"].as_str().unwrap_or("?").to_string();
     managers[victim].kill()?;
     let killed = Instant::now();
+    let since_renew = humantime::parse_rfc3339_weak(&renewed)
+        .ok()
+        .and_then(|at| std::time::SystemTime::now().duration_since(at).ok())
+        .map(|d| format!("{:.2}s", d.as_secs_f64()))
+        .unwrap_or_else(|| "?".into());
     let base = stand_in.created(NAMESPACE);
     let replicas = 10;
     create_deployment(client, "after-failover", replicas, "busybox:1").await?;
@@ -490,7 +496,7 @@ async fn failover(
     report.lease_moved = moved?;
     report.new_leader_acts = acted?;
     report.failover_detail =
-        format!("killed {holder}, whose last renewTime was {renewed}; lease duration {:?}", config.lease_duration);
+        format!("killed {holder} {since_renew} after its last renewTime; lease duration {:?}", config.lease_duration);
     Ok(())
 }
 
