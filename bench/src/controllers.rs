@@ -29,7 +29,7 @@ use std::fmt::Write as _;
 use std::fs::OpenOptions;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -533,6 +533,7 @@ async fn http_get(addr: &str, path: &str) -> Result<String> {
 /// Ready (or Succeeded), and finishes deletions at once.
 struct StandIn {
     created: Arc<Mutex<std::collections::HashMap<String, usize>>>,
+    stopping: Arc<AtomicBool>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -549,12 +550,14 @@ impl StandIn {
         let counts = created.clone();
         let list = timed(client.list(info(Kind::Pod), "", &ListParams::default())).await?;
         let from = list.resource_version;
+        let stopping = Arc::new(AtomicBool::new(false));
+        let stop = stopping.clone();
         let task = tokio::spawn(async move {
-            if let Err(e) = stand_in(client, counts, from).await {
+            if let Err(e) = stand_in(client, counts, from, stop).await {
                 eprintln!("skiff-bench: the stand-in kubelet stopped: {e:#}");
             }
         });
-        Ok(StandIn { created, task })
+        Ok(StandIn { created, stopping, task })
     }
 
     /// Pods created in `namespace` since the stand-in started.
@@ -563,6 +566,7 @@ impl StandIn {
     }
 
     fn stop(&self) {
+        self.stopping.store(true, Ordering::Relaxed);
         self.task.abort();
     }
 }
@@ -571,6 +575,7 @@ async fn stand_in(
     client: Client,
     created: Arc<Mutex<std::collections::HashMap<String, usize>>>,
     mut from: String,
+    stopping: Arc<AtomicBool>,
 ) -> Result<()> {
     let seen = Arc::new(Mutex::new(Seen::default()));
     let inflight = Arc::new(Semaphore::new(STAND_IN_INFLIGHT));
@@ -624,6 +629,7 @@ async fn stand_in(
             let Some(action) = action else { continue };
             let permit = inflight.clone().acquire_owned().await?;
             let client = client.clone();
+            let stopping = stopping.clone();
             let node = node_name(next_node.fetch_add(1, Ordering::Relaxed) % NODES);
             tokio::spawn(async move {
                 let _permit = permit;
@@ -644,8 +650,11 @@ async fn stand_in(
                     }
                     Action::Start { job } => start_pod(&client, &namespace, &name, &node, job).await,
                 };
+                // After the run the cluster goes first: failures then are noise.
                 if let Err(e) = result {
-                    eprintln!("skiff-bench: stand-in on pod {namespace}/{name}: {e:#}");
+                    if !stopping.load(Ordering::Relaxed) {
+                        eprintln!("skiff-bench: stand-in on pod {namespace}/{name}: {e:#}");
+                    }
                 }
             });
         }
