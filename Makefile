@@ -8,7 +8,7 @@ BIN := $(CARGO_TARGET_DIR)/release
 CARGO ?= cargo
 SHELL := /bin/bash
 
-.PHONY: deps build up test chaos lint fmt clean-up bench bench-deps bench-objects
+.PHONY: deps build up test chaos lint fmt clean-up bench bench-deps bench-objects bench-controllers
 
 # libclang-dev: bindgen for RocksDB's bindings; etcd-client: etcdctl for the
 # compatibility tests; iproute2: network namespaces for the chaos suite
@@ -99,3 +99,15 @@ bench-objects: deps bench-deps
 	$(CARGO) build --release --manifest-path bench/Cargo.toml
 	$(BIN)/skiff-bench objects --skiff $(BIN)/skiff \
 		--readme bench/README.md --command-line "make bench-objects $(BENCH_OBJECTS_ARGS)" $(BENCH_OBJECTS_ARGS)
+
+# The controller manager on a fresh 3-member Skiff, with the harness standing
+# in for the scheduler and kubelets: a 1,000-replica Deployment, its rolling
+# update, a Job of 10,000 completions, deleting a namespace of 10,000 objects,
+# controller-manager failover (issue 21). Writes its own section of
+# bench/README.md. BENCH_CONTROLLERS_ARGS passes flags to `skiff-bench controllers`
+# (e.g. --replicas 100 --completions 500 --objects 1000 for a quick run).
+bench-controllers: deps bench-deps
+	$(CARGO) build --release --workspace --bins
+	$(CARGO) build --release --manifest-path bench/Cargo.toml
+	$(BIN)/skiff-bench controllers --skiff $(BIN)/skiff \
+		--readme bench/README.md --command-line "make bench-controllers $(BENCH_CONTROLLERS_ARGS)" $(BENCH_CONTROLLERS_ARGS)

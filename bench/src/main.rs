@@ -8,6 +8,7 @@
 //! - `watch`: watch delivery latency under a paced writer.
 //! - `failover`: leader SIGKILL to first successful write.
 //! - `objects`: Skiff's resource API: pod creates, LISTs, memory, pod watch fan-out.
+//! - `controllers`: the controller manager: Deployment, rollout, Job, namespace deletion, failover.
 //! - `suite`: every scenario against both systems (`make bench`).
 //! - `report`: the comparison table and bench/README.md.
 
@@ -15,6 +16,7 @@
 
 mod client;
 mod cluster;
+mod controllers;
 mod cpu;
 mod failover;
 mod latency;
@@ -82,6 +84,8 @@ enum Command {
     Suite(Box<SuiteArgs>),
     /// Skiff's resource API on a fresh 3-member cluster: pod creates, LISTs, memory, watch fan-out.
     Objects(Box<ObjectsArgs>),
+    /// The controller manager on a fresh 3-member cluster: Deployment, rollout, Job, namespace deletion, failover.
+    Controllers(Box<ControllersArgs>),
 }
 
 #[derive(Args)]
@@ -313,6 +317,46 @@ struct ObjectsArgs {
     command_line: Option<String>,
 }
 
+#[derive(Args)]
+struct ControllersArgs {
+    /// The `skiff` executable.
+    #[arg(long)]
+    skiff: PathBuf,
+    /// Parent directory for data and logs (default: the system temp dir).
+    #[arg(long)]
+    dir: Option<PathBuf>,
+    /// Keep the cluster's data directories and logs after a successful run.
+    #[arg(long)]
+    keep: bool,
+    /// Replicas of the Deployment created and then rolled.
+    #[arg(long, default_value_t = 1000)]
+    replicas: usize,
+    /// Completions of the Job.
+    #[arg(long, default_value_t = 10_000)]
+    completions: usize,
+    /// Parallelism of the Job.
+    #[arg(long, default_value_t = 500)]
+    parallelism: usize,
+    /// ConfigMaps in the namespace that is deleted.
+    #[arg(long, default_value_t = 10_000)]
+    objects: usize,
+    /// The controller managers' --leader-elect-lease-duration.
+    #[arg(long, default_value = "15s", value_parser = humantime::parse_duration)]
+    lease_duration: Duration,
+    /// A step not finished within this long is reported as not finished.
+    #[arg(long, default_value = "120s", value_parser = humantime::parse_duration)]
+    step_timeout: Duration,
+    /// An extra flag for both controller managers (repeatable).
+    #[arg(long = "manager-arg", allow_hyphen_values = true)]
+    manager_args: Vec<String>,
+    /// Write the controllers results section of this README (bench/README.md).
+    #[arg(long)]
+    readme: Option<PathBuf>,
+    /// How the run is described in the README (default: this command line).
+    #[arg(long)]
+    command_line: Option<String>,
+}
+
 async fn run(cli: Cli) -> Result<()> {
     match cli.command {
         Command::Put { load, key_space } => {
@@ -401,6 +445,7 @@ async fn run(cli: Cli) -> Result<()> {
             }
         }
         Command::Objects(args) => run_objects(&args).await?,
+        Command::Controllers(args) => run_controllers(&args).await?,
     }
     Ok(())
 }
@@ -447,6 +492,55 @@ async fn run_objects(args: &ObjectsArgs) -> Result<()> {
     if let Some(readme) = &args.readme {
         let section = result.markdown(&date, &command, &machine);
         report::write_section(readme, objects::BEGIN, objects::END, "Latest results: Skiff's resource API", &section)?;
+        eprintln!("results written to {}", readme.display());
+    }
+    Ok(())
+}
+
+async fn run_controllers(args: &ControllersArgs) -> Result<()> {
+    let mut machine = report::machine_facts();
+    machine.push(("Skiff".into(), format!("{} (commit {})", version(&args.skiff), commit())));
+    let command = args
+        .command_line
+        .as_deref()
+        .map(|c| c.trim().to_string())
+        .unwrap_or_else(|| std::env::args().collect::<Vec<_>>().join(" "));
+    let date = humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string();
+    let parent = args.dir.clone().unwrap_or_else(std::env::temp_dir);
+    std::fs::create_dir_all(&parent).with_context(|| format!("creating {}", parent.display()))?;
+    let dir = tempfile::Builder::new()
+        .prefix("skiff-bench-controllers-")
+        .tempdir_in(&parent)
+        .with_context(|| format!("creating a directory under {}", parent.display()))?;
+    let config = controllers::ControllersConfig {
+        skiff: args.skiff.clone(),
+        dir: dir.path().to_path_buf(),
+        replicas: args.replicas,
+        completions: args.completions,
+        parallelism: args.parallelism,
+        objects: args.objects,
+        lease_duration: args.lease_duration,
+        step_timeout: args.step_timeout,
+        manager_args: args.manager_args.clone(),
+    };
+    let result = match controllers::run(&config).await {
+        Ok(result) => result,
+        Err(e) => return Err(e.context(format!("logs kept in {}", dir.keep().display()))),
+    };
+    if args.keep {
+        eprintln!("logs and data kept in {}", dir.keep().display());
+    }
+    machine.push(("load average after the run".into(), report::load_average()));
+    println!("\n{}", result.table(&config));
+    if let Some(readme) = &args.readme {
+        let section = result.markdown(&config, &date, &command, &machine);
+        report::write_section(
+            readme,
+            controllers::BEGIN,
+            controllers::END,
+            "Latest results: the controller manager",
+            &section,
+        )?;
         eprintln!("results written to {}", readme.display());
     }
     Ok(())

@@ -1,6 +1,9 @@
 //! Carries a reconcile's [`Action`]s out against the API, in order,
 //! stopping at the first failure (the runner requeues the key with
-//! back-off, and the next reconcile starts again from the caches).
+//! back-off, and the next reconcile starts again from the caches). A run of
+//! consecutive creates goes in slow-start batches and a run of consecutive
+//! deletes all at once (at most [`DELETES_IN_FLIGHT`] in flight): one at a
+//! time, a namespace of 10,000 objects took a minute to empty.
 //!
 //! Two outcomes are not failures: deleting an object that is already gone,
 //! and creating an Event. Events go through [`Recorder`], which drops them
@@ -88,13 +91,31 @@ const SLOW_START_BATCH: usize = 1;
 /// Creates in flight at once within a batch.
 const CREATES_IN_FLIGHT: usize = 128;
 
+/// Deletes in flight at once within a run of consecutive deletes.
+const DELETES_IN_FLIGHT: usize = 64;
+
+fn is_delete(action: &Action) -> bool {
+    matches!(action, Action::Delete { .. } | Action::ForceDelete { .. })
+}
+
 /// Carries out `actions` in order; the first failure ends the run. A run of
 /// consecutive creates goes in slow-start batches, each batch's creates
-/// concurrently.
+/// concurrently; a run of consecutive deletes goes concurrently.
 pub async fn execute(client: &Client, recorder: &Recorder, actions: Vec<Action>) -> Result<Outcome, Failed> {
     let mut outcome = Outcome::default();
     let mut rest = actions.into_iter().peekable();
     while let Some(action) = rest.next() {
+        if is_delete(&action) {
+            let mut deletes = vec![action];
+            while let Some(next) = rest.next_if(is_delete) {
+                deletes.push(next);
+            }
+            if let Err(mut failed) = delete_together(client, recorder, deletes).await {
+                failed.skipped.extend(rest);
+                return Err(failed);
+            }
+            continue;
+        }
         if matches!(action, Action::Create(_)) {
             let mut creates = vec![action];
             while let Some(next) = rest.next_if(|a| matches!(a, Action::Create(_))) {
@@ -113,6 +134,31 @@ pub async fn execute(client: &Client, recorder: &Recorder, actions: Vec<Action>)
         }
     }
     Ok(outcome)
+}
+
+/// Deletes concurrently; on failure the failed deletes are the skipped ones
+/// (the others are done), the first failure in action order the error.
+async fn delete_together(client: &Client, recorder: &Recorder, deletes: Vec<Action>) -> Result<(), Failed> {
+    let results: Vec<(Action, Result<(), ExecuteError>)> = futures::stream::iter(deletes)
+        .map(|action| async move {
+            let result = execute_one(client, recorder, &action).await;
+            (action, result)
+        })
+        .buffered(DELETES_IN_FLIGHT)
+        .collect()
+        .await;
+    let mut error = None;
+    let mut skipped = Vec::new();
+    for (action, result) in results {
+        if let Err(e) = result {
+            error.get_or_insert(e);
+            skipped.push(action);
+        }
+    }
+    match error {
+        Some(error) => Err(Failed { error, skipped }),
+        None => Ok(()),
+    }
 }
 
 async fn create_in_batches(client: &Client, creates: Vec<Action>, outcome: &mut Outcome) -> Result<(), Failed> {
@@ -341,6 +387,45 @@ mod tests {
         let node = json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1", "uid": "u2"}});
         let ev = event_for("node-lifecycle-controller", &node, "Normal", "NodeNotReady", "", "");
         assert_eq!(ev["metadata"]["namespace"], "default");
+    }
+
+    fn delete_of(kind: &str, name: &str) -> Action {
+        Action::Delete {
+            api_version: "widgets/v1".into(),
+            kind: kind.into(),
+            namespace: "ns".into(),
+            name: name.into(),
+            uid: None,
+            propagation: None,
+        }
+    }
+
+    #[tokio::test]
+    async fn a_failed_delete_in_a_run_skips_it_and_everything_after_the_run() {
+        // Unknown kinds fail before any request, so no server is needed.
+        let client = Client::new(&["127.0.0.1:1"]).unwrap();
+        let recorder = Recorder::new("test");
+        let update = Action::Update(json!({"apiVersion": "widgets/v1", "kind": "Widget"}));
+        let actions = vec![delete_of("Widget", "a"), delete_of("Widget", "b"), update];
+        let failed = execute(&client, &recorder, actions).await.unwrap_err();
+        assert!(matches!(failed.error, ExecuteError::UnknownKind { .. }));
+        let skipped: Vec<bool> = failed.skipped.iter().map(is_delete).collect();
+        assert_eq!(skipped, vec![true, true, false], "both deletes failed, the update never ran");
+    }
+
+    #[test]
+    fn deletes_and_force_deletes_run_together_but_nothing_else_does() {
+        let force = Action::ForceDelete {
+            api_version: "v1".into(),
+            kind: "Pod".into(),
+            namespace: "ns".into(),
+            name: "p".into(),
+            uid: None,
+        };
+        assert!(is_delete(&delete_of("Pod", "p")));
+        assert!(is_delete(&force));
+        assert!(!is_delete(&Action::Create(json!({}))));
+        assert!(!is_delete(&Action::Update(json!({}))));
     }
 
     #[test]
