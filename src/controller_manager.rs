@@ -98,7 +98,7 @@ impl ControllerFlags {
             return Err("--concurrent-syncs must be at least 1".into());
         }
         config.concurrent_syncs = self.concurrent_syncs;
-        if !(self.kube_api_qps >= 0.0) {
+        if self.kube_api_qps.is_nan() || self.kube_api_qps < 0.0 {
             return Err("--kube-api-qps must be 0 (unlimited) or positive".into());
         }
         config.kube_api_qps = self.kube_api_qps;

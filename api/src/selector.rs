@@ -1473,7 +1473,7 @@ mod tests {
             .is_ok());
     }
 
-    const ALL_KINDS: [Kind; 18] = [
+    const ALL_KINDS: [Kind; 19] = [
         Kind::Namespace,
         Kind::Pod,
         Kind::Node,

@@ -35,7 +35,7 @@ pub enum ExecuteError {
         namespace: String,
         name: String,
         #[source]
-        source: ClientError,
+        source: Box<ClientError>,
     },
 }
 
@@ -71,7 +71,7 @@ fn failed<'a>(verb: &'static str, obj: &'a Value) -> impl FnOnce(ClientError) ->
         kind: obj["kind"].as_str().unwrap_or_default().to_string(),
         namespace: meta::namespace(obj).unwrap_or_default().to_string(),
         name: meta::name(obj).or_else(|| meta::generate_name(obj)).unwrap_or_default().to_string(),
-        source,
+        source: Box::new(source),
     }
 }
 

@@ -488,9 +488,24 @@ impl<S: LeaseStore> LeaderElector<S> {
     }
 
     /// The wait before a follower's next attempt: the retry period plus up
-    /// to 1.2 times it in jitter, as client-go, so candidates spread out.
+    /// to 1.2 times it in jitter, as client-go, so candidates spread out;
+    /// but no later than just after the held lease would expire (by our
+    /// clock), so a dead leader is replaced within its lease duration plus
+    /// a few tens of milliseconds rather than up to two retry periods more.
     fn follower_wait(&self) -> Duration {
-        self.config.retry_period.mul_f64(1.0 + rand::thread_rng().gen_range(0.0..1.2))
+        let mut rng = rand::thread_rng();
+        let periodic = self.config.retry_period.mul_f64(1.0 + rng.gen_range(0.0..1.2));
+        let Some(observed) = self.observed.as_ref().filter(|_| self.other_holder().is_some()) else {
+            return periodic;
+        };
+        let duration = observed
+            .spec
+            .lease_duration_seconds
+            .and_then(|s| u64::try_from(s).ok())
+            .map(Duration::from_secs)
+            .unwrap_or(self.config.lease_duration);
+        let expires_in = (observed.changed_at + duration).saturating_duration_since(Instant::now());
+        periodic.min(expires_in + Duration::from_millis(rng.gen_range(10..60)))
     }
 
     /// Competes until `shutdown`; each time it leads it runs
@@ -675,6 +690,24 @@ mod tests {
         assert_eq!(s.holder_identity.as_deref(), Some("a"));
         assert_eq!(s.lease_transitions, Some(4));
         assert_ne!(s.acquire_time, held_by("b", 3).spec.unwrap().acquire_time);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_follower_tries_again_just_after_the_lease_it_watches_expires() {
+        let store = MemoryLeaseStore::new();
+        store.put(held_by("b", 3));
+        let mut a = LeaderElector::with_store(store.clone(), config("a"));
+        assert_eq!(a.step().await, Outcome::Following);
+        let wait = a.follower_wait();
+        assert!(wait >= Duration::from_secs(2), "far from expiry: the retry period with jitter ({wait:?})");
+        tokio::time::advance(Duration::from_millis(14_500)).await;
+        let wait = a.follower_wait();
+        assert!(
+            wait >= Duration::from_millis(500) && wait < Duration::from_millis(600),
+            "just after the expiry, not a whole retry period later ({wait:?})"
+        );
+        tokio::time::advance(wait).await;
+        assert_eq!(a.step().await, Outcome::Acquired);
     }
 
     #[tokio::test(start_paused = true)]

@@ -34,11 +34,14 @@ pub(super) enum AnyChange {
     Resync(Kind),
 }
 
+/// Reads the objects of one namespace.
+type NamespaceRead = Box<dyn Fn(&str) -> Vec<Value> + Send + Sync>;
+
 /// One kind's shared informer, seen as JSON.
 pub(super) struct AnyInformer {
     pub kind: Kind,
     /// The objects in one namespace.
-    pub in_namespace: Box<dyn Fn(&str) -> Vec<Value> + Send + Sync>,
+    pub in_namespace: NamespaceRead,
     /// Every object.
     pub all: Box<dyn Fn() -> Vec<Value> + Send + Sync>,
     /// Resolves once the first list is in.

@@ -109,6 +109,9 @@ struct Replicas<O> {
     _owner: std::marker::PhantomData<fn() -> O>,
 }
 
+/// A replicated workload's reconcile: the owner, its namespace's pods.
+type ReplicatedLogic<O> = fn(&O, &[Arc<Pod>], &Expectations, chrono::DateTime<Utc>) -> crate::Reconciled;
+
 /// Wires a controller of `O` (ReplicaSet or ReplicationController) whose
 /// logic is `logic`.
 fn replicated<O: Resource>(
@@ -116,7 +119,7 @@ fn replicated<O: Resource>(
     shutdown: &Shutdown,
     name: &'static str,
     selects: fn(&O, &BTreeMap<String, String>) -> bool,
-    logic: fn(&O, &[Arc<Pod>], &Expectations, chrono::DateTime<Utc>) -> crate::Reconciled,
+    logic: ReplicatedLogic<O>,
 ) {
     let owners = ctx.informers.informer::<O>();
     let pods = ctx.informers.informer::<Pod>();

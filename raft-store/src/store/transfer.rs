@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::watch;
 
 use super::{AdminResponse, Store};
-use crate::error::StoreError;
+use crate::error::{StoreError, WireError};
 use crate::network::PeerMethod;
 use crate::store::AdminRequest;
 use crate::types::NodeId;
@@ -32,7 +32,7 @@ use crate::types::NodeId;
 const NEARLY_CAUGHT_UP: u64 = 64;
 
 /// Why a leadership transfer failed; messages are etcd's.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
 pub enum TransferError {
     /// Only the leader transfers leadership.
     #[error("etcdserver: not leader")]
@@ -112,12 +112,12 @@ impl Store {
             return Err(TransferError::TimedOut { target });
         }
         let left = deadline.saturating_duration_since(Instant::now());
-        let asked: Result<Result<AdminResponse, StoreError>, _> =
+        let asked: Result<Result<AdminResponse, WireError>, _> =
             self.inner.peers.call(&addr, target, PeerMethod::Admin, &AdminRequest::Campaign, left).await;
         match asked {
             Ok(Ok(_)) => {}
-            Ok(Err(e)) => return Err(TransferError::Store(e)),
-            Err(e) => return Err(TransferError::Store(StoreError::Unavailable(e.to_string()))),
+            Ok(Err(e)) => return Err(TransferError::Store(e.into())),
+            Err(e) => return Err(TransferError::Store(StoreError::Peer(e))),
         }
         let mut metrics = self.inner.raft.metrics();
         let leads = async { metrics.wait_for(|m| m.current_leader == Some(target)).await.map(|_| ()) };
