@@ -104,7 +104,7 @@ impl Election for ElectionService {
         let prefix = prefix_of(&request.into_inner().name);
         let (tx, rx) = mpsc::channel(OBSERVE_BUFFER);
         let session = Session::reader(&self.store);
-        tokio::spawn(async move {
+        self.store.spawn_stream(async move {
             if let Err(e) = observe(&session, &prefix, &tx).await {
                 let _ = tx.send(Err(e)).await;
             }

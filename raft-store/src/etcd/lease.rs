@@ -77,7 +77,8 @@ impl Lease for LeaseService {
         let mut requests = request.into_inner();
         let (tx, rx) = mpsc::channel(16);
         let store = self.store.clone();
-        tokio::spawn(async move {
+        let task = store.clone();
+        task.spawn_stream(async move {
             while let Some(Ok(req)) = requests.next().await {
                 // etcd answers a keep-alive of an unknown lease with TTL 0.
                 let response = match store.lease_keep_alive(req.id).await {

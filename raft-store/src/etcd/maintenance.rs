@@ -166,7 +166,7 @@ impl Maintenance for MaintenanceService {
         // Like etcd, the stream ends with the SHA-256 of everything before
         // it (etcdctl checks that it is there); restore verifies it.
         let total = total + 32;
-        tokio::spawn(async move {
+        self.store.spawn_stream(async move {
             use sha2::Digest;
             let mut hash = sha2::Sha256::new();
             let mut sent = 0u64;

@@ -57,7 +57,8 @@ impl Watch for WatchService {
         let (tx, rx) = mpsc::channel(STREAM_BUFFER);
         let store = self.store.clone();
         let progress_interval = self.progress_interval;
-        tokio::spawn(async move {
+        let task = store.clone();
+        task.spawn_stream(async move {
             let mut watchers: HashMap<i64, JoinHandle<()>> = HashMap::new();
             let mut next_id: i64 = 0;
             while let Some(Ok(req)) = requests.next().await {
@@ -110,7 +111,8 @@ impl Watch for WatchService {
                                 break;
                             }
                             let spec = WatcherSpec::new(id, &create);
-                            let handle = tokio::spawn(run_watcher(store.clone(), spec, tx.clone(), progress_interval));
+                            let handle =
+                                store.spawn_stream(run_watcher(store.clone(), spec, tx.clone(), progress_interval));
                             slot.insert(handle);
                             continue;
                         }

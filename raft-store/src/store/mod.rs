@@ -151,14 +151,14 @@ struct Inner {
 
 /// Spawns one of the store's tasks on `tasks`: it ends at its next await
 /// once the store shuts down, and the shutdown waits for it.
-fn spawn_task(tasks: &Shutdown, task: impl Future<Output = ()> + Send + 'static) {
+fn spawn_task(tasks: &Shutdown, task: impl Future<Output = ()> + Send + 'static) -> tokio::task::JoinHandle<()> {
     let stop = tasks.clone();
     tasks.spawn(async move {
         tokio::select! {
             _ = stop.cancelled() => {}
             _ = task => {}
         }
-    });
+    })
 }
 
 /// A member of the replicated store. Cheap to clone.
@@ -318,6 +318,13 @@ impl Store {
 
     /// Spawns a task that [`Store::shutdown`] stops and waits for.
     fn spawn(&self, task: impl Future<Output = ()> + Send + 'static) {
+        spawn_task(&self.inner.tasks, task);
+    }
+
+    /// Spawns a client stream's task (a watch, a keep-alive, a snapshot
+    /// download): [`Store::shutdown`] stops it and waits for it; the handle
+    /// aborts it earlier (a cancelled watch).
+    pub(crate) fn spawn_stream(&self, task: impl Future<Output = ()> + Send + 'static) -> tokio::task::JoinHandle<()> {
         spawn_task(&self.inner.tasks, task)
     }
 
