@@ -308,7 +308,9 @@ impl Recorder {
         }
     }
 
-    async fn record(&self, client: &Client, regarding: &Value, type_: &str, reason: &str, message: &str) {
+    /// Writes one Event about `regarding` (an object's JSON), unless its
+    /// budget is spent.
+    pub async fn record(&self, client: &Client, regarding: &Value, type_: &str, reason: &str, message: &str) {
         let uid = meta::uid(regarding).unwrap_or_default();
         if !self.allow(&format!("{uid}/{reason}"), Instant::now()) {
             return;

@@ -12,7 +12,7 @@ use skiff_client::runtime::reflector::{Index, ObjectKey, Store};
 use skiff_shutdown::Shutdown;
 
 use super::workloads::{expect, never, PodRouter};
-use super::{drive, export_queue_depth, Context};
+use super::{drive_about, export_queue_depth, Context};
 use crate::action::Reconciled;
 use crate::execute::ExecuteError;
 use crate::expectations::Expectations;
@@ -51,7 +51,7 @@ pub(super) fn jobs(ctx: &Arc<Context>, shutdown: &Shutdown) {
         expect(&shared.expectations, &key, plan.expected_creations, plan.expected_deletions, now);
         let reconciled = Reconciled { actions: plan.actions, requeue_after: plan.requeue_after };
         let expectations = shared.expectations.clone();
-        drive(&shared.ctx, "job", started, reconciled, |undone, error| {
+        drive_about(&shared.ctx, "job", started, reconciled, j.as_ref(), |undone, error| {
             expectations.actions_skipped(&key, undone, &error.to_string())
         })
         .await
@@ -84,7 +84,7 @@ pub(super) fn cron_jobs(ctx: &Arc<Context>, shutdown: &Shutdown) {
         };
         let plan = cronjob::reconcile(&cj, &owned, Utc::now());
         let reconciled = Reconciled { actions: plan.actions, requeue_after: plan.requeue_after };
-        drive(&shared.0, "cronjob", started, reconciled, |_, _| {}).await
+        drive_about(&shared.0, "cronjob", started, reconciled, cj.as_ref(), |_, _| {}).await
     };
     let stop = shutdown.clone();
     shutdown.spawn(controller.run(reconcile, shared, 2, stop));
@@ -124,7 +124,7 @@ pub(super) fn daemon_sets(ctx: &Arc<Context>, shutdown: &Shutdown) {
         expect(&shared.expectations, &key, plan.expected_creations, plan.expected_deletions, now);
         let reconciled = Reconciled { actions: plan.actions, requeue_after: plan.requeue_after };
         let expectations = shared.expectations.clone();
-        drive(&shared.ctx, "daemonset", started, reconciled, |undone, error| {
+        drive_about(&shared.ctx, "daemonset", started, reconciled, ds.as_ref(), |undone, error| {
             expectations.actions_skipped(&key, undone, &error.to_string())
         })
         .await

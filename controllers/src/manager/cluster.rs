@@ -18,7 +18,7 @@ use skiff_shutdown::Shutdown;
 use tokio::sync::mpsc;
 
 use super::dynamic::{every_kind, AnyChange, AnyInformer};
-use super::{drive, export_queue_depth, Context};
+use super::{drive, drive_about, export_queue_depth, Context};
 use crate::action::Reconciled;
 use crate::execute::ExecuteError;
 use crate::garbage_collector::{Graph, Node as GraphNode};
@@ -57,7 +57,7 @@ pub(super) fn namespaces(ctx: &Arc<Context>, shutdown: &Shutdown) {
         let left = !content.is_empty();
         let actions = namespace::reconcile(&ns, &content, Utc::now());
         let reconciled = Reconciled { actions, requeue_after: left.then_some(NAMESPACE_RECHECK) };
-        drive(&shared.ctx, "namespace", started, reconciled, |_, _| {}).await
+        drive_about(&shared.ctx, "namespace", started, reconciled, ns.as_ref(), |_, _| {}).await
     };
     let workers = ctx.config.concurrent_syncs;
     let stop = shutdown.clone();

@@ -170,6 +170,29 @@ pub(crate) async fn drive(
     }
 }
 
+/// [`drive`] for a reconcile of `about`: a failure (other than a stale
+/// cache's Conflict, which the retry settles) is also recorded as a
+/// Warning Event on it, as Kubernetes' controllers do, so `kubectl
+/// describe` shows why it is stuck.
+pub(crate) async fn drive_about<K: skiff_client::runtime::api::Resource>(
+    ctx: &Context,
+    name: &'static str,
+    started: Instant,
+    reconciled: Reconciled,
+    about: &K,
+    skipped: impl FnOnce(&[Action], &ExecuteError),
+) -> Result<ReconcileAction, ExecuteError> {
+    let result = drive(ctx, name, started, reconciled, skipped).await;
+    if let Err(e) = &result {
+        if !e.is_conflict() {
+            let regarding = serde_json::to_value(about).unwrap_or_default();
+            let message = format!("{name} controller: {e}");
+            ctx.recorder.record(&ctx.client, &regarding, "Warning", "ReconcileFailed", &message).await;
+        }
+    }
+    result
+}
+
 /// Copies a runner's queue depth into `/metrics` once a second.
 pub(crate) fn export_queue_depth(name: &'static str, counters: Arc<ControllerMetrics>, shutdown: &Shutdown) {
     let stopped = shutdown.clone();

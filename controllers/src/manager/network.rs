@@ -13,7 +13,7 @@ use skiff_client::runtime::reflector::{Index, ObjectKey, Store};
 use skiff_shutdown::Shutdown;
 
 use super::dynamic::{every_kind, AnyInformer};
-use super::{drive, export_queue_depth, Context};
+use super::{drive, drive_about, export_queue_depth, Context};
 use crate::action::Reconciled;
 use crate::execute::ExecuteError;
 use crate::{endpoints, endpointslice, resourcequota};
@@ -139,8 +139,8 @@ pub(super) fn resource_quotas(ctx: &Arc<Context>, shutdown: &Shutdown) {
         }
         let pods = namespace_pods(&shared.1, namespace);
         let actions = resourcequota::reconcile(&quota, &pods, &counts).into_iter().collect();
-        drive(&shared.0, "resourcequota", started, Reconciled { actions, requeue_after: Some(QUOTA_RESYNC) }, |_, _| {})
-            .await
+        let reconciled = Reconciled { actions, requeue_after: Some(QUOTA_RESYNC) };
+        drive_about(&shared.0, "resourcequota", started, reconciled, quota.as_ref(), |_, _| {}).await
     };
     let stop = shutdown.clone();
     shutdown.spawn(controller.run(reconcile, shared, 2, stop));

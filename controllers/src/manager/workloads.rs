@@ -17,7 +17,7 @@ use skiff_client::runtime::controller::{Controller, ReconcileAction, Request};
 use skiff_client::runtime::reflector::{Index, ObjectKey, Store};
 use skiff_shutdown::Shutdown;
 
-use super::{drive, export_queue_depth, Context};
+use super::{drive_about, export_queue_depth, Context};
 use crate::execute::ExecuteError;
 use crate::expectations::Expectations;
 use crate::{deployment, ownership, replicaset, replication};
@@ -138,7 +138,7 @@ fn replicated<O: Resource>(
         let pods = shared.pods.by_index(Index::Namespace, &request.key.namespace);
         let reconciled = logic(&owner, &pods, &shared.expectations, Utc::now());
         let expectations = shared.expectations.clone();
-        drive(&shared.ctx, name, started, reconciled, |undone, error| {
+        drive_about(&shared.ctx, name, started, reconciled, owner.as_ref(), |undone, error| {
             expectations.actions_skipped(&key, undone, &error.to_string())
         })
         .await
@@ -217,7 +217,7 @@ pub(super) fn deployments(ctx: &Arc<Context>, shutdown: &Shutdown) {
         let sets = shared.sets.by_index(Index::Namespace, &request.key.namespace);
         let pods = shared.pods.by_index(Index::Namespace, &request.key.namespace);
         let reconciled = deployment::reconcile(&d, &sets, &pods, Utc::now());
-        drive(&shared.ctx, "deployment", started, reconciled, |_, _| {}).await
+        drive_about(&shared.ctx, "deployment", started, reconciled, d.as_ref(), |_, _| {}).await
     };
     let workers = ctx.config.concurrent_syncs;
     let stop = shutdown.clone();
