@@ -59,11 +59,11 @@ impl fmt::Display for ClusterStatus {
             Some((ready, all)) => write!(f, " · nodes ready {ready}/{all}")?,
             None => write!(f, " · nodes ready ?")?,
         }
-        if let Some(active) = &self.controller_manager {
-            write!(f, " · controller-manager {active}")?;
-        }
         if self.restarts > 0 {
             write!(f, " · restarts {}", self.restarts)?;
+        }
+        if let Some(active) = &self.controller_manager {
+            write!(f, " · controller-manager {active}")?;
         }
         Ok(())
     }
@@ -258,7 +258,7 @@ mod tests {
         s.controller_manager = Some("master-3".into());
         assert_eq!(
             s.to_string(),
-            "no leader · revision 1234 · masters up 1/3 · nodes ready ? · controller-manager master-3 · restarts 2"
+            "no leader · revision 1234 · masters up 1/3 · nodes ready ? · restarts 2 · controller-manager master-3"
         );
     }
 }
