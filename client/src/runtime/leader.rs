@@ -595,7 +595,10 @@ impl<S: LeaseStore> LeaderElector<S> {
         let was_leading = self.is_leader();
         stop_work(work.take()).await;
         if was_leading && self.config.release_on_cancel {
-            let deadline = self.config.renew_deadline;
+            // A courtesy to the successor (the lease expires anyway), so
+            // it may not hold up a stop: a member stopping without quorum
+            // would wait out the whole write timeout.
+            let deadline = self.config.retry_period;
             match tokio::time::timeout(deadline, self.release()).await {
                 Ok(Ok(())) => tracing::info!(lease = %self.config.name, "released the lease"),
                 Ok(Err(e)) => tracing::warn!(error = %e, "releasing the lease failed"),
