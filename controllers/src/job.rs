@@ -236,14 +236,7 @@ pub fn reconcile(job: &Job, pods: &[Pod], expectations_satisfied: bool, now: Dat
         if !seen.insert(pod_uid.clone()) {
             continue;
         }
-        plan.actions.push(Action::Delete {
-            api_version: "v1".into(),
-            kind: "Pod".into(),
-            namespace: namespace.clone(),
-            name: pod.metadata.name.clone().unwrap_or_default(),
-            uid: Some(pod_uid.clone()),
-            propagation: None,
-        });
+        plan.actions.push(Action::delete_of(pod, None));
         plan.expected_deletions.push(pod_uid);
     }
     plan.expected_creations = creations.len();
