@@ -1,0 +1,14 @@
+//! Skiff's scheduler: decides the node of every pod whose
+//! `spec.schedulerName` is this scheduler's, in two phases as the seed
+//! describes them. Filters rule nodes out (resources, ports, node
+//! selectors and affinity, taints, inter-pod affinity, topology spread);
+//! scores rank the nodes left (least requested, balanced allocation,
+//! spreading, preferred affinities, taint toleration). A pod that fits
+//! nowhere may preempt lower-priority pods.
+//!
+//! The scheduling loop owns the cache: informer changes and binding
+//! outcomes are applied to it between two decisions, so a decision reads
+//! the nodes without locks, and a pod assumed onto a node counts there
+//! before the watch shows it bound. Binding runs off the loop.
+//!
+//! # Layout
