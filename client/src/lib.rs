@@ -21,6 +21,7 @@
 //!   queue.
 //! - [`runtime::controller`]: the runner that feeds a queue from informers
 //!   and hands keys to a reconcile function.
+//! - [`runtime::events`]: Events about objects, spam-filtered.
 //! - [`runtime::leader`]: leader election on a `coordination.k8s.io/v1`
 //!   Lease.
 //! - [`runtime::fake`]: an in-memory list/watch source for tests.

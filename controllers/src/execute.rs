@@ -10,10 +10,6 @@
 //! once one object has had its burst, as client-go's spam filter does, so
 //! a controller failing in a loop cannot flood the store with Events.
 
-use std::collections::HashMap;
-use std::sync::Mutex;
-use std::time::{Duration, Instant};
-
 use futures::StreamExt;
 use serde_json::{json, Value};
 use skiff_api::resources::{self, ResourceInfo};
@@ -22,6 +18,7 @@ use skiff_client::resources::DeleteParams;
 use skiff_client::{Client, ClientError};
 
 use crate::action::Action;
+pub use skiff_client::runtime::events::{event_for, Recorder};
 
 /// Why an action failed.
 #[derive(Debug, thiserror::Error)]
@@ -269,127 +266,9 @@ async fn delete(
     }
 }
 
-/// Events one object may get at once, and how often it earns another.
-const EVENT_BURST: u32 = 25;
-const EVENT_REFILL: Duration = Duration::from_secs(300);
-/// Objects whose event budgets are remembered; the oldest are forgotten.
-const RECORDER_OBJECTS: usize = 4096;
-
-/// Writes Events as `component`, at most [`EVENT_BURST`] per object and then
-/// one per [`EVENT_REFILL`]. Failures to write an Event are logged only:
-/// an Event is a hint to a human, never worth failing a reconcile.
-pub struct Recorder {
-    component: String,
-    budgets: Mutex<HashMap<String, (f64, Instant)>>,
-}
-
-impl Recorder {
-    pub fn new(component: impl Into<String>) -> Recorder {
-        Recorder { component: component.into(), budgets: Mutex::new(HashMap::new()) }
-    }
-
-    /// Whether an event about `object_key` may be sent now.
-    fn allow(&self, object_key: &str, now: Instant) -> bool {
-        let mut budgets = self.budgets.lock().expect("recorder lock poisoned");
-        if budgets.len() >= RECORDER_OBJECTS && !budgets.contains_key(object_key) {
-            if let Some(oldest) = budgets.iter().min_by_key(|(_, (_, at))| *at).map(|(k, _)| k.clone()) {
-                budgets.remove(&oldest);
-            }
-        }
-        let (tokens, at) = budgets.entry(object_key.to_string()).or_insert((EVENT_BURST as f64, now));
-        let earned = now.duration_since(*at).as_secs_f64() / EVENT_REFILL.as_secs_f64();
-        *tokens = (*tokens + earned).min(EVENT_BURST as f64);
-        *at = now;
-        if *tokens >= 1.0 {
-            *tokens -= 1.0;
-            true
-        } else {
-            false
-        }
-    }
-
-    /// Writes one Event about `regarding` (an object's JSON), unless its
-    /// budget is spent.
-    pub async fn record(&self, client: &Client, regarding: &Value, type_: &str, reason: &str, message: &str) {
-        let uid = meta::uid(regarding).unwrap_or_default();
-        if !self.allow(&format!("{uid}/{reason}"), Instant::now()) {
-            return;
-        }
-        let event = event_for(&self.component, regarding, type_, reason, message, &meta::now_rfc3339());
-        let info = resources::of(skiff_api::Kind::Event);
-        let ns = event["metadata"]["namespace"].as_str().unwrap_or("default").to_string();
-        if let Err(e) = client.create(info, &ns, &event).await {
-            tracing::debug!(%reason, error = %e, "event not recorded");
-        }
-    }
-}
-
-/// A core/v1 Event about `regarding`, as `kubectl describe` lists them.
-pub fn event_for(component: &str, regarding: &Value, type_: &str, reason: &str, message: &str, now: &str) -> Value {
-    let name = meta::name(regarding).unwrap_or_default();
-    // Cluster-scoped objects' events live in `default`, as in Kubernetes.
-    let namespace = meta::namespace(regarding).filter(|n| !n.is_empty()).unwrap_or("default");
-    json!({
-        "apiVersion": "v1",
-        "kind": "Event",
-        "metadata": {"generateName": format!("{name}."), "namespace": namespace},
-        "involvedObject": {
-            "apiVersion": regarding["apiVersion"],
-            "kind": regarding["kind"],
-            "name": name,
-            "namespace": meta::namespace(regarding).unwrap_or_default(),
-            "uid": meta::uid(regarding).unwrap_or_default(),
-            "resourceVersion": meta::resource_version(regarding).unwrap_or_default(),
-        },
-        "type": type_,
-        "reason": reason,
-        "message": message,
-        "source": {"component": component},
-        "reportingComponent": component,
-        "firstTimestamp": now,
-        "lastTimestamp": now,
-        "count": 1,
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn an_object_gets_its_burst_of_events_then_one_per_refill() {
-        let recorder = Recorder::new("test");
-        let start = Instant::now();
-        let sent = (0..40).filter(|_| recorder.allow("uid-1/FailedCreate", start)).count();
-        assert_eq!(sent, EVENT_BURST as usize);
-        assert!(!recorder.allow("uid-1/FailedCreate", start + EVENT_REFILL / 2));
-        assert!(recorder.allow("uid-1/FailedCreate", start + EVENT_REFILL + EVENT_REFILL / 2));
-        assert!(recorder.allow("uid-2/FailedCreate", start), "another object has its own budget");
-    }
-
-    #[test]
-    fn the_recorder_forgets_the_oldest_objects_when_full() {
-        let recorder = Recorder::new("test");
-        let start = Instant::now();
-        for i in 0..RECORDER_OBJECTS + 10 {
-            recorder.allow(&format!("uid-{i}"), start + Duration::from_millis(i as u64));
-        }
-        assert_eq!(recorder.budgets.lock().unwrap().len(), RECORDER_OBJECTS);
-        assert!(!recorder.budgets.lock().unwrap().contains_key("uid-0"));
-    }
-
-    #[test]
-    fn an_event_names_its_object_and_lives_in_its_namespace() {
-        let pod = json!({"apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": "web-1", "namespace": "shop", "uid": "u1", "resourceVersion": "7"}});
-        let ev = event_for("replicaset-controller", &pod, "Warning", "FailedCreate", "quota", "2026-01-01T00:00:00Z");
-        assert_eq!(ev["metadata"]["namespace"], "shop");
-        assert_eq!(ev["involvedObject"]["uid"], "u1");
-        assert_eq!(ev["involvedObject"]["kind"], "Pod");
-        let node = json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1", "uid": "u2"}});
-        let ev = event_for("node-lifecycle-controller", &node, "Normal", "NodeNotReady", "", "");
-        assert_eq!(ev["metadata"]["namespace"], "default");
-    }
 
     fn delete_of(kind: &str, name: &str) -> Action {
         Action::Delete {

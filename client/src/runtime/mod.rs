@@ -6,6 +6,7 @@
 pub mod api;
 pub mod config;
 pub mod controller;
+pub mod events;
 pub mod fake;
 pub mod informer;
 pub mod leader;
