@@ -5,16 +5,10 @@
 //! reconcile duration; for the process: whether it leads.
 
 use std::net::SocketAddr;
-use std::sync::{Arc, OnceLock};
+use std::sync::OnceLock;
 use std::time::Duration;
 
-use axum::extract::State;
-use axum::http::{header, StatusCode};
-use axum::response::IntoResponse;
-use axum::routing::get;
-use prometheus::{
-    exponential_buckets, Encoder, HistogramOpts, HistogramVec, IntCounterVec, IntGauge, IntGaugeVec, Opts,
-};
+use prometheus::{exponential_buckets, HistogramOpts, HistogramVec, IntCounterVec, IntGauge, IntGaugeVec, Opts};
 use skiff_shutdown::Shutdown;
 
 pub struct Metrics {
@@ -79,71 +73,25 @@ impl Metrics {
     }
 }
 
-/// What `/healthz` reports: the process is up and its tasks are running.
-#[derive(Clone)]
-struct Health {
-    shutdown: Shutdown,
-}
-
-/// Serves `/metrics` and `/healthz` on `addr` until `shutdown`.
+/// Serves the controller metrics at `/metrics`, and `/healthz`, on `addr`
+/// until `shutdown`.
 pub async fn serve(addr: SocketAddr, shutdown: Shutdown) -> std::io::Result<SocketAddr> {
-    let listener = tokio::net::TcpListener::bind(addr).await?;
-    let bound = listener.local_addr()?;
-    let health = Arc::new(Health { shutdown: shutdown.clone() });
-    let app = axum::Router::new().route("/metrics", get(render)).route("/healthz", get(healthz)).with_state(health);
-    let stopped = shutdown.cancelled_owned();
-    shutdown.spawn(async move {
-        if let Err(e) = axum::serve(listener, app).with_graceful_shutdown(stopped).await {
-            tracing::error!(error = %e, "metrics listener failed");
-        }
-    });
-    Ok(bound)
-}
-
-async fn render() -> impl IntoResponse {
-    let mut out = Vec::new();
-    let families = metrics().registry.gather();
-    if let Err(e) = prometheus::TextEncoder::new().encode(&families, &mut out) {
-        out.extend_from_slice(format!("# error encoding metrics: {e}\n").as_bytes());
-    }
-    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], out)
-}
-
-async fn healthz(State(health): State<Arc<Health>>) -> impl IntoResponse {
-    if health.shutdown.token().is_cancelled() {
-        (StatusCode::SERVICE_UNAVAILABLE, "stopping\n")
-    } else {
-        (StatusCode::OK, "ok\n")
-    }
+    skiff_metrics::serve(addr, metrics().registry.clone(), shutdown).await
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    #[tokio::test]
-    async fn metrics_and_healthz_answer_until_shutdown() {
-        let shutdown = Shutdown::new();
-        let addr = serve("127.0.0.1:0".parse().unwrap(), shutdown.clone()).await.unwrap();
+    #[test]
+    fn reconciles_and_queue_depth_are_exported_per_controller() {
         metrics().reconciled("replicaset", "success", Duration::from_millis(3));
         metrics().queue_depth.with_label_values(&["replicaset"]).set(7);
-        let body = get_body(addr, "/metrics").await;
+        let body = skiff_metrics::text(&metrics().registry);
         assert!(
             body.contains("skiff_controller_reconciles_total{controller=\"replicaset\",result=\"success\"} 1"),
             "{body}"
         );
         assert!(body.contains("skiff_controller_queue_depth{controller=\"replicaset\"} 7"), "{body}");
-        assert!(get_body(addr, "/healthz").await.ends_with("ok\n"));
-        shutdown.stop().await;
-        assert!(tokio::net::TcpStream::connect(addr).await.is_err(), "the listener is closed");
-    }
-
-    async fn get_body(addr: SocketAddr, path: &str) -> String {
-        use tokio::io::{AsyncReadExt, AsyncWriteExt};
-        let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
-        s.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes()).await.unwrap();
-        let mut out = String::new();
-        s.read_to_string(&mut out).await.unwrap();
-        out
     }
 }
