@@ -6,6 +6,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use clap::Args;
+use skiff_client::runtime::leader::LeaderElectionConfig;
 use skiff_controllers::config::{parse_controllers, ControllerManagerConfig, LeaderElection};
 
 use crate::parse_duration;
@@ -78,6 +79,19 @@ pub fn default_identity() -> String {
 }
 
 impl ControllerFlags {
+    /// The `--leader-elect*` timings for another component of the same
+    /// process (the scheduler), or `None` with `--leader-elect=false`;
+    /// the lease's names are the component's own.
+    pub fn leader_election(&self, identity: &str) -> Option<LeaderElectionConfig> {
+        self.leader_elect.then(|| {
+            let mut timings = LeaderElectionConfig::new("", "", identity);
+            timings.lease_duration = self.leader_elect_lease_duration;
+            timings.renew_deadline = self.leader_elect_renew_deadline;
+            timings.retry_period = self.leader_elect_retry_period;
+            timings
+        })
+    }
+
     pub fn into_config(self, servers: Vec<String>, identity: String) -> Result<ControllerManagerConfig, String> {
         let mut config = ControllerManagerConfig::new(servers, identity);
         config.controllers = parse_controllers(&self.controllers).map_err(|e| e.to_string())?;

@@ -9,6 +9,7 @@
 //!   with a kubeconfig and a live status line.
 
 pub mod controller_manager;
+pub mod scheduler;
 pub mod server;
 pub mod up;
 

@@ -17,6 +17,7 @@ use std::path::{Path, PathBuf};
 use serde_yaml::Value;
 use skiff_apiserver::{ApiserverConfig, RunError};
 use skiff_controllers::config::ControllerManagerConfig;
+use skiff_scheduler::SchedulerConfig;
 use skiff_shutdown::Shutdown;
 
 /// Where k3s users expect a server's configuration.
@@ -138,6 +139,8 @@ pub enum ServerError {
     Apiserver(#[from] RunError),
     #[error("controller manager: {0}")]
     ControllerManager(#[from] skiff_controllers::RunError),
+    #[error("scheduler: {0}")]
+    Scheduler(#[from] skiff_scheduler::RunError),
 }
 
 /// Runs a master host's components in this process until `shutdown` is

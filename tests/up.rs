@@ -389,7 +389,7 @@ fn processes_end_with_a_skiff_up_killed_with_sigkill_and_the_dir_starts_again() 
     up.must_kubectl_show(&["get", "ns", "-o", "name"], "namespace/default", READY);
     up.must_print("masters up 3/3", READY);
     let members = children_of(up.pid());
-    assert_eq!(members.len(), 6, "an apiserver and a controller manager per master:\n{}", up.logs());
+    assert_eq!(members.len(), 9, "an apiserver, a controller manager and a scheduler per master:\n{}", up.logs());
     let mut child = up.child.take().unwrap();
     child.kill().unwrap();
     child.wait().unwrap();

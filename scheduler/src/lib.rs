@@ -12,3 +12,16 @@
 //! before the watch shows it bound. Binding runs off the loop.
 //!
 //! # Layout
+//! - [`run`]: `run(config, shutdown)`: leader election, informers, and the
+//!   scheduling loop that owns the cache; binding off the loop.
+//! - [`config`]: what `skiff scheduler` takes; the profile file.
+//! - [`cache`]: the cluster as the loop sees it, with assumed pods.
+//! - [`metrics`]: attempts, latencies, pending pods; `/metrics`.
+
+pub mod cache;
+pub mod config;
+pub mod metrics;
+pub mod run;
+
+pub use config::SchedulerConfig;
+pub use run::{run, RunError};

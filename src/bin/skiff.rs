@@ -35,8 +35,10 @@ enum Command {
     Apiserver(Box<ApiserverArgs>),
     /// Run the controllers (leader-elected) against the apiservers.
     ControllerManager(Box<skiff::controller_manager::ControllerManagerArgs>),
-    /// Run a whole master host in one process: the apiserver and a
-    /// controller manager (the scheduler beside them once it exists).
+    /// Schedule pods onto nodes (leader-elected) through the apiservers.
+    Scheduler(Box<skiff::scheduler::SchedulerArgs>),
+    /// Run a whole master host in one process: the apiserver, a controller
+    /// manager and a scheduler.
     Server(Box<ServerArgs>),
     /// Run a local cluster of masters on loopback in the foreground (Ctrl-C stops it).
     Up(skiff::up::UpArgs),
@@ -57,6 +59,11 @@ struct ServerArgs {
     disable_controller_manager: bool,
     #[command(flatten)]
     controllers: skiff::controller_manager::ControllerFlags,
+    /// Run no scheduler in this process.
+    #[arg(long)]
+    disable_scheduler: bool,
+    #[command(flatten)]
+    scheduler: skiff::scheduler::SchedulerFlags,
 }
 
 #[derive(Args)]
@@ -234,20 +241,29 @@ fn main() -> ExitCode {
                 let config = (*args).into_config()?;
                 skiff_controllers::run(config, shutdown_on_signals()?).await.map_err(|e| e.to_string())
             }
+            Command::Scheduler(args) => {
+                let config = (*args).into_config()?;
+                skiff_scheduler::run(config, shutdown_on_signals()?).await.map_err(|e| e.to_string())
+            }
             Command::Server(args) => {
                 let args = *args;
                 let apiserver = args.apiserver.into_config()?;
+                // Its own apiserver; the process is one failure domain.
+                let servers = vec![apiserver.client_listen.clone()];
+                let identity = format!("{}_{}", skiff::controller_manager::default_identity(), apiserver.store.name);
+                // One set of --leader-elect* flags for both components.
+                let election = args.controllers.leader_election(&identity);
+                let scheduler = match args.disable_scheduler {
+                    true => None,
+                    false => Some(args.scheduler.into_config(servers.clone(), identity.clone(), election)?),
+                };
                 let controllers = match args.disable_controller_manager {
                     true => None,
-                    false => {
-                        // Its own apiserver; the process is one failure domain.
-                        let servers = vec![apiserver.client_listen.clone()];
-                        let identity =
-                            format!("{}_{}", skiff::controller_manager::default_identity(), apiserver.store.name);
-                        Some(args.controllers.into_config(servers, identity)?)
-                    }
+                    false => Some(args.controllers.into_config(servers, identity)?),
                 };
-                skiff::server::run(apiserver, controllers, shutdown_on_signals()?).await.map_err(|e| e.to_string())
+                skiff::server::run(apiserver, controllers, scheduler, shutdown_on_signals()?)
+                    .await
+                    .map_err(|e| e.to_string())
             }
             Command::Up(args) => skiff::up::run(args).await,
         }

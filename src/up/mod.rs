@@ -82,13 +82,13 @@ enum MasterComponent {
     /// `skiff controller-manager`, pointed at every master (its own first);
     /// one of them is active at a time, through its Lease.
     ControllerManager,
+    /// `skiff scheduler`, likewise.
+    Scheduler,
 }
 
 /// What runs on every master, in start order.
-///
-/// The scheduler (`skiff scheduler`) joins this list once it exists;
-/// [`master_process`] then gains its command line.
-const MASTER_COMPONENTS: &[MasterComponent] = &[MasterComponent::Apiserver, MasterComponent::ControllerManager];
+const MASTER_COMPONENTS: &[MasterComponent] =
+    &[MasterComponent::Apiserver, MasterComponent::ControllerManager, MasterComponent::Scheduler];
 
 /// One program of a worker node. None exists yet: the node agent (`skiff
 /// node`, pointed at every master's client address) becomes the first
@@ -209,16 +209,20 @@ fn master_process(
             args.push(dir.join(format!("member-{}", m.id)).into());
             Process { label: m.name.clone(), args, log: dir.join(format!("member-{}.log", m.id)) }
         }
-        MasterComponent::ControllerManager => {
+        MasterComponent::ControllerManager | MasterComponent::Scheduler => {
+            let program = match component {
+                MasterComponent::Scheduler => "scheduler",
+                _ => "controller-manager",
+            };
             // Its own master first: it fails over to the others in order.
             let servers: Vec<&str> = std::iter::once(m.client.as_str())
                 .chain(masters.iter().filter(|o| o.id != m.id).map(|o| o.client.as_str()))
                 .collect();
-            let args = ["controller-manager", "--server", &servers.join(","), "--identity", &m.name];
+            let args = [program, "--server", &servers.join(","), "--identity", &m.name];
             Process {
-                label: format!("{} controller-manager", m.name),
+                label: format!("{} {program}", m.name),
                 args: args.iter().map(OsString::from).collect(),
-                log: dir.join(format!("controller-manager-{}.log", m.id)),
+                log: dir.join(format!("{program}-{}.log", m.id)),
             }
         }
     }
@@ -584,14 +588,14 @@ mod tests {
     }
 
     #[test]
-    fn every_master_runs_an_apiserver_that_knows_every_founder_and_a_controller_manager() {
+    fn every_master_runs_an_apiserver_that_knows_every_founder_a_controller_manager_and_a_scheduler() {
         let a = args(3, Path::new("/tmp/x"));
         let masters: Vec<_> = (1..=3).map(|i| master_addrs(&a, i)).collect();
         let ps = processes(&a, &masters);
-        assert_eq!(ps.len(), 6, "an apiserver and a controller manager per master");
+        assert_eq!(ps.len(), 9, "an apiserver, a controller manager and a scheduler per master");
         let words = |p: &Process| -> Vec<String> { p.args.iter().map(|s| s.to_string_lossy().into_owned()).collect() };
         let flag = |args: &[String], name: &str| args.iter().position(|a| a == name).map(|i| args[i + 1].clone());
-        let apiserver = words(&ps[2]);
+        let apiserver = words(&ps[3]);
         assert_eq!(apiserver[0], "apiserver");
         assert_eq!(flag(&apiserver, "--id").as_deref(), Some("2"));
         assert_eq!(
@@ -599,12 +603,17 @@ mod tests {
             Some("1=127.0.0.1:2380,2=127.0.0.1:2390,3=127.0.0.1:2400")
         );
         assert_eq!(flag(&apiserver, "--data-dir").as_deref(), Some("/tmp/x/member-2"));
-        assert_eq!(ps[2].log, Path::new("/tmp/x/member-2.log"));
-        let manager = words(&ps[3]);
+        assert_eq!(ps[3].log, Path::new("/tmp/x/member-2.log"));
+        let manager = words(&ps[4]);
         assert_eq!(manager[0], "controller-manager");
         assert_eq!(flag(&manager, "--server").as_deref(), Some("127.0.0.1:2389,127.0.0.1:2379,127.0.0.1:2399"));
         assert_eq!(flag(&manager, "--identity").as_deref(), Some("master-2"));
-        assert_eq!(ps[3].log, Path::new("/tmp/x/controller-manager-2.log"));
+        assert_eq!(ps[4].log, Path::new("/tmp/x/controller-manager-2.log"));
+        let scheduler = words(&ps[5]);
+        assert_eq!(scheduler[0], "scheduler");
+        assert_eq!(flag(&scheduler, "--server"), flag(&manager, "--server"));
+        assert_eq!(flag(&scheduler, "--identity").as_deref(), Some("master-2"));
+        assert_eq!(ps[5].log, Path::new("/tmp/x/scheduler-2.log"));
     }
 
     #[test]

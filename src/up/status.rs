@@ -45,6 +45,8 @@ pub struct ClusterStatus {
     pub restarts: u32,
     /// The controller manager holding the leader Lease, once one does.
     pub controller_manager: Option<String>,
+    /// The scheduler holding the leader Lease, once one does.
+    pub scheduler: Option<String>,
 }
 
 impl fmt::Display for ClusterStatus {
@@ -64,6 +66,9 @@ impl fmt::Display for ClusterStatus {
         }
         if let Some(active) = &self.controller_manager {
             write!(f, " · controller-manager {active}")?;
+        }
+        if let Some(active) = &self.scheduler {
+            write!(f, " · scheduler {active}")?;
         }
         Ok(())
     }
@@ -125,6 +130,7 @@ impl Sampler {
             nodes: self.nodes().await,
             restarts: 0,
             controller_manager: self.lease_holder("kube-system", "kube-controller-manager").await,
+            scheduler: self.lease_holder("kube-system", "kube-scheduler").await,
         }
     }
 
@@ -245,6 +251,7 @@ mod tests {
             nodes: Some((0, 0)),
             restarts: 0,
             controller_manager: None,
+            scheduler: None,
         };
         assert_eq!(s.to_string(), "leader master-2 · revision 1234 · masters up 3/3 · nodes ready 0/0");
         s.leader = Some((2, String::new()));
@@ -260,5 +267,7 @@ mod tests {
             s.to_string(),
             "no leader · revision 1234 · masters up 1/3 · nodes ready ? · restarts 2 · controller-manager master-3"
         );
+        s.scheduler = Some("master-1".into());
+        assert!(s.to_string().ends_with(" · controller-manager master-3 · scheduler master-1"));
     }
 }

@@ -1,5 +1,5 @@
-//! Controller managers as real processes beside a test cluster, and a
-//! stand-in for the node agents: a task that gives pods the status a
+//! Controller managers and schedulers as real processes beside a test
+//! cluster, and a stand-in for the node agents: a task that gives pods the status a
 //! kubelet would (Running and Ready, or Succeeded), since these tests run
 //! no node.
 
@@ -16,8 +16,8 @@ use skiff_client::Client;
 
 use super::{free_port, SKIFF};
 
-/// One `skiff controller-manager` process.
-pub struct ControllerManager {
+/// One `skiff controller-manager` or `skiff scheduler` process.
+pub struct Component {
     pub identity: String,
     pub http: String,
     pub log: PathBuf,
@@ -35,15 +35,26 @@ pub const FAST_ELECTION: &[&str] = &[
     "500ms",
 ];
 
-impl ControllerManager {
-    /// Starts one against `servers` (comma-separated client addresses),
-    /// logging to `dir/<identity>.log`.
-    pub fn spawn(dir: &Path, servers: &str, identity: &str, extra: &[&str]) -> ControllerManager {
+pub type ControllerManager = Component;
+
+impl Component {
+    /// Starts `skiff controller-manager` against `servers` (comma-separated
+    /// client addresses), logging to `dir/<identity>.log`.
+    pub fn spawn(dir: &Path, servers: &str, identity: &str, extra: &[&str]) -> Component {
+        Component::start("controller-manager", dir, servers, identity, extra)
+    }
+
+    /// Starts `skiff scheduler` likewise.
+    pub fn scheduler(dir: &Path, servers: &str, identity: &str, extra: &[&str]) -> Component {
+        Component::start("scheduler", dir, servers, identity, extra)
+    }
+
+    fn start(program: &str, dir: &Path, servers: &str, identity: &str, extra: &[&str]) -> Component {
         let http = format!("127.0.0.1:{}", free_port());
         let log = dir.join(format!("{identity}.log"));
         let out = std::fs::OpenOptions::new().create(true).append(true).open(&log).unwrap();
         let child = Command::new(SKIFF)
-            .args(["controller-manager", "--server", servers, "--identity", identity, "--http-listen", &http])
+            .args([program, "--server", servers, "--identity", identity, "--http-listen", &http])
             .args(FAST_ELECTION)
             .args(extra)
             .stdin(Stdio::null())
@@ -51,7 +62,7 @@ impl ControllerManager {
             .stderr(out)
             .spawn()
             .unwrap();
-        ControllerManager { identity: identity.into(), http, log, child: Some(child) }
+        Component { identity: identity.into(), http, log, child: Some(child) }
     }
 
     pub fn kill(&mut self) {
@@ -73,7 +84,7 @@ impl ControllerManager {
     }
 }
 
-impl Drop for ControllerManager {
+impl Drop for Component {
     fn drop(&mut self) {
         self.kill();
     }

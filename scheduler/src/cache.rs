@@ -1,0 +1,216 @@
+//! The scheduler's view of the cluster: every node and every pod placed on
+//! one, with the pods this scheduler has decided but not yet seen bound.
+//!
+//! A decision counts its pod on the chosen node at once ([`Cache::assume`]),
+//! so the next decision, made before the binding is committed and long
+//! before the watch shows it, does not overcommit that node. The watch
+//! showing the pod bound confirms the assumption; a failed binding forgets
+//! it. Only the scheduling loop touches the cache, so it needs no lock.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::{Node, Pod};
+use skiff_client::runtime::reflector::ObjectKey;
+
+use crate::cluster::Cluster;
+use crate::framework::PodInfo;
+
+#[derive(Default)]
+pub struct Cache {
+    cluster: Cluster,
+    /// Pods counted on a node by decision, not yet by the watch: their node.
+    assumed: HashMap<ObjectKey, String>,
+}
+
+impl Cache {
+    pub fn new() -> Cache {
+        Cache { cluster: Cluster::new(), assumed: HashMap::new() }
+    }
+
+    pub fn cluster(&self) -> &Cluster {
+        &self.cluster
+    }
+
+    pub fn upsert_node(&mut self, node: Arc<Node>) {
+        self.cluster.upsert_node(node);
+    }
+
+    pub fn remove_node(&mut self, name: &str) {
+        self.cluster.remove_node(name);
+    }
+
+    /// A pod as the watch shows it. One bound to a node and still running
+    /// counts there (confirming an assumption); one finished, or not bound,
+    /// counts nowhere, except a pod assumed onto a node that the watch has
+    /// not shown bound yet, which stays where it was assumed.
+    pub fn observe_pod(&mut self, pod: Arc<Pod>) {
+        let key = ObjectKey::of(pod.as_ref());
+        let bound = pod.spec.as_ref().and_then(|s| s.node_name.as_deref()).is_some_and(|n| !n.is_empty());
+        if bound && !is_terminal(&pod) {
+            self.assumed.remove(&key);
+            self.cluster.add_pod(Arc::new(PodInfo::new(pod)));
+        } else if !bound && self.assumed.contains_key(&key) {
+            // The binding is still on its way.
+        } else {
+            self.assumed.remove(&key);
+            self.cluster.remove_pod(&key);
+        }
+    }
+
+    /// A pod the watch shows deleted.
+    pub fn remove_pod(&mut self, key: &ObjectKey) {
+        self.assumed.remove(key);
+        self.cluster.remove_pod(key);
+    }
+
+    /// Counts `pod` on `node` ahead of its binding.
+    pub fn assume(&mut self, pod: &Pod, node: &str) -> Arc<PodInfo> {
+        let mut placed = pod.clone();
+        placed.spec.get_or_insert_with(Default::default).node_name = Some(node.to_string());
+        let info = Arc::new(PodInfo::new(Arc::new(placed)));
+        self.assumed.insert(info.key.clone(), node.to_string());
+        self.cluster.add_pod(info.clone());
+        info
+    }
+
+    /// Undoes [`assume`](Cache::assume) after a failed binding; a pod the
+    /// watch has since shown bound stays.
+    pub fn forget(&mut self, key: &ObjectKey) {
+        if self.assumed.remove(key).is_some() {
+            self.cluster.remove_pod(key);
+        }
+    }
+
+    pub fn is_assumed(&self, key: &ObjectKey) -> bool {
+        self.assumed.contains_key(key)
+    }
+
+    pub fn assumed_len(&self) -> usize {
+        self.assumed.len()
+    }
+
+    /// Starts over from the informers' stores (after a missed change),
+    /// keeping the assumptions whose pods are still unbound and alive.
+    pub fn rebuild(&mut self, nodes: &[Arc<Node>], pods: &[Arc<Pod>]) {
+        let assumed = std::mem::take(&mut self.assumed);
+        let mut kept: Vec<(Arc<PodInfo>, String)> = Vec::new();
+        for (key, node) in &assumed {
+            if let Some(info) = self.cluster.node(node).and_then(|n| n.pods.iter().find(|p| &p.key == key)) {
+                kept.push((info.clone(), node.clone()));
+            }
+        }
+        self.cluster = Cluster::new();
+        for node in nodes {
+            self.cluster.upsert_node(node.clone());
+        }
+        let live: HashMap<ObjectKey, &Arc<Pod>> = pods.iter().map(|p| (ObjectKey::of(p.as_ref()), p)).collect();
+        for pod in pods {
+            self.observe_pod(pod.clone());
+        }
+        for (info, node) in kept {
+            let still_pending = live.get(&info.key).is_some_and(|p| {
+                p.spec.as_ref().and_then(|s| s.node_name.as_deref()).is_none_or(str::is_empty)
+                    && p.metadata.deletion_timestamp.is_none()
+            });
+            if still_pending {
+                self.assumed.insert(info.key.clone(), node);
+                self.cluster.add_pod(info);
+            }
+        }
+    }
+}
+
+/// A pod that has finished no longer holds its node's resources.
+pub fn is_terminal(pod: &Pod) -> bool {
+    matches!(pod.status.as_ref().and_then(|s| s.phase.as_deref()), Some("Succeeded") | Some("Failed"))
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn node(name: &str, cpu: &str) -> Arc<Node> {
+        Arc::new(
+            serde_json::from_value(json!({
+                "metadata": {"name": name},
+                "status": {"allocatable": {"cpu": cpu, "memory": "8Gi", "pods": "110"},
+                           "capacity": {"cpu": cpu, "memory": "8Gi", "pods": "110"}}
+            }))
+            .expect("a node"),
+        )
+    }
+
+    fn pod(name: &str, node: Option<&str>, cpu: &str) -> Pod {
+        serde_json::from_value(json!({
+            "metadata": {"name": name, "namespace": "default", "uid": format!("uid-{name}")},
+            "spec": {"nodeName": node, "containers": [{"name": "c", "image": "i",
+                "resources": {"requests": {"cpu": cpu}}}]}
+        }))
+        .expect("a pod")
+    }
+
+    fn requested_cpu(cache: &Cache, node: &str) -> i64 {
+        cache.cluster().node(node).expect("node known").requested.milli_cpu
+    }
+
+    #[test]
+    fn an_assumed_pod_counts_on_its_node_until_forgotten() {
+        let mut cache = Cache::new();
+        cache.upsert_node(node("n1", "4"));
+        let p = pod("a", None, "1");
+        cache.assume(&p, "n1");
+        assert_eq!(requested_cpu(&cache, "n1"), 1000);
+        assert!(cache.is_assumed(&ObjectKey::new("default", "a")));
+        cache.forget(&ObjectKey::new("default", "a"));
+        assert_eq!(requested_cpu(&cache, "n1"), 0);
+        assert_eq!(cache.assumed_len(), 0);
+    }
+
+    #[test]
+    fn the_watch_showing_the_pod_unbound_keeps_the_assumption_and_bound_confirms_it() {
+        let mut cache = Cache::new();
+        cache.upsert_node(node("n1", "4"));
+        let p = pod("a", None, "1");
+        cache.assume(&p, "n1");
+        // An update from before the binding (e.g. a label change) arrives.
+        cache.observe_pod(Arc::new(p.clone()));
+        assert_eq!(requested_cpu(&cache, "n1"), 1000, "still counted while the binding is on its way");
+        cache.observe_pod(Arc::new(pod("a", Some("n1"), "1")));
+        assert!(!cache.is_assumed(&ObjectKey::new("default", "a")));
+        assert_eq!(requested_cpu(&cache, "n1"), 1000, "counted once");
+        cache.forget(&ObjectKey::new("default", "a"));
+        assert_eq!(requested_cpu(&cache, "n1"), 1000, "a confirmed pod is not forgotten");
+    }
+
+    #[test]
+    fn a_finished_or_deleted_pod_frees_its_node() {
+        let mut cache = Cache::new();
+        cache.upsert_node(node("n1", "4"));
+        cache.observe_pod(Arc::new(pod("a", Some("n1"), "1")));
+        cache.observe_pod(Arc::new(pod("b", Some("n1"), "2")));
+        assert_eq!(requested_cpu(&cache, "n1"), 3000);
+        let mut done = pod("a", Some("n1"), "1");
+        done.status = Some(serde_json::from_value(json!({"phase": "Succeeded"})).expect("a status"));
+        cache.observe_pod(Arc::new(done));
+        assert_eq!(requested_cpu(&cache, "n1"), 2000);
+        cache.remove_pod(&ObjectKey::new("default", "b"));
+        assert_eq!(requested_cpu(&cache, "n1"), 0);
+    }
+
+    #[test]
+    fn a_rebuild_keeps_assumptions_of_pods_still_waiting_for_their_binding() {
+        let mut cache = Cache::new();
+        cache.upsert_node(node("n1", "4"));
+        let waiting = pod("a", None, "1");
+        let gone = pod("b", None, "1");
+        cache.assume(&waiting, "n1");
+        cache.assume(&gone, "n1");
+        let bound = Arc::new(pod("c", Some("n1"), "2"));
+        cache.rebuild(&[node("n1", "4")], &[Arc::new(waiting), bound]);
+        assert_eq!(requested_cpu(&cache, "n1"), 3000, "a (assumed) and c (bound); b is gone");
+        assert_eq!(cache.assumed_len(), 1);
+    }
+}
