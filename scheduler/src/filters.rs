@@ -470,3 +470,352 @@ pub fn filter(pod: &PodInfo, node: &NodeInfo, state: &FilterState, cluster: &Clu
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testkit::{must_cluster, must_node, must_node_info, must_pod};
+    use std::sync::Arc;
+    use serde_json::json;
+
+    fn insufficient(r: &str) -> Reason {
+        Reason::Insufficient(r.into())
+    }
+
+    #[test]
+    fn resources_fit_counts_requests_of_placed_pods_and_names_each_missing_resource() {
+        let node = || must_node("n1", "1", "1Gi", json!({"status": {"allocatable": {"pods": "2", "example.com/gpu": "1"}}}));
+        let half = must_pod("half", "500m", "512Mi", json!({}));
+        let gpu = must_pod("gpu", "", "", json!({"spec": {"containers": [{"name": "c", "resources": {"requests": {"example.com/gpu": "1"}}}]}}));
+        let cases: Vec<(&str, Vec<Arc<PodInfo>>, Arc<PodInfo>, Result<(), Vec<Reason>>)> = vec![
+            ("fits an empty node", vec![], must_pod("p", "1", "1Gi", json!({})), Ok(())),
+            ("fits what is left", vec![half.clone()], must_pod("p", "500m", "512Mi", json!({})), Ok(())),
+            ("one millicore too many", vec![half.clone()], must_pod("p", "501m", "1Mi", json!({})), Err(vec![insufficient("cpu")])),
+            (
+                "cpu and memory both short",
+                vec![half.clone()],
+                must_pod("p", "600m", "600Mi", json!({})),
+                Err(vec![insufficient("cpu"), insufficient("memory")]),
+            ),
+            ("pod count is a limit", vec![half.clone(), gpu.clone()], must_pod("p", "", "", json!({})), Err(vec![Reason::TooManyPods])),
+            ("a pod requesting nothing fits a full node", vec![half.clone()], must_pod("p", "", "", json!({})), Ok(())),
+            ("extended resources count", vec![gpu.clone()], gpu.clone(), Err(vec![insufficient("example.com/gpu")])),
+            (
+                "init containers count when larger",
+                vec![half.clone()],
+                must_pod("p", "100m", "", json!({"spec": {"initContainers": [{"name": "i", "resources": {"requests": {"cpu": "600m"}}}]}})),
+                Err(vec![insufficient("cpu")]),
+            ),
+            (
+                "overhead counts",
+                vec![half.clone()],
+                must_pod("p", "500m", "", json!({"spec": {"overhead": {"cpu": "1m"}}})),
+                Err(vec![insufficient("cpu")]),
+            ),
+            (
+                "ephemeral storage counts",
+                vec![],
+                must_pod("p", "", "", json!({"spec": {"containers": [{"name": "c", "resources": {"requests": {"ephemeral-storage": "1Gi"}}}]}})),
+                Err(vec![insufficient("ephemeral-storage")]),
+            ),
+        ];
+        for (name, placed, pod, want) in cases {
+            let info = must_node_info(node(), &placed);
+            assert_eq!(resources_fit(&pod, &info), want, "{name}");
+        }
+    }
+
+    #[test]
+    fn host_ports_conflict_on_protocol_port_and_overlapping_ip() {
+        let with_port = |ip: &str, protocol: &str, port: i32| {
+            must_pod(
+                "p",
+                "",
+                "",
+                json!({"spec": {"containers": [{"name": "c", "ports": [{"containerPort": 80, "hostPort": port, "hostIP": ip, "protocol": protocol}]}]}}),
+            )
+        };
+        let cases = [
+            ("same port and protocol on every ip", ("", "TCP", 8080), ("", "TCP", 8080), Err(Reason::Ports)),
+            ("another port", ("", "TCP", 8080), ("", "TCP", 8081), Ok(())),
+            ("another protocol", ("", "TCP", 8080), ("", "UDP", 8080), Ok(())),
+            ("distinct ips", ("10.0.0.1", "TCP", 8080), ("10.0.0.2", "TCP", 8080), Ok(())),
+            ("a wildcard ip overlaps any", ("10.0.0.1", "TCP", 8080), ("0.0.0.0", "TCP", 8080), Err(Reason::Ports)),
+        ];
+        for (name, placed, incoming, want) in cases {
+            let info = must_node_info(must_node("n1", "1", "1Gi", json!({})), &[with_port(placed.0, placed.1, placed.2)]);
+            assert_eq!(host_ports(&with_port(incoming.0, incoming.1, incoming.2), &info), want, "{name}");
+        }
+        let free = must_node_info(must_node("n1", "1", "1Gi", json!({})), &[]);
+        assert_eq!(host_ports(&with_port("", "TCP", 80), &free), Ok(()));
+    }
+
+    #[test]
+    fn node_selector_and_required_node_affinity_must_both_match() {
+        let node = must_node_info(must_node("n1", "1", "1Gi", json!({"metadata": {"labels": {"disk": "ssd", "zone": "a"}}})), &[]);
+        let required = |term: serde_json::Value| {
+            json!({"spec": {"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": term}}}}})
+        };
+        let cases = [
+            ("no selector", json!({}), Ok(())),
+            ("a matching selector", json!({"spec": {"nodeSelector": {"disk": "ssd"}}}), Ok(())),
+            ("a selector on another value", json!({"spec": {"nodeSelector": {"disk": "hdd"}}}), Err(Reason::NodeAffinity)),
+            ("a selector on a missing label", json!({"spec": {"nodeSelector": {"gpu": "yes"}}}), Err(Reason::NodeAffinity)),
+            ("affinity In", required(json!([{"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a", "b"]}]}])), Ok(())),
+            (
+                "affinity terms are ORed",
+                required(json!([
+                    {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["b"]}]},
+                    {"matchExpressions": [{"key": "disk", "operator": "Exists"}]}
+                ])),
+                Ok(()),
+            ),
+            (
+                "affinity NotIn",
+                required(json!([{"matchExpressions": [{"key": "zone", "operator": "NotIn", "values": ["a"]}]}])),
+                Err(Reason::NodeAffinity),
+            ),
+            ("matchFields on the node name", required(json!([{"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n1"]}]}])), Ok(())),
+            (
+                "matchFields on another node",
+                required(json!([{"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n2"]}]}])),
+                Err(Reason::NodeAffinity),
+            ),
+            ("an empty term matches nothing", required(json!([{}])), Err(Reason::NodeAffinity)),
+        ];
+        for (name, extra, want) in cases {
+            assert_eq!(node_affinity(&must_pod("p", "", "", extra), &node), want, "{name}");
+        }
+    }
+
+    #[test]
+    fn a_pod_naming_a_node_fits_only_that_node() {
+        let node = must_node_info(must_node("n1", "1", "1Gi", json!({})), &[]);
+        let cases = [(None, Ok(())), (Some("n1"), Ok(())), (Some("n2"), Err(Reason::NodeName))];
+        for (name, want) in cases {
+            let pod = must_pod("p", "", "", json!({"spec": {"nodeName": name}}));
+            assert_eq!(node_name(&pod, &node), want, "{name:?}");
+        }
+    }
+
+    #[test]
+    fn untolerated_no_schedule_and_no_execute_taints_rule_a_node_out() {
+        let tainted = |key: &str, value: &str, effect: &str| {
+            must_node_info(must_node("n1", "1", "1Gi", json!({"spec": {"taints": [{"key": key, "value": value, "effect": effect}]}})), &[])
+        };
+        let tolerating = |t: serde_json::Value| must_pod("p", "", "", json!({"spec": {"tolerations": [t]}}));
+        let untolerated = |k: &str, v: &str| Err(Reason::UntoleratedTaint { key: k.into(), value: v.into() });
+        let cases = [
+            ("NoSchedule untolerated", tainted("gpu", "yes", "NoSchedule"), must_pod("p", "", "", json!({})), untolerated("gpu", "yes")),
+            ("NoExecute untolerated", tainted("gpu", "yes", "NoExecute"), must_pod("p", "", "", json!({})), untolerated("gpu", "yes")),
+            ("PreferNoSchedule is only a score", tainted("gpu", "yes", "PreferNoSchedule"), must_pod("p", "", "", json!({})), Ok(())),
+            ("Equal with the value", tainted("gpu", "yes", "NoSchedule"), tolerating(json!({"key": "gpu", "value": "yes"})), Ok(())),
+            ("Equal with another value", tainted("gpu", "yes", "NoSchedule"), tolerating(json!({"key": "gpu", "value": "no"})), untolerated("gpu", "yes")),
+            ("Exists on the key", tainted("gpu", "yes", "NoSchedule"), tolerating(json!({"key": "gpu", "operator": "Exists"})), Ok(())),
+            ("Exists without a key tolerates all", tainted("gpu", "yes", "NoExecute"), tolerating(json!({"operator": "Exists"})), Ok(())),
+            (
+                "another effect does not tolerate",
+                tainted("gpu", "yes", "NoSchedule"),
+                tolerating(json!({"key": "gpu", "operator": "Exists", "effect": "NoExecute"})),
+                untolerated("gpu", "yes"),
+            ),
+            (
+                "not-ready through its taint",
+                tainted("node.kubernetes.io/not-ready", "", "NoExecute"),
+                must_pod("p", "", "", json!({})),
+                untolerated("node.kubernetes.io/not-ready", ""),
+            ),
+        ];
+        for (name, node, pod, want) in cases {
+            assert_eq!(taint_toleration(&pod, &node), want, "{name}");
+        }
+        assert_eq!(
+            Reason::UntoleratedTaint { key: "gpu".into(), value: "yes".into() }.to_string(),
+            "node(s) had untolerated taint {gpu: yes}"
+        );
+    }
+
+    #[test]
+    fn a_cordoned_node_takes_only_pods_tolerating_unschedulable() {
+        let cordoned = must_node_info(must_node("n1", "1", "1Gi", json!({"spec": {"unschedulable": true}})), &[]);
+        let plain = must_pod("p", "", "", json!({}));
+        let tolerating = must_pod(
+            "p",
+            "",
+            "",
+            json!({"spec": {"tolerations": [{"key": "node.kubernetes.io/unschedulable", "operator": "Exists", "effect": "NoSchedule"}]}}),
+        );
+        assert_eq!(node_unschedulable(&plain, &cordoned), Err(Reason::Unschedulable));
+        assert_eq!(node_unschedulable(&tolerating, &cordoned), Ok(()));
+        let open = must_node_info(must_node("n1", "1", "1Gi", json!({})), &[]);
+        assert_eq!(node_unschedulable(&plain, &open), Ok(()));
+    }
+
+    #[test]
+    fn disks_attached_read_write_conflict_as_the_seed_says() {
+        let with_volume = |v: serde_json::Value| must_pod("p", "", "", json!({"spec": {"volumes": [merge_name(v)]}}));
+        fn merge_name(v: serde_json::Value) -> serde_json::Value {
+            crate::testkit::merge(json!({"name": "v"}), v)
+        }
+        let gce = |name: &str, ro: bool| with_volume(json!({"gcePersistentDisk": {"pdName": name, "readOnly": ro}}));
+        let ebs = |id: &str| with_volume(json!({"awsElasticBlockStore": {"volumeID": id}}));
+        let rbd = |mon: &str, image: &str, ro: bool| {
+            with_volume(json!({"rbd": {"monitors": [mon], "image": image, "readOnly": ro}}))
+        };
+        let iscsi = |iqn: &str, ro: bool| {
+            with_volume(json!({"iscsi": {"iqn": iqn, "targetPortal": "10.0.0.1:3260", "lun": 0, "readOnly": ro}}))
+        };
+        let empty_dir = with_volume(json!({"emptyDir": {}}));
+        let cases = [
+            ("same GCE PD read-write", gce("d", false), gce("d", false), Err(Reason::DiskConflict)),
+            ("same GCE PD read-only twice", gce("d", true), gce("d", true), Ok(())),
+            ("same GCE PD, one writer", gce("d", true), gce("d", false), Err(Reason::DiskConflict)),
+            ("another GCE PD", gce("d", false), gce("e", false), Ok(())),
+            ("same EBS volume", ebs("vol-1"), ebs("vol-1"), Err(Reason::DiskConflict)),
+            ("another EBS volume", ebs("vol-1"), ebs("vol-2"), Ok(())),
+            ("same RBD image", rbd("m1", "img", false), rbd("m1", "img", false), Err(Reason::DiskConflict)),
+            ("RBD image on other monitors", rbd("m1", "img", false), rbd("m2", "img", false), Ok(())),
+            ("same iSCSI IQN", iscsi("iqn.a", false), iscsi("iqn.a", false), Err(Reason::DiskConflict)),
+            ("same iSCSI IQN read-only", iscsi("iqn.a", true), iscsi("iqn.a", true), Ok(())),
+            ("emptyDir never conflicts", empty_dir.clone(), empty_dir.clone(), Ok(())),
+        ];
+        for (name, placed, incoming, want) in cases {
+            let node = must_node_info(must_node("n1", "1", "1Gi", json!({})), &[placed]);
+            assert_eq!(no_disk_conflict(&incoming, &node), want, "{name}");
+        }
+    }
+
+    /// Every node's filter outcome for `pod`.
+    fn outcomes(pod: &PodInfo, cluster: &Cluster) -> Vec<(String, Result<(), Vec<Reason>>)> {
+        let state = FilterState::new(pod, cluster);
+        cluster.nodes().iter().map(|n| (n.name.clone(), filter(pod, n, &state, cluster))).collect()
+    }
+
+    fn fits(pod: &PodInfo, cluster: &Cluster) -> Vec<String> {
+        let mut names: Vec<String> = outcomes(pod, cluster).into_iter().filter(|(_, r)| r.is_ok()).map(|(n, _)| n).collect();
+        names.sort();
+        names
+    }
+
+    fn zoned(name: &str, zone: &str) -> Arc<k8s_openapi::api::core::v1::Node> {
+        must_node(name, "4", "8Gi", json!({"metadata": {"labels": {"zone": zone}}}))
+    }
+
+    fn labelled(name: &str, ns: &str, labels: serde_json::Value, spec: serde_json::Value) -> Arc<PodInfo> {
+        must_pod(name, "", "", json!({"metadata": {"namespace": ns, "labels": labels}, "spec": spec}))
+    }
+
+    fn pod_affinity(kind: &str, selector: serde_json::Value, key: &str, extra: serde_json::Value) -> serde_json::Value {
+        let term = crate::testkit::merge(json!({"labelSelector": selector, "topologyKey": key}), extra);
+        json!({"affinity": {kind: {"requiredDuringSchedulingIgnoredDuringExecution": [term]}}})
+    }
+
+    #[test]
+    fn required_anti_affinity_keeps_a_pod_out_of_domains_with_matching_pods() {
+        let nodes = vec![zoned("a1", "a"), zoned("a2", "a"), zoned("b1", "b"), zoned("c1", "c")];
+        let web = labelled("web-0", "default", json!({"app": "web"}), json!({}));
+        let other_ns = labelled("web-x", "other", json!({"app": "web"}), json!({}));
+        let cluster = must_cluster(nodes, vec![(web, "a1"), (other_ns, "b1")]);
+        let sel = json!({"matchLabels": {"app": "web"}});
+        let cases = [
+            ("hostname: only the node with the pod", json!({}), "kubernetes.io/hostname", vec!["a2", "b1", "c1"]),
+            ("zone: the whole zone", json!({}), "zone", vec!["b1", "c1"]),
+            ("namespaces list another namespace", json!({"namespaces": ["other"]}), "zone", vec!["a1", "a2", "c1"]),
+            ("an empty namespaceSelector means all namespaces", json!({"namespaceSelector": {}}), "zone", vec!["c1"]),
+        ];
+        for (name, extra, key, want) in cases {
+            let pod = labelled("p", "default", json!({}), pod_affinity("podAntiAffinity", sel.clone(), key, extra));
+            assert_eq!(fits(&pod, &cluster), want, "{name}");
+        }
+        let pod = labelled("p", "default", json!({}), pod_affinity("podAntiAffinity", sel, "zone", json!({})));
+        let state = FilterState::new(&pod, &cluster);
+        let a2 = cluster.node("a2").expect("node");
+        assert_eq!(filter(&pod, a2, &state, &cluster), Err(vec![Reason::PodAntiAffinity]));
+    }
+
+    #[test]
+    fn a_placed_pods_anti_affinity_keeps_matching_pods_out_of_its_domain() {
+        let nodes = vec![zoned("a1", "a"), zoned("a2", "a"), zoned("b1", "b")];
+        let loner = labelled(
+            "loner",
+            "default",
+            json!({}),
+            pod_affinity("podAntiAffinity", json!({"matchLabels": {"app": "web"}}), "zone", json!({})),
+        );
+        let cluster = must_cluster(nodes, vec![(loner, "a1")]);
+        let web = labelled("web", "default", json!({"app": "web"}), json!({}));
+        assert_eq!(fits(&web, &cluster), vec!["b1"]);
+        let state = FilterState::new(&web, &cluster);
+        let a2 = cluster.node("a2").expect("node");
+        assert_eq!(filter(&web, a2, &state, &cluster), Err(vec![Reason::ExistingPodsAntiAffinity]));
+        let db = labelled("db", "default", json!({"app": "db"}), json!({}));
+        assert_eq!(fits(&db, &cluster), vec!["a1", "a2", "b1"]);
+        let web_elsewhere = labelled("web", "prod", json!({"app": "web"}), json!({}));
+        assert_eq!(fits(&web_elsewhere, &cluster), vec!["a1", "a2", "b1"], "the term looks at its own namespace only");
+    }
+
+    #[test]
+    fn required_affinity_needs_a_matching_pod_in_the_domain_except_for_the_first_of_a_group() {
+        let mut nodes = vec![zoned("a1", "a"), zoned("a2", "a"), zoned("b1", "b")];
+        nodes.push(must_node("nozone", "4", "8Gi", json!({})));
+        let cache = labelled("cache", "default", json!({"app": "cache"}), json!({}));
+        let cluster = must_cluster(nodes.clone(), vec![(cache, "a1")]);
+        let wants_cache = pod_affinity("podAffinity", json!({"matchLabels": {"app": "cache"}}), "zone", json!({}));
+        let pod = labelled("p", "default", json!({}), wants_cache.clone());
+        assert_eq!(fits(&pod, &cluster), vec!["a1", "a2"]);
+        // No cache anywhere: a pod that is itself a cache may start the group, where the zone label exists.
+        let empty = must_cluster(nodes, vec![]);
+        let first = labelled("c0", "default", json!({"app": "cache"}), wants_cache.clone());
+        assert_eq!(fits(&first, &empty), vec!["a1", "a2", "b1"]);
+        let outsider = labelled("p", "default", json!({}), wants_cache);
+        assert!(fits(&outsider, &empty).is_empty());
+        let state = FilterState::new(&outsider, &empty);
+        assert_eq!(filter(&outsider, &empty.nodes()[0], &state, &empty), Err(vec![Reason::PodAffinity]));
+    }
+
+    fn spread(max_skew: i32, key: &str, extra: serde_json::Value) -> serde_json::Value {
+        let c = crate::testkit::merge(
+            json!({"maxSkew": max_skew, "topologyKey": key, "whenUnsatisfiable": "DoNotSchedule", "labelSelector": {"matchLabels": {"app": "web"}}}),
+            extra,
+        );
+        json!({"topologySpreadConstraints": [c]})
+    }
+
+    #[test]
+    fn topology_spread_keeps_each_domain_within_max_skew_of_the_least() {
+        let nodes = vec![zoned("a1", "a"), zoned("a2", "a"), zoned("b1", "b"), zoned("c1", "c"), must_node("x", "4", "8Gi", json!({}))];
+        let web = |i: usize| labelled(&format!("web-{i}"), "default", json!({"app": "web"}), json!({}));
+        // a: 2, b: 1, c: 0.
+        let cluster = must_cluster(nodes, vec![(web(0), "a1"), (web(1), "a2"), (web(2), "b1")]);
+        let cases = [
+            ("maxSkew 1: only the empty zone", spread(1, "zone", json!({})), vec!["c1"]),
+            ("maxSkew 2: the zones below two", spread(2, "zone", json!({})), vec!["b1", "c1"]),
+            ("maxSkew 3: every zoned node", spread(3, "zone", json!({})), vec!["a1", "a2", "b1", "c1"]),
+            ("minDomains above the domains makes the minimum 0", spread(2, "zone", json!({"minDomains": 5})), vec!["b1", "c1"]),
+            (
+                "nodeAffinityPolicy Honor counts only zone a, so a is the least",
+                crate::testkit::merge(spread(1, "zone", json!({})), json!({"nodeSelector": {"zone": "a"}})),
+                vec!["a1", "a2"],
+            ),
+            (
+                "nodeAffinityPolicy Ignore counts the empty zone c",
+                crate::testkit::merge(spread(2, "zone", json!({"nodeAffinityPolicy": "Ignore"})), json!({"nodeSelector": {"zone": "a"}})),
+                vec![],
+            ),
+        ];
+        for (name, spec, want) in cases {
+            let pod = labelled("p", "default", json!({"app": "web"}), spec);
+            let want: Vec<String> = want.into_iter().map(String::from).collect();
+            assert_eq!(fits(&pod, &cluster), want, "{name}");
+        }
+        // With Honor, zone a is the only domain: min is a's 2, skew 1 fits.
+        let honor = labelled("p", "default", json!({"app": "web"}), crate::testkit::merge(spread(1, "zone", json!({})), json!({"nodeSelector": {"zone": "a"}})));
+        let state = FilterState::new(&honor, &cluster);
+        assert_eq!(topology_spread(&honor, cluster.node("a1").expect("node"), state.spread.as_ref().expect("spread")), Ok(()));
+        let pod = labelled("p", "default", json!({"app": "web"}), spread(1, "zone", json!({})));
+        let state = FilterState::new(&pod, &cluster);
+        let s = state.spread.as_ref().expect("spread");
+        assert_eq!(topology_spread(&pod, cluster.node("x").expect("node"), s), Err(Reason::SpreadMissingLabel));
+        assert_eq!(topology_spread(&pod, cluster.node("a1").expect("node"), s), Err(Reason::SpreadSkew));
+    }
+}
