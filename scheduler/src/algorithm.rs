@@ -223,3 +223,115 @@ pub fn score(pod: &PodInfo, nodes: &[&NodeInfo], cluster: &Cluster, weights: &We
     }
     totals
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testkit::{must_cluster, must_node, must_pod};
+    use serde_json::json;
+
+    #[test]
+    fn the_number_of_nodes_to_find_follows_kubes_adaptive_percentage() {
+        let cases = [(0, 50, 50), (0, 100, 100), (0, 1000, 420), (0, 1500, 570), (0, 5000, 500), (0, 6000, 300), (10, 5000, 500), (100, 5000, 5000), (1, 5000, 100)];
+        for (percentage, nodes, want) in cases {
+            assert_eq!(feasible_nodes_to_find(percentage, nodes), want, "{percentage}% of {nodes}");
+        }
+    }
+
+    #[test]
+    fn a_pod_that_fits_nowhere_gets_kubes_message_with_reasons_counted_and_sorted() {
+        let cluster = must_cluster(
+            vec![
+                must_node("small", "1", "1Gi", json!({"metadata": {"labels": {"disk": "ssd"}}})),
+                must_node("hdd1", "8", "8Gi", json!({"metadata": {"labels": {"disk": "hdd"}}})),
+                must_node("hdd2", "8", "8Gi", json!({"metadata": {"labels": {"disk": "hdd"}}})),
+            ],
+            vec![],
+        );
+        let pod = must_pod("p", "2", "1Mi", json!({"spec": {"nodeSelector": {"disk": "ssd"}}}));
+        let err = schedule(&pod, &cluster, &Profile::default(), &mut 0).expect_err("fits nowhere");
+        assert_eq!(
+            err.to_string(),
+            "0/3 nodes are available: 1 Insufficient cpu, 2 node(s) didn't match Pod's node affinity/selector."
+        );
+        assert_eq!(err.resolvable, BTreeSet::from(["small".to_string()]), "only the cpu shortage can be preempted away");
+        let empty = Cluster::new();
+        assert_eq!(schedule(&pod, &empty, &Profile::default(), &mut 0).expect_err("no nodes").to_string(), "0/0 nodes are available.");
+    }
+
+    #[test]
+    fn the_least_requested_feasible_node_wins() {
+        let busy = must_pod("busy", "3", "1Gi", json!({}));
+        let cluster = must_cluster(
+            vec![must_node("busy", "4", "8Gi", json!({})), must_node("idle", "4", "8Gi", json!({})), must_node("tiny", "100m", "8Gi", json!({}))],
+            vec![(busy, "busy")],
+        );
+        let placement = schedule(&must_pod("p", "500m", "1Gi", json!({})), &cluster, &Profile::default(), &mut 0).expect("fits");
+        assert_eq!(placement, Placement { node: "idle".into(), evaluated: 3, feasible: 2 });
+    }
+
+    #[test]
+    fn a_large_cluster_is_filtered_only_until_enough_nodes_fit_and_the_next_search_starts_after() {
+        let nodes: Vec<_> = (0..400).map(|i| must_node(&format!("n{i:03}"), "4", "8Gi", json!({}))).collect();
+        let cluster = must_cluster(nodes, vec![]);
+        let profile = Profile { percentage_of_nodes_to_score: 30, ..Profile::default() };
+        let mut start = 0;
+        let first = schedule(&must_pod("p", "1", "1Gi", json!({})), &cluster, &profile, &mut start).expect("fits");
+        assert_eq!((first.evaluated, first.feasible, start), (120, 120, 120));
+        let second = schedule(&must_pod("q", "1", "1Gi", json!({})), &cluster, &profile, &mut start).expect("fits");
+        assert_eq!(second.node, "n120", "ties go to the first node evaluated, which moved on");
+        assert_eq!(start, 240);
+        schedule(&must_pod("r", "1", "1Gi", json!({})), &cluster, &profile, &mut start).expect("fits");
+        schedule(&must_pod("s", "1", "1Gi", json!({})), &cluster, &profile, &mut start).expect("fits");
+        assert_eq!(start, 80, "the start wraps around");
+    }
+
+    #[test]
+    fn a_nominated_node_is_taken_when_the_pod_fits_there() {
+        let cluster = must_cluster(vec![must_node("a", "4", "8Gi", json!({})), must_node("b", "4", "8Gi", json!({}))], vec![]);
+        let pod = must_pod("p", "1", "1Gi", json!({"status": {"nominatedNodeName": "b"}}));
+        assert_eq!(schedule(&pod, &cluster, &Profile::default(), &mut 0).expect("fits").node, "b");
+    }
+
+    #[test]
+    fn a_node_with_malformed_capacity_is_skipped_with_a_reason() {
+        let cluster = must_cluster(
+            vec![must_node("bad", "lots", "8Gi", json!({})), must_node("good", "1", "8Gi", json!({}))],
+            vec![],
+        );
+        assert!(cluster.node("bad").expect("node").malformed.is_some());
+        let pod = must_pod("p", "100m", "", json!({}));
+        assert_eq!(schedule(&pod, &cluster, &Profile::default(), &mut 0).expect("fits").node, "good");
+        let big = must_pod("big", "2", "", json!({}));
+        assert_eq!(
+            schedule(&big, &cluster, &Profile::default(), &mut 0).expect_err("too big").to_string(),
+            "0/2 nodes are available: 1 Insufficient cpu, 1 node(s) had malformed capacity."
+        );
+        let malformed = must_pod("m", "a lot", "", json!({}));
+        assert_eq!(
+            schedule(&malformed, &cluster, &Profile::default(), &mut 0).expect_err("malformed").to_string(),
+            "0/2 nodes are available: 2 pod has malformed resource requests."
+        );
+    }
+
+    #[test]
+    fn weights_decide_between_scores() {
+        // "ssd" is busier but preferred by node affinity.
+        let busy = must_pod("busy", "2", "4Gi", json!({}));
+        let cluster = must_cluster(
+            vec![must_node("ssd", "4", "8Gi", json!({"metadata": {"labels": {"disk": "ssd"}}})), must_node("hdd", "4", "8Gi", json!({}))],
+            vec![(busy, "ssd")],
+        );
+        let pod = must_pod(
+            "p",
+            "1",
+            "1Gi",
+            json!({"spec": {"affinity": {"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+                {"weight": 1, "preference": {"matchExpressions": [{"key": "disk", "operator": "In", "values": ["ssd"]}]}}
+            ]}}}}),
+        );
+        assert_eq!(schedule(&pod, &cluster, &Profile::default(), &mut 0).expect("fits").node, "ssd");
+        let no_affinity = Profile { weights: Weights { node_affinity: 0, ..Weights::default() }, ..Profile::default() };
+        assert_eq!(schedule(&pod, &cluster, &no_affinity, &mut 0).expect("fits").node, "hdd");
+    }
+}

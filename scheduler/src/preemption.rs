@@ -124,3 +124,111 @@ fn pick(candidates: Vec<Preemption>) -> Option<Preemption> {
             .then(earliest_top_start(&b.victims).cmp(&earliest_top_start(&a.victims)))
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::algorithm::schedule;
+    use crate::testkit::{must_cluster, must_node, must_pod};
+    use serde_json::json;
+
+    fn prio(name: &str, cpu: &str, priority: i32, start: &str) -> Arc<PodInfo> {
+        must_pod(name, cpu, "", json!({"spec": {"priority": priority}, "status": {"startTime": start}}))
+    }
+
+    const T0: &str = "2026-01-01T00:00:00Z";
+
+    fn preempt_for(pod: &PodInfo, cluster: &Cluster) -> Option<(String, Vec<String>)> {
+        let fit = schedule(pod, cluster, &Profile::default(), &mut 0).expect_err("fits nowhere");
+        preempt(pod, cluster, &Profile::default(), &fit).map(|p| (p.node, p.victims.iter().map(|v| v.key.name.clone()).collect()))
+    }
+
+    #[test]
+    fn victims_are_reprieved_most_important_first_and_only_the_rest_are_evicted() {
+        let cluster = must_cluster(
+            vec![must_node("n1", "1", "8Gi", json!({}))],
+            vec![(prio("p1", "300m", 1, T0), "n1"), (prio("p2", "300m", 2, T0), "n1"), (prio("p3", "400m", 3, T0), "n1")],
+        );
+        // 500m needed: p3 (400m) is reprieved first, then neither 300m pod fits back.
+        let pod = prio("high", "500m", 10, T0);
+        assert_eq!(preempt_for(&pod, &cluster), Some(("n1".into(), vec!["p2".into(), "p1".into()])));
+        // 300m needed: p3 and p2 return, p1 goes.
+        let pod = prio("high", "300m", 10, T0);
+        assert_eq!(preempt_for(&pod, &cluster), Some(("n1".into(), vec!["p1".into()])));
+    }
+
+    #[test]
+    fn the_node_is_chosen_by_kubes_criteria_in_order() {
+        let node = |n: &str| must_node(n, "1", "8Gi", json!({}));
+        let cases = [
+            (
+                "lowest highest-victim priority",
+                vec![(prio("a1", "500m", 1, T0), "a"), (prio("a2", "500m", 1, T0), "a"), (prio("b1", "1", 5, T0), "b")],
+                "a",
+            ),
+            ("smallest priority sum", vec![(prio("a1", "500m", 3, T0), "a"), (prio("a2", "500m", 3, T0), "a"), (prio("b1", "1", 3, T0), "b")], "b"),
+            (
+                "latest start of the most important victims",
+                vec![(prio("a1", "1", 3, "2026-01-01T00:00:00Z"), "a"), (prio("b1", "1", 3, "2026-01-02T00:00:00Z"), "b")],
+                "b",
+            ),
+        ];
+        for (name, placed, want) in cases {
+            let cluster = must_cluster(vec![node("a"), node("b")], placed);
+            let got = preempt_for(&prio("high", "1", 10, T0), &cluster).map(|(n, _)| n);
+            assert_eq!(got.as_deref(), Some(want), "{name}");
+        }
+        // The sum counts every victim (priority + 2^31), so fewer victims of equal priority win.
+        let cluster = must_cluster(
+            vec![node("a"), node("b")],
+            vec![(prio("a1", "500m", 0, T0), "a"), (prio("a2", "500m", 0, T0), "a"), (prio("b1", "1", 0, T0), "b")],
+        );
+        assert_eq!(preempt_for(&prio("high", "1", 10, T0), &cluster).map(|(n, _)| n).as_deref(), Some("b"));
+    }
+
+    #[test]
+    fn equal_or_higher_priority_pods_are_never_victims() {
+        let cluster = must_cluster(vec![must_node("n1", "1", "8Gi", json!({}))], vec![(prio("peer", "1", 10, T0), "n1")]);
+        assert_eq!(preempt_for(&prio("high", "1", 10, T0), &cluster), None);
+    }
+
+    #[test]
+    fn a_pod_with_preemption_policy_never_does_not_preempt() {
+        let cluster = must_cluster(vec![must_node("n1", "1", "8Gi", json!({}))], vec![(prio("low", "1", 0, T0), "n1")]);
+        let pod = must_pod("high", "1", "", json!({"spec": {"priority": 10, "preemptionPolicy": "Never"}}));
+        assert_eq!(preempt_for(&pod, &cluster), None);
+    }
+
+    #[test]
+    fn nodes_ruled_out_for_unresolvable_reasons_are_not_candidates() {
+        let cluster = must_cluster(
+            vec![must_node("n1", "1", "8Gi", json!({"spec": {"taints": [{"key": "k", "effect": "NoSchedule"}]}}))],
+            vec![(prio("low", "1", 0, T0), "n1")],
+        );
+        assert_eq!(preempt_for(&prio("high", "1", 10, T0), &cluster), None);
+    }
+
+    #[test]
+    fn evicting_a_pod_the_incoming_pod_shuns_resolves_anti_affinity() {
+        let web = must_pod("web", "", "", json!({"metadata": {"labels": {"app": "web"}}, "spec": {"priority": 1}}));
+        let cluster = must_cluster(vec![must_node("n1", "1", "8Gi", json!({}))], vec![(web, "n1"), (prio("other", "100m", 0, T0), "n1")]);
+        let pod = must_pod(
+            "p",
+            "",
+            "",
+            json!({"spec": {"priority": 10, "affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+                {"labelSelector": {"matchLabels": {"app": "web"}}, "topologyKey": "kubernetes.io/hostname"}
+            ]}}}}),
+        );
+        assert_eq!(preempt_for(&pod, &cluster), Some(("n1".into(), vec!["web".into()])));
+    }
+
+    #[test]
+    fn a_pod_whose_earlier_victims_are_still_terminating_waits() {
+        let terminating = must_pod("old", "1", "", json!({"metadata": {"deletionTimestamp": T0}, "spec": {"priority": 0}}));
+        let cluster = must_cluster(vec![must_node("n1", "1", "8Gi", json!({}))], vec![(terminating, "n1")]);
+        let pod = must_pod("p", "1", "", json!({"spec": {"priority": 10}, "status": {"nominatedNodeName": "n1"}}));
+        assert!(!eligible(&pod, &cluster));
+        assert!(eligible(&prio("q", "1", 10, T0), &cluster));
+    }
+}

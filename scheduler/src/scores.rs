@@ -259,3 +259,175 @@ pub fn selector_spread(pod: &PodInfo, nodes: &[&NodeInfo], cluster: &Cluster) ->
         })
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testkit::{must_cluster, must_node, must_node_info, must_pod};
+    use serde_json::json;
+
+    #[test]
+    fn least_requested_follows_the_seeds_formula_on_worked_examples() {
+        // (allocatable cpu, memory; placed pod cpu, memory; incoming cpu, memory; score)
+        let cases = [
+            // cpu (4000-3000)*100/4000 = 25, memory (10000-5000)*100/10000 = 50, mean 37.
+            ("4", "10000", None, ("3", "5000"), 37),
+            // 50 and 50.
+            ("6", "10000", None, ("3", "5000"), 50),
+            // Placed pods count: cpu (4000-3000)/4000 = 25, memory (10000-8000)/10000 = 20, mean 22.
+            ("4", "10000", Some(("1", "3000")), ("2", "5000"), 22),
+            // Requests beyond capacity score 0 for that resource: cpu 0, memory 50.
+            ("4", "10000", Some(("4", "0")), ("1", "5000"), 25),
+            // An empty node and a pod asking nothing: 100m and 200Mi count.
+            ("1", "2000Mi", None, ("", ""), 90),
+        ];
+        for (i, (cpu, memory, placed, (pod_cpu, pod_memory), want)) in cases.into_iter().enumerate() {
+            let placed: Vec<_> = placed.into_iter().map(|(c, m)| must_pod("placed", c, m, json!({}))).collect();
+            let node = must_node_info(must_node("n", cpu, memory, json!({})), &placed);
+            assert_eq!(least_allocated(&must_pod("p", pod_cpu, pod_memory, json!({})), &node), want, "case {i}");
+        }
+    }
+
+    #[test]
+    fn balanced_allocation_prefers_equal_cpu_and_memory_fractions() {
+        let cases = [
+            // 0.75 and 0.5: 100 * (1 - 0.125) = 87.
+            ("4", "10000", ("3", "5000"), 87),
+            ("6", "10000", ("3", "5000"), 100),
+            // 1.0 and 0.0: 50.
+            ("1", "1000000000", ("1", "1"), 50),
+        ];
+        for (cpu, memory, (pc, pm), want) in cases {
+            let node = must_node_info(must_node("n", cpu, memory, json!({})), &[]);
+            assert_eq!(balanced_allocation(&must_pod("p", pc, pm, json!({})), &node), want, "{cpu} {memory}");
+        }
+    }
+
+    #[test]
+    fn preferred_node_affinity_scores_summed_weights_scaled_to_the_best() {
+        let nodes = [
+            must_node_info(must_node("both", "1", "1Gi", json!({"metadata": {"labels": {"zone": "a", "disk": "ssd"}}})), &[]),
+            must_node_info(must_node("zone", "1", "1Gi", json!({"metadata": {"labels": {"zone": "a"}}})), &[]),
+            must_node_info(must_node("none", "1", "1Gi", json!({})), &[]),
+        ];
+        let term = |w: i32, k: &str, v: &str| json!({"weight": w, "preference": {"matchExpressions": [{"key": k, "operator": "In", "values": [v]}]}});
+        let pod = must_pod(
+            "p",
+            "",
+            "",
+            json!({"spec": {"affinity": {"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [term(2, "zone", "a"), term(3, "disk", "ssd")]}}}}),
+        );
+        let refs: Vec<&NodeInfo> = nodes.iter().collect();
+        assert_eq!(node_affinity(&pod, &refs), vec![100, 40, 0]);
+    }
+
+    #[test]
+    fn taint_toleration_scores_fewer_untolerated_prefer_no_schedule_taints_higher() {
+        let taints = |list: serde_json::Value| must_node_info(must_node("n", "1", "1Gi", json!({"spec": {"taints": list}})), &[]);
+        let nodes = [
+            taints(json!([])),
+            taints(json!([{"key": "a", "effect": "PreferNoSchedule"}])),
+            taints(json!([{"key": "a", "effect": "PreferNoSchedule"}, {"key": "b", "effect": "PreferNoSchedule"}])),
+            taints(json!([{"key": "c", "effect": "PreferNoSchedule"}])),
+        ];
+        let refs: Vec<&NodeInfo> = nodes.iter().collect();
+        let pod = must_pod("p", "", "", json!({"spec": {"tolerations": [{"key": "c", "operator": "Exists", "effect": "PreferNoSchedule"}]}}));
+        assert_eq!(taint_toleration(&pod, &refs), vec![100, 50, 0, 100]);
+        let nodes = [taints(json!([]))];
+        assert_eq!(taint_toleration(&pod, &[&nodes[0]]), vec![100], "no taints anywhere: every node scores 100");
+    }
+
+    fn zoned(name: &str, zone: &str) -> std::sync::Arc<k8s_openapi::api::core::v1::Node> {
+        must_node(name, "4", "8Gi", json!({"metadata": {"labels": {"zone": zone}}}))
+    }
+
+    #[test]
+    fn preferred_inter_pod_affinity_scores_domains_with_wanted_pods_and_without_shunned_ones() {
+        let cache = must_pod("cache", "", "", json!({"metadata": {"labels": {"app": "cache"}}}));
+        let noisy = must_pod("noisy", "", "", json!({"metadata": {"labels": {"app": "noisy"}}}));
+        let cluster = must_cluster(vec![zoned("a1", "a"), zoned("b1", "b"), zoned("c1", "c")], vec![(cache, "a1"), (noisy, "b1")]);
+        let term = |w: i32, app: &str| json!({"weight": w, "podAffinityTerm": {"labelSelector": {"matchLabels": {"app": app}}, "topologyKey": "zone"}});
+        let pod = must_pod(
+            "p",
+            "",
+            "",
+            json!({"spec": {"affinity": {
+                "podAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [term(10, "cache")]},
+                "podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [term(5, "noisy")]}
+            }}}),
+        );
+        let nodes: Vec<&NodeInfo> = cluster.nodes().iter().collect();
+        // Raw: a 10, b -5, c 0; min-max normalized.
+        assert_eq!(inter_pod_affinity(&pod, &nodes, &cluster), vec![100, 0, 33]);
+        // A placed pod preferring the incoming one draws it too.
+        let fan = must_pod(
+            "fan",
+            "",
+            "",
+            json!({"spec": {"affinity": {"podAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [term(7, "web")]}}}}),
+        );
+        let cluster = must_cluster(vec![zoned("a1", "a"), zoned("b1", "b")], vec![(fan, "b1")]);
+        let web = must_pod("web", "", "", json!({"metadata": {"labels": {"app": "web"}}}));
+        let nodes: Vec<&NodeInfo> = cluster.nodes().iter().collect();
+        assert_eq!(inter_pod_affinity(&web, &nodes, &cluster), vec![0, 100]);
+    }
+
+    #[test]
+    fn schedule_anyway_spread_scores_emptier_domains_higher() {
+        let web = |i: usize| must_pod(&format!("web-{i}"), "", "", json!({"metadata": {"labels": {"app": "web"}}}));
+        let cluster = must_cluster(
+            vec![zoned("a1", "a"), zoned("b1", "b"), zoned("c1", "c"), must_node("x", "4", "8Gi", json!({}))],
+            vec![(web(0), "a1"), (web(1), "a1"), (web(2), "b1")],
+        );
+        let pod = must_pod(
+            "p",
+            "",
+            "",
+            json!({"metadata": {"labels": {"app": "web"}}, "spec": {"topologySpreadConstraints": [
+                {"maxSkew": 1, "topologyKey": "zone", "whenUnsatisfiable": "ScheduleAnyway", "labelSelector": {"matchLabels": {"app": "web"}}}
+            ]}}),
+        );
+        let nodes: Vec<&NodeInfo> = cluster.nodes().iter().collect();
+        // weight ln(3 + 2) = 1.609: raw a 3, b 2, c 0; score 100 * (3 + 0 - s) / 3; x lacks the key.
+        assert_eq!(topology_spread(&pod, &nodes, &cluster), vec![0, 33, 100, 0]);
+    }
+
+    #[test]
+    fn selector_spreading_scores_nodes_with_fewer_pods_of_the_same_service_higher() {
+        let web = |i: usize| must_pod(&format!("web-{i}"), "", "", json!({"metadata": {"labels": {"app": "web"}}}));
+        let other = must_pod("db", "", "", json!({"metadata": {"labels": {"app": "db"}}}));
+        let plain = |n: &str| must_node(n, "4", "8Gi", json!({}));
+        let mut cluster =
+            must_cluster(vec![plain("n1"), plain("n2"), plain("n3")], vec![(web(0), "n1"), (web(1), "n1"), (web(2), "n2"), (other, "n3")]);
+        let nodes: Vec<&NodeInfo> = cluster.nodes().iter().collect();
+        assert_eq!(selector_spread(&web(9), &nodes, &cluster), vec![100, 100, 100], "no selector: no preference");
+        cluster.set_spreading_selector("default", "Service/web", Some(crate::selector::Selector::from_labels(&[("app".to_string(), "web".to_string())].into())));
+        let nodes: Vec<&NodeInfo> = cluster.nodes().iter().collect();
+        assert_eq!(selector_spread(&web(9), &nodes, &cluster), vec![0, 50, 100]);
+        // With zones, two thirds come from the zone: z1 = n1 + n2 (3 pods), z2 = n3 (0).
+        let zoned_node = |n: &str, z: &str| must_node(n, "4", "8Gi", json!({"metadata": {"labels": {"topology.kubernetes.io/zone": z}}}));
+        let mut cluster = must_cluster(
+            vec![zoned_node("n1", "z1"), zoned_node("n2", "z1"), zoned_node("n3", "z2")],
+            vec![(web(0), "n1"), (web(1), "n1"), (web(2), "n2")],
+        );
+        cluster.set_spreading_selector("default", "Service/web", Some(crate::selector::Selector::from_labels(&[("app".to_string(), "web".to_string())].into())));
+        let nodes: Vec<&NodeInfo> = cluster.nodes().iter().collect();
+        // n2: node 50, zone 0 -> 16; n3: 100 and 100.
+        assert_eq!(selector_spread(&web(9), &nodes, &cluster), vec![0, 16, 100]);
+    }
+
+    #[test]
+    fn default_normalization_scales_by_the_largest_and_can_reverse() {
+        let cases: [(&[i64], bool, &[i64]); 4] = [
+            (&[1, 2, 4], false, &[25, 50, 100]),
+            (&[1, 2, 4], true, &[75, 50, 0]),
+            (&[0, 0], false, &[0, 0]),
+            (&[0, 0], true, &[100, 100]),
+        ];
+        for (input, reverse, want) in cases {
+            let mut s = input.to_vec();
+            normalize(&mut s, reverse);
+            assert_eq!(s, want, "{input:?} reverse {reverse}");
+        }
+    }
+}
