@@ -12,16 +12,42 @@
 //! before the watch shows it bound. Binding runs off the loop.
 //!
 //! # Layout
+//! - `resources`: the quantity grammar; a pod's effective requests and a node's allocatable.
+//! - `selector`: label selectors and node selector terms, parsed once.
+//! - `framework`: `PodInfo` and `NodeInfo`, everything a decision reads, computed once.
+//! - `cluster`: every node and placed pod, with the label and affinity-term indexes.
+//! - `filters`: one function per filter, with kube's reasons; per-decision affinity and spread state.
+//! - `scores`: one function per score, normalized 0..=100 as kube normalizes.
+//! - `algorithm`: one decision (filter a sample, score, pick), `FitError`, weights and profile.
+//! - `preemption`: which lower-priority pods to evict, on which node, when nothing fits.
 //! - [`run`]: `run(config, shutdown)`: leader election, informers, and the
 //!   scheduling loop that owns the cache; binding off the loop.
 //! - [`config`]: what `skiff scheduler` takes; the profile file.
 //! - [`cache`]: the cluster as the loop sees it, with assumed pods.
 //! - [`metrics`]: attempts, latencies, pending pods; `/metrics`.
 
-pub mod cache;
-pub mod config;
-pub mod metrics;
-pub mod run;
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
 
+pub mod algorithm;
+pub mod cache;
+pub mod cluster;
+pub mod config;
+pub mod filters;
+pub mod framework;
+pub mod metrics;
+pub mod preemption;
+pub mod resources;
+pub mod run;
+pub mod scores;
+pub mod selector;
+#[cfg(test)]
+mod testkit;
+
+pub use algorithm::{schedule, FitError, Placement, Profile, Weights};
+pub use cluster::Cluster;
+pub use framework::{NodeInfo, PodInfo};
+pub use preemption::{preempt, Preemption};
+pub use resources::{parse_quantity, QuantityError, Resources};
 pub use config::SchedulerConfig;
 pub use run::{run, RunError};

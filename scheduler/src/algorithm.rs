@@ -1,0 +1,337 @@
+//! One scheduling decision: filter nodes (starting where the last decision
+//! stopped, and only until enough feasible nodes are found), score the
+//! feasible ones, pick the best. When no node fits, `FitError` says why,
+//! node by node, in kube's words.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+
+use crate::cluster::Cluster;
+use crate::filters::{filter, FilterState, Reason};
+use crate::framework::{NodeInfo, PodInfo};
+use crate::scores;
+
+/// The weight of every score (kube's defaults); 0 turns a score off.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Weights {
+    /// Untolerated PreferNoSchedule taints.
+    pub taint_toleration: i64,
+    /// Preferred node affinity.
+    pub node_affinity: i64,
+    /// Preferred inter-pod affinity and anti-affinity.
+    pub inter_pod_affinity: i64,
+    /// ScheduleAnyway topology spread.
+    pub pod_topology_spread: i64,
+    /// NodeResourcesFit with the seed's LeastRequested formula.
+    pub least_allocated: i64,
+    /// BalancedResourceAllocation.
+    pub balanced_allocation: i64,
+    /// Spreading of one Service/ReplicaSet/RC/StatefulSet's pods.
+    pub selector_spread: i64,
+}
+
+impl Default for Weights {
+    fn default() -> Weights {
+        Weights {
+            taint_toleration: 3,
+            node_affinity: 2,
+            inter_pod_affinity: 2,
+            pod_topology_spread: 2,
+            least_allocated: 1,
+            balanced_allocation: 1,
+            selector_spread: 1,
+        }
+    }
+}
+
+/// A scheduler profile (in the spirit of KubeSchedulerConfiguration).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Profile {
+    /// Pods whose `spec.schedulerName` is this are ours.
+    pub scheduler_name: String,
+    /// Score weights.
+    pub weights: Weights,
+    /// Stop filtering once this percentage of the nodes is feasible; 0 is
+    /// kube's adaptive value (50 - nodes/125, at least 5), and at least 100
+    /// nodes are always looked for.
+    pub percentage_of_nodes_to_score: u32,
+}
+
+impl Default for Profile {
+    fn default() -> Profile {
+        Profile { scheduler_name: "default-scheduler".into(), weights: Weights::default(), percentage_of_nodes_to_score: 0 }
+    }
+}
+
+/// kube's minFeasibleNodesToFind.
+const MIN_FEASIBLE_NODES_TO_FIND: usize = 100;
+/// kube's minFeasibleNodesPercentageToFind.
+const MIN_FEASIBLE_PERCENTAGE: usize = 5;
+
+/// How many feasible nodes a decision looks for among `nodes` (kube's numFeasibleNodesToFind).
+pub fn feasible_nodes_to_find(percentage: u32, nodes: usize) -> usize {
+    if nodes < MIN_FEASIBLE_NODES_TO_FIND || percentage >= 100 {
+        return nodes;
+    }
+    let percentage = match percentage as usize {
+        0 => (50usize.saturating_sub(nodes / 125)).max(MIN_FEASIBLE_PERCENTAGE),
+        p => p,
+    };
+    (nodes * percentage / 100).max(MIN_FEASIBLE_NODES_TO_FIND)
+}
+
+/// Where a pod goes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Placement {
+    /// The chosen node.
+    pub node: String,
+    /// Nodes filtered.
+    pub evaluated: usize,
+    /// Nodes that passed every filter (and were scored).
+    pub feasible: usize,
+}
+
+/// Why a pod fits no node.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct FitError {
+    /// Nodes in the cluster.
+    pub nodes: usize,
+    /// How many nodes each reason ruled out (a node may count under several).
+    pub reasons: BTreeMap<String, usize>,
+    /// Nodes that failed only for reasons evicting pods could resolve: preemption's candidates.
+    pub resolvable: BTreeSet<String>,
+    /// What preemption found, appended to the message as kube does.
+    pub post_filter: Option<String>,
+}
+
+impl FitError {
+    fn record(&mut self, node: &NodeInfo, reasons: &[Reason]) {
+        for r in reasons {
+            *self.reasons.entry(r.to_string()).or_default() += 1;
+        }
+        if reasons.iter().all(Reason::resolvable) {
+            self.resolvable.insert(node.name.clone());
+        }
+    }
+}
+
+impl fmt::Display for FitError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "0/{} nodes are available", self.nodes)?;
+        // kube sorts the "<count> <reason>" strings themselves.
+        let mut parts: Vec<String> = self.reasons.iter().map(|(r, n)| format!("{n} {r}")).collect();
+        parts.sort();
+        if !parts.is_empty() {
+            write!(f, ": {}", parts.join(", "))?;
+        }
+        if let Some(post) = &self.post_filter {
+            write!(f, ". {post}")?;
+        }
+        f.write_str(".")
+    }
+}
+
+impl std::error::Error for FitError {}
+
+/// Decides the node of `pod`. Filters from `*start` on, wrapping, until
+/// enough feasible nodes are found, then advances `*start` past the nodes
+/// evaluated (kube's nextStartNodeIndex), so consecutive decisions spread
+/// their look over the whole cluster. A pod nominated to a node by an
+/// earlier preemption goes there if it fits. Ties go to the first node
+/// evaluated.
+pub fn schedule(pod: &PodInfo, cluster: &Cluster, profile: &Profile, start: &mut usize) -> Result<Placement, FitError> {
+    let nodes = cluster.nodes();
+    let mut error = FitError { nodes: nodes.len(), ..FitError::default() };
+    if nodes.is_empty() {
+        return Err(error);
+    }
+    if pod.malformed.is_some() {
+        error.reasons.insert(Reason::MalformedPod.to_string(), nodes.len());
+        return Err(error);
+    }
+    let state = FilterState::new(pod, cluster);
+    let nominated = pod.pod.status.as_ref().and_then(|s| s.nominated_node_name.as_deref()).and_then(|n| cluster.node(n));
+    if let Some(node) = nominated {
+        if filter(pod, node, &state, cluster).is_ok() {
+            return Ok(Placement { node: node.name.clone(), evaluated: 1, feasible: 1 });
+        }
+    }
+    let want = feasible_nodes_to_find(profile.percentage_of_nodes_to_score, nodes.len());
+    let first = *start % nodes.len();
+    let mut feasible: Vec<&NodeInfo> = Vec::with_capacity(want);
+    let mut evaluated = 0;
+    for i in 0..nodes.len() {
+        let node = &nodes[(first + i) % nodes.len()];
+        evaluated += 1;
+        match filter(pod, node, &state, cluster) {
+            Ok(()) => {
+                feasible.push(node);
+                if feasible.len() >= want {
+                    break;
+                }
+            }
+            Err(reasons) => error.record(node, &reasons),
+        }
+    }
+    *start = (first + evaluated) % nodes.len();
+    if feasible.is_empty() {
+        return Err(error);
+    }
+    let best = if feasible.len() == 1 { 0 } else { best_node(&score(pod, &feasible, cluster, &profile.weights)) };
+    Ok(Placement { node: feasible[best].name.clone(), evaluated, feasible: feasible.len() })
+}
+
+/// The index of the highest total, the first on ties.
+fn best_node(totals: &[i64]) -> usize {
+    let mut best = 0;
+    for (i, t) in totals.iter().enumerate() {
+        if *t > totals[best] {
+            best = i;
+        }
+    }
+    best
+}
+
+/// The weighted sum of every score, per node.
+pub fn score(pod: &PodInfo, nodes: &[&NodeInfo], cluster: &Cluster, weights: &Weights) -> Vec<i64> {
+    let mut totals = vec![0i64; nodes.len()];
+    let mut add = |weight: i64, scores: Vec<i64>| {
+        for (t, s) in totals.iter_mut().zip(scores) {
+            *t += weight * s;
+        }
+    };
+    if weights.least_allocated != 0 {
+        add(weights.least_allocated, nodes.iter().map(|n| scores::least_allocated(pod, n)).collect());
+    }
+    if weights.balanced_allocation != 0 {
+        add(weights.balanced_allocation, nodes.iter().map(|n| scores::balanced_allocation(pod, n)).collect());
+    }
+    if weights.node_affinity != 0 && !pod.preferred_node_affinity.is_empty() {
+        add(weights.node_affinity, scores::node_affinity(pod, nodes));
+    }
+    if weights.taint_toleration != 0 {
+        add(weights.taint_toleration, scores::taint_toleration(pod, nodes));
+    }
+    if weights.inter_pod_affinity != 0 && scores::inter_pod_affinity_applies(pod, cluster) {
+        add(weights.inter_pod_affinity, scores::inter_pod_affinity(pod, nodes, cluster));
+    }
+    if weights.pod_topology_spread != 0 && pod.spread_constraints.iter().any(|c| !c.hard) {
+        add(weights.pod_topology_spread, scores::topology_spread(pod, nodes, cluster));
+    }
+    if weights.selector_spread != 0 {
+        add(weights.selector_spread, scores::selector_spread(pod, nodes, cluster));
+    }
+    totals
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testkit::{must_cluster, must_node, must_pod};
+    use serde_json::json;
+
+    #[test]
+    fn the_number_of_nodes_to_find_follows_kubes_adaptive_percentage() {
+        let cases = [(0, 50, 50), (0, 100, 100), (0, 1000, 420), (0, 1500, 570), (0, 5000, 500), (0, 6000, 300), (10, 5000, 500), (100, 5000, 5000), (1, 5000, 100)];
+        for (percentage, nodes, want) in cases {
+            assert_eq!(feasible_nodes_to_find(percentage, nodes), want, "{percentage}% of {nodes}");
+        }
+    }
+
+    #[test]
+    fn a_pod_that_fits_nowhere_gets_kubes_message_with_reasons_counted_and_sorted() {
+        let cluster = must_cluster(
+            vec![
+                must_node("small", "1", "1Gi", json!({"metadata": {"labels": {"disk": "ssd"}}})),
+                must_node("hdd1", "8", "8Gi", json!({"metadata": {"labels": {"disk": "hdd"}}})),
+                must_node("hdd2", "8", "8Gi", json!({"metadata": {"labels": {"disk": "hdd"}}})),
+            ],
+            vec![],
+        );
+        let pod = must_pod("p", "2", "1Mi", json!({"spec": {"nodeSelector": {"disk": "ssd"}}}));
+        let err = schedule(&pod, &cluster, &Profile::default(), &mut 0).expect_err("fits nowhere");
+        assert_eq!(
+            err.to_string(),
+            "0/3 nodes are available: 1 Insufficient cpu, 2 node(s) didn't match Pod's node affinity/selector."
+        );
+        assert_eq!(err.resolvable, BTreeSet::from(["small".to_string()]), "only the cpu shortage can be preempted away");
+        let empty = Cluster::new();
+        assert_eq!(schedule(&pod, &empty, &Profile::default(), &mut 0).expect_err("no nodes").to_string(), "0/0 nodes are available.");
+    }
+
+    #[test]
+    fn the_least_requested_feasible_node_wins() {
+        let busy = must_pod("busy", "3", "1Gi", json!({}));
+        let cluster = must_cluster(
+            vec![must_node("busy", "4", "8Gi", json!({})), must_node("idle", "4", "8Gi", json!({})), must_node("tiny", "100m", "8Gi", json!({}))],
+            vec![(busy, "busy")],
+        );
+        let placement = schedule(&must_pod("p", "500m", "1Gi", json!({})), &cluster, &Profile::default(), &mut 0).expect("fits");
+        assert_eq!(placement, Placement { node: "idle".into(), evaluated: 3, feasible: 2 });
+    }
+
+    #[test]
+    fn a_large_cluster_is_filtered_only_until_enough_nodes_fit_and_the_next_search_starts_after() {
+        let nodes: Vec<_> = (0..400).map(|i| must_node(&format!("n{i:03}"), "4", "8Gi", json!({}))).collect();
+        let cluster = must_cluster(nodes, vec![]);
+        let profile = Profile { percentage_of_nodes_to_score: 30, ..Profile::default() };
+        let mut start = 0;
+        let first = schedule(&must_pod("p", "1", "1Gi", json!({})), &cluster, &profile, &mut start).expect("fits");
+        assert_eq!((first.evaluated, first.feasible, start), (120, 120, 120));
+        let second = schedule(&must_pod("q", "1", "1Gi", json!({})), &cluster, &profile, &mut start).expect("fits");
+        assert_eq!(second.node, "n120", "ties go to the first node evaluated, which moved on");
+        assert_eq!(start, 240);
+        schedule(&must_pod("r", "1", "1Gi", json!({})), &cluster, &profile, &mut start).expect("fits");
+        schedule(&must_pod("s", "1", "1Gi", json!({})), &cluster, &profile, &mut start).expect("fits");
+        assert_eq!(start, 80, "the start wraps around");
+    }
+
+    #[test]
+    fn a_nominated_node_is_taken_when_the_pod_fits_there() {
+        let cluster = must_cluster(vec![must_node("a", "4", "8Gi", json!({})), must_node("b", "4", "8Gi", json!({}))], vec![]);
+        let pod = must_pod("p", "1", "1Gi", json!({"status": {"nominatedNodeName": "b"}}));
+        assert_eq!(schedule(&pod, &cluster, &Profile::default(), &mut 0).expect("fits").node, "b");
+    }
+
+    #[test]
+    fn a_node_with_malformed_capacity_is_skipped_with_a_reason() {
+        let cluster = must_cluster(
+            vec![must_node("bad", "lots", "8Gi", json!({})), must_node("good", "1", "8Gi", json!({}))],
+            vec![],
+        );
+        assert!(cluster.node("bad").expect("node").malformed.is_some());
+        let pod = must_pod("p", "100m", "", json!({}));
+        assert_eq!(schedule(&pod, &cluster, &Profile::default(), &mut 0).expect("fits").node, "good");
+        let big = must_pod("big", "2", "", json!({}));
+        assert_eq!(
+            schedule(&big, &cluster, &Profile::default(), &mut 0).expect_err("too big").to_string(),
+            "0/2 nodes are available: 1 Insufficient cpu, 1 node(s) had malformed capacity."
+        );
+        let malformed = must_pod("m", "a lot", "", json!({}));
+        assert_eq!(
+            schedule(&malformed, &cluster, &Profile::default(), &mut 0).expect_err("malformed").to_string(),
+            "0/2 nodes are available: 2 pod has malformed resource requests."
+        );
+    }
+
+    #[test]
+    fn weights_decide_between_scores() {
+        // "ssd" is busier but preferred by node affinity.
+        let busy = must_pod("busy", "2", "4Gi", json!({}));
+        let cluster = must_cluster(
+            vec![must_node("ssd", "4", "8Gi", json!({"metadata": {"labels": {"disk": "ssd"}}})), must_node("hdd", "4", "8Gi", json!({}))],
+            vec![(busy, "ssd")],
+        );
+        let pod = must_pod(
+            "p",
+            "1",
+            "1Gi",
+            json!({"spec": {"affinity": {"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+                {"weight": 1, "preference": {"matchExpressions": [{"key": "disk", "operator": "In", "values": ["ssd"]}]}}
+            ]}}}}),
+        );
+        assert_eq!(schedule(&pod, &cluster, &Profile::default(), &mut 0).expect("fits").node, "ssd");
+        let no_affinity = Profile { weights: Weights { node_affinity: 0, ..Weights::default() }, ..Profile::default() };
+        assert_eq!(schedule(&pod, &cluster, &no_affinity, &mut 0).expect("fits").node, "hdd");
+    }
+}

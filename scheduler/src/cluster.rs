@@ -1,0 +1,362 @@
+//! Every node and every pod placed on one, as the scheduler's cache sees
+//! them, with the indexes that keep a decision from scanning every pod:
+//! placed pods by namespace and by label, and the (anti-)affinity terms of
+//! placed pods grouped by term with their count per topology domain.
+//!
+//! One `Cluster` is owned by the scheduling loop; informer events and
+//! assumptions are applied between decisions, so nothing here locks. Only
+//! pods on known nodes are indexed: a pod whose node is unknown (not yet
+//! seen, or removed) waits, accounted to that name, until the node
+//! appears or the pod is removed, as kube's cache keeps them.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::Node;
+use skiff_client::runtime::reflector::ObjectKey;
+
+use crate::framework::{AffinityTerm, Namespaces, NodeInfo, PodInfo};
+use crate::selector::{Selector, NO_LABELS};
+
+/// Placed pods by key.
+type PodSet = HashMap<ObjectKey, Arc<PodInfo>>;
+/// Pods per topology value (the value of a term's topology key on their node).
+pub(crate) type DomainCounts = HashMap<String, i64>;
+
+/// The (anti-)affinity terms of placed pods, equal terms merged, each with
+/// how many of its pods sit in each domain. A decision walks the distinct
+/// terms (a handful per workload), not the pods.
+#[derive(Debug, Default)]
+pub(crate) struct TermIndex {
+    /// Required anti-affinity: the incoming pod may not join a domain listed here if it matches the term.
+    pub required_anti: HashMap<AffinityTerm, DomainCounts>,
+    /// Required affinity: scores as kube's hardPodAffinityWeight.
+    pub required_affinity: HashMap<AffinityTerm, DomainCounts>,
+    /// Preferred terms with their weight, negative for anti-affinity.
+    pub preferred: HashMap<(AffinityTerm, i64), DomainCounts>,
+}
+
+fn count<K: Eq + std::hash::Hash + Clone>(map: &mut HashMap<K, DomainCounts>, key: &K, value: &str, delta: i64) {
+    if !map.contains_key(key) {
+        if delta < 0 {
+            return;
+        }
+        map.insert(key.clone(), DomainCounts::new());
+    }
+    let Some(domains) = map.get_mut(key) else { return };
+    let n = domains.entry(value.to_string()).or_default();
+    *n += delta;
+    if *n <= 0 {
+        domains.remove(value);
+        if domains.is_empty() {
+            map.remove(key);
+        }
+    }
+}
+
+impl TermIndex {
+    fn apply(&mut self, pod: &PodInfo, node_labels: &BTreeMap<String, String>, delta: i64) {
+        for t in &pod.required_anti_affinity {
+            if let Some(v) = node_labels.get(&t.topology_key) {
+                count(&mut self.required_anti, t, v, delta);
+            }
+        }
+        for t in &pod.required_affinity {
+            if let Some(v) = node_labels.get(&t.topology_key) {
+                count(&mut self.required_affinity, t, v, delta);
+            }
+        }
+        let weighted = pod.preferred_affinity.iter().map(|(w, t)| (t, i64::from(*w)));
+        let weighted = weighted.chain(pod.preferred_anti_affinity.iter().map(|(w, t)| (t, -i64::from(*w))));
+        for (t, w) in weighted {
+            if let Some(v) = node_labels.get(&t.topology_key) {
+                // The key clone is only paid for a term's first pod.
+                let key = (t.clone(), w);
+                count(&mut self.preferred, &key, v, delta);
+            }
+        }
+    }
+}
+
+/// Every node, every placed pod, and the indexes over them.
+#[derive(Debug, Default)]
+pub struct Cluster {
+    nodes: Vec<NodeInfo>,
+    positions: HashMap<String, usize>,
+    /// Every placed pod, on a known node or not.
+    pods: PodSet,
+    /// Pods placed on a node the cluster does not know, by node name.
+    waiting: HashMap<String, PodSet>,
+    /// Indexed (on a known node) pods by namespace.
+    by_namespace: HashMap<String, PodSet>,
+    /// Indexed pods by label key, then value.
+    by_label: HashMap<String, HashMap<String, PodSet>>,
+    pub(crate) terms: TermIndex,
+    namespace_labels: HashMap<String, BTreeMap<String, String>>,
+    /// Selectors of Services, ReplicaSets, ReplicationControllers and
+    /// StatefulSets, by namespace then owner, for selector spreading.
+    spreaders: HashMap<String, BTreeMap<String, Selector>>,
+}
+
+impl Cluster {
+    /// An empty cluster.
+    pub fn new() -> Cluster {
+        Cluster::default()
+    }
+
+    /// Adds or replaces a node; pods already placed on it stay and are recounted.
+    pub fn upsert_node(&mut self, node: Arc<Node>) {
+        let name = node.metadata.name.clone().unwrap_or_default();
+        match self.positions.get(&name).copied() {
+            Some(i) => {
+                let labels_changed = self.nodes[i].labels() != node.metadata.labels.as_ref().unwrap_or(&NO_LABELS);
+                if labels_changed {
+                    self.unindex_node(i);
+                }
+                self.nodes[i] = self.nodes[i].with_node(node);
+                if labels_changed {
+                    self.index_node(i);
+                }
+            }
+            None => {
+                let mut info = NodeInfo::new(node);
+                for (_, pod) in self.waiting.remove(&name).unwrap_or_default() {
+                    info.add_pod(pod);
+                }
+                self.positions.insert(name, self.nodes.len());
+                self.nodes.push(info);
+                self.index_node(self.nodes.len() - 1);
+            }
+        }
+    }
+
+    /// Removes a node. Pods accounted to it stay (unindexed) until they are
+    /// removed or the node comes back, as kube's cache does.
+    pub fn remove_node(&mut self, name: &str) {
+        let Some(i) = self.positions.remove(name) else { return };
+        self.unindex_node(i);
+        let info = self.nodes.swap_remove(i);
+        if let Some(moved) = self.nodes.get(i) {
+            self.positions.insert(moved.name.clone(), i);
+        }
+        if !info.pods.is_empty() {
+            let waiting = self.waiting.entry(info.name.clone()).or_default();
+            for pod in info.pods {
+                waiting.insert(pod.key.clone(), pod);
+            }
+        }
+    }
+
+    /// Places a pod (bound, or assumed by the loop) on `pod.node_name()`;
+    /// re-adding a key replaces the earlier pod. A pod without a node is ignored.
+    pub fn add_pod(&mut self, pod: Arc<PodInfo>) {
+        self.remove_pod(&pod.key);
+        let Some(node) = pod.node_name().map(str::to_string) else { return };
+        self.pods.insert(pod.key.clone(), pod.clone());
+        match self.positions.get(&node).copied() {
+            Some(i) => {
+                self.index_pod(&pod, i);
+                self.nodes[i].add_pod(pod);
+            }
+            None => {
+                self.waiting.entry(node).or_default().insert(pod.key.clone(), pod);
+            }
+        }
+    }
+
+    /// Removes a placed pod, returning it.
+    pub fn remove_pod(&mut self, key: &ObjectKey) -> Option<Arc<PodInfo>> {
+        let pod = self.pods.remove(key)?;
+        let node = pod.node_name().unwrap_or_default();
+        match self.positions.get(node).copied() {
+            Some(i) => {
+                self.unindex_pod(&pod, i);
+                self.nodes[i].remove_pod(key);
+            }
+            None => {
+                if let Some(w) = self.waiting.get_mut(node) {
+                    w.remove(key);
+                    if w.is_empty() {
+                        self.waiting.remove(node);
+                    }
+                }
+            }
+        }
+        Some(pod)
+    }
+
+    /// A placed pod by key.
+    pub fn pod(&self, key: &ObjectKey) -> Option<&Arc<PodInfo>> {
+        self.pods.get(key)
+    }
+
+    /// Number of placed pods, on known nodes or not.
+    pub fn pod_count(&self) -> usize {
+        self.pods.len()
+    }
+
+    /// A node by name.
+    pub fn node(&self, name: &str) -> Option<&NodeInfo> {
+        self.positions.get(name).map(|i| &self.nodes[*i])
+    }
+
+    /// Every node, in the order decisions walk them.
+    pub fn nodes(&self) -> &[NodeInfo] {
+        &self.nodes
+    }
+
+    /// Number of nodes.
+    pub fn node_count(&self) -> usize {
+        self.nodes.len()
+    }
+
+    /// Records a namespace's labels, for affinity terms with a namespaceSelector.
+    pub fn set_namespace_labels(&mut self, namespace: &str, labels: BTreeMap<String, String>) {
+        self.namespace_labels.insert(namespace.to_string(), labels);
+    }
+
+    /// Forgets a namespace's labels.
+    pub fn remove_namespace(&mut self, namespace: &str) {
+        self.namespace_labels.remove(namespace);
+    }
+
+    /// Sets (Some) or removes (None) the selector of one spreading owner
+    /// (`owner` names it uniquely in its namespace, e.g. "Service/web" or
+    /// "ReplicaSet/web-7d9f"). Selector spreading counts, for a pod, the
+    /// pods matching every selector of its namespace that matches the pod
+    /// itself, as kube's DefaultSelector merges Service, RC, RS and
+    /// StatefulSet selectors. A selector that selects everything is ignored.
+    pub fn set_spreading_selector(&mut self, namespace: &str, owner: &str, selector: Option<Selector>) {
+        match selector.filter(|s| !s.requirements().is_empty() && !s.is_nothing()) {
+            Some(s) => {
+                self.spreaders.entry(namespace.to_string()).or_default().insert(owner.to_string(), s);
+            }
+            None => {
+                if let Some(owners) = self.spreaders.get_mut(namespace) {
+                    owners.remove(owner);
+                }
+            }
+        }
+    }
+
+    /// The spreading selectors that select `pod`.
+    pub(crate) fn spreading_selectors(&self, pod: &PodInfo) -> Vec<&Selector> {
+        self.spreaders
+            .get(&pod.key.namespace)
+            .into_iter()
+            .flat_map(|owners| owners.values())
+            .filter(|s| s.matches(pod.labels()))
+            .collect()
+    }
+
+    /// A namespace's labels, if known.
+    pub(crate) fn namespace_labels(&self, namespace: &str) -> Option<&BTreeMap<String, String>> {
+        self.namespace_labels.get(namespace)
+    }
+
+    /// Whether `term` counts `pod` (namespace and labels).
+    pub(crate) fn term_matches(&self, term: &AffinityTerm, pod: &PodInfo) -> bool {
+        term.matches(pod, |ns| self.namespace_labels(ns))
+    }
+
+    /// Calls `f` with every pod on a known node in `namespaces` matching
+    /// `selector`, and its node. Uses the label index when the selector has
+    /// an `In` requirement and the namespace index when the namespaces are
+    /// named; scans every indexed pod otherwise.
+    pub(crate) fn for_each_match<'a>(
+        &'a self,
+        namespaces: &Namespaces,
+        selector: &Selector,
+        mut f: impl FnMut(&'a PodInfo, &'a NodeInfo),
+    ) {
+        if selector.is_nothing() {
+            return;
+        }
+        let in_namespace = |pod: &PodInfo| {
+            namespaces.names.contains(&pod.key.namespace)
+                || namespaces
+                    .selector
+                    .as_ref()
+                    .is_some_and(|s| s.matches(self.namespace_labels(&pod.key.namespace).unwrap_or(&NO_LABELS)))
+        };
+        let mut visit = |set: &'a PodSet, check_namespace: bool| {
+            for pod in set.values() {
+                if (!check_namespace || in_namespace(pod)) && selector.matches(pod.labels()) {
+                    if let Some(i) = pod.node_name().and_then(|n| self.positions.get(n)) {
+                        f(pod, &self.nodes[*i]);
+                    }
+                }
+            }
+        };
+        if let Some(hint) = selector.index_hint() {
+            if let Some(values) = self.by_label.get(&hint.key) {
+                for v in &hint.values {
+                    if let Some(set) = values.get(v) {
+                        visit(set, true);
+                    }
+                }
+            }
+        } else if namespaces.selector.is_none() {
+            for ns in &namespaces.names {
+                if let Some(set) = self.by_namespace.get(ns) {
+                    visit(set, false);
+                }
+            }
+        } else {
+            for set in self.by_namespace.values() {
+                visit(set, true);
+            }
+        }
+    }
+
+    fn index_node(&mut self, i: usize) {
+        let pods = self.nodes[i].pods.clone();
+        for pod in &pods {
+            self.index_pod(pod, i);
+        }
+    }
+
+    fn unindex_node(&mut self, i: usize) {
+        let pods = self.nodes[i].pods.clone();
+        for pod in &pods {
+            self.unindex_pod(pod, i);
+        }
+    }
+
+    fn index_pod(&mut self, pod: &Arc<PodInfo>, node: usize) {
+        self.by_namespace.entry(pod.key.namespace.clone()).or_default().insert(pod.key.clone(), pod.clone());
+        for (k, v) in pod.labels() {
+            self.by_label.entry(k.clone()).or_default().entry(v.clone()).or_default().insert(pod.key.clone(), pod.clone());
+        }
+        if pod.has_affinity_terms() {
+            let labels = self.nodes[node].node.metadata.labels.as_ref().unwrap_or(&NO_LABELS);
+            self.terms.apply(pod, labels, 1);
+        }
+    }
+
+    fn unindex_pod(&mut self, pod: &PodInfo, node: usize) {
+        if let Some(set) = self.by_namespace.get_mut(&pod.key.namespace) {
+            set.remove(&pod.key);
+            if set.is_empty() {
+                self.by_namespace.remove(&pod.key.namespace);
+            }
+        }
+        for (k, v) in pod.labels() {
+            if let Some(values) = self.by_label.get_mut(k) {
+                if let Some(set) = values.get_mut(v) {
+                    set.remove(&pod.key);
+                    if set.is_empty() {
+                        values.remove(v);
+                    }
+                }
+                if values.is_empty() {
+                    self.by_label.remove(k);
+                }
+            }
+        }
+        if pod.has_affinity_terms() {
+            let labels = self.nodes[node].node.metadata.labels.as_ref().unwrap_or(&NO_LABELS);
+            self.terms.apply(pod, labels, -1);
+        }
+    }
+}

@@ -1,0 +1,234 @@
+//! Preemption: when a pod fits nowhere, find a node where evicting
+//! lower-priority pods would let it fit, evicting as few and as
+//! unimportant pods as possible (kube's DefaultPreemption, without
+//! PodDisruptionBudgets: Skiff has none, so every candidate violates none).
+//!
+//! Only nodes that failed for reasons eviction can resolve are tried. On
+//! each, every lower-priority pod is removed; if the pod then fits, the
+//! removed pods are added back most important first, and each one whose
+//! return breaks the fit stays a victim. Among the candidate nodes the
+//! winner has the lowest highest-victim priority, then the smallest sum of
+//! victim priorities, then the fewest victims, then the latest start time
+//! of its most important victims.
+
+use std::sync::Arc;
+
+use chrono::{DateTime, Utc};
+
+use crate::algorithm::{FitError, Profile};
+use crate::cluster::Cluster;
+use crate::filters::{filter, FilterState};
+use crate::framework::{NodeInfo, PodInfo};
+
+/// Where a preempting pod goes, and whom it evicts there.
+#[derive(Debug, Clone)]
+pub struct Preemption {
+    /// The node to nominate (`status.nominatedNodeName`).
+    pub node: String,
+    /// Pods to delete (gracefully), most important first.
+    pub victims: Vec<Arc<PodInfo>>,
+}
+
+/// kube's minCandidateNodesPercentage and minCandidateNodesAbsolute:
+/// stop looking once this many candidate nodes are found.
+const MIN_CANDIDATES_PERCENTAGE: usize = 10;
+const MIN_CANDIDATES: usize = 100;
+
+/// Whether `pod` may preempt at all: not with `preemptionPolicy: Never`,
+/// and not while a victim of its earlier preemption is still terminating
+/// on its nominated node (kube's PodEligibleToPreemptOthers).
+pub fn eligible(pod: &PodInfo, cluster: &Cluster) -> bool {
+    if pod.never_preempts {
+        return false;
+    }
+    let nominated = pod.pod.status.as_ref().and_then(|s| s.nominated_node_name.as_deref()).and_then(|n| cluster.node(n));
+    !nominated.is_some_and(|node| node.pods.iter().any(|p| p.terminating && p.priority < pod.priority))
+}
+
+/// Chooses a node and victims for `pod`, which failed with `fit`; None
+/// when the pod may not preempt or no eviction of lower-priority pods helps.
+pub fn preempt(pod: &PodInfo, cluster: &Cluster, _profile: &Profile, fit: &FitError) -> Option<Preemption> {
+    if !eligible(pod, cluster) || fit.resolvable.is_empty() {
+        return None;
+    }
+    let state = FilterState::new(pod, cluster);
+    let wanted = (cluster.node_count() * MIN_CANDIDATES_PERCENTAGE / 100).max(MIN_CANDIDATES);
+    let mut candidates: Vec<Preemption> = Vec::new();
+    for node in cluster.nodes().iter().filter(|n| fit.resolvable.contains(&n.name)) {
+        if let Some(victims) = select_victims(pod, node, &state, cluster) {
+            if victims.is_empty() {
+                return Some(Preemption { node: node.name.clone(), victims });
+            }
+            candidates.push(Preemption { node: node.name.clone(), victims });
+            if candidates.len() >= wanted {
+                break;
+            }
+        }
+    }
+    pick(candidates)
+}
+
+/// The fewest, least important pods on `node` whose eviction lets `pod` fit; None if evicting every lower-priority pod is not enough.
+pub fn select_victims(pod: &PodInfo, node: &NodeInfo, state: &FilterState, cluster: &Cluster) -> Option<Vec<Arc<PodInfo>>> {
+    let mut lower: Vec<Arc<PodInfo>> = node.pods.iter().filter(|p| p.priority < pod.priority).cloned().collect();
+    if lower.is_empty() {
+        return None;
+    }
+    let mut info = node.clone();
+    let mut state = state.clone();
+    for v in &lower {
+        info.remove_pod(&v.key);
+        state.update(pod, v, node, cluster, -1);
+    }
+    if filter(pod, &info, &state, cluster).is_err() {
+        return None;
+    }
+    lower.sort_by(|a, b| {
+        if a.more_important_than(b) {
+            std::cmp::Ordering::Less
+        } else if b.more_important_than(a) {
+            std::cmp::Ordering::Greater
+        } else {
+            std::cmp::Ordering::Equal
+        }
+    });
+    let mut victims = Vec::new();
+    for v in lower {
+        info.add_pod(v.clone());
+        state.update(pod, &v, node, cluster, 1);
+        if filter(pod, &info, &state, cluster).is_err() {
+            info.remove_pod(&v.key);
+            state.update(pod, &v, node, cluster, -1);
+            victims.push(v);
+        }
+    }
+    Some(victims)
+}
+
+/// The earliest start among the highest-priority victims (None sorts first).
+fn earliest_top_start(victims: &[Arc<PodInfo>]) -> Option<DateTime<Utc>> {
+    let top = victims.iter().map(|v| v.priority).max()?;
+    victims.iter().filter(|v| v.priority == top).map(|v| v.start_time).min().flatten()
+}
+
+/// kube's pickOneNodeForPreemption, without the PDB criterion.
+fn pick(candidates: Vec<Preemption>) -> Option<Preemption> {
+    candidates.into_iter().min_by(|a, b| {
+        let highest = |p: &Preemption| p.victims.iter().map(|v| v.priority).max().unwrap_or(i32::MIN);
+        let sum = |p: &Preemption| p.victims.iter().map(|v| i64::from(v.priority) + i64::from(i32::MAX) + 1).sum::<i64>();
+        highest(a)
+            .cmp(&highest(b))
+            .then(sum(a).cmp(&sum(b)))
+            .then(a.victims.len().cmp(&b.victims.len()))
+            // Later is better: reverse.
+            .then(earliest_top_start(&b.victims).cmp(&earliest_top_start(&a.victims)))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::algorithm::schedule;
+    use crate::testkit::{must_cluster, must_node, must_pod};
+    use serde_json::json;
+
+    fn prio(name: &str, cpu: &str, priority: i32, start: &str) -> Arc<PodInfo> {
+        must_pod(name, cpu, "", json!({"spec": {"priority": priority}, "status": {"startTime": start}}))
+    }
+
+    const T0: &str = "2026-01-01T00:00:00Z";
+
+    fn preempt_for(pod: &PodInfo, cluster: &Cluster) -> Option<(String, Vec<String>)> {
+        let fit = schedule(pod, cluster, &Profile::default(), &mut 0).expect_err("fits nowhere");
+        preempt(pod, cluster, &Profile::default(), &fit).map(|p| (p.node, p.victims.iter().map(|v| v.key.name.clone()).collect()))
+    }
+
+    #[test]
+    fn victims_are_reprieved_most_important_first_and_only_the_rest_are_evicted() {
+        let cluster = must_cluster(
+            vec![must_node("n1", "1", "8Gi", json!({}))],
+            vec![(prio("p1", "300m", 1, T0), "n1"), (prio("p2", "300m", 2, T0), "n1"), (prio("p3", "400m", 3, T0), "n1")],
+        );
+        // 500m needed: p3 (400m) is reprieved first, then neither 300m pod fits back.
+        let pod = prio("high", "500m", 10, T0);
+        assert_eq!(preempt_for(&pod, &cluster), Some(("n1".into(), vec!["p2".into(), "p1".into()])));
+        // 300m needed: p3 and p2 return, p1 goes.
+        let pod = prio("high", "300m", 10, T0);
+        assert_eq!(preempt_for(&pod, &cluster), Some(("n1".into(), vec!["p1".into()])));
+    }
+
+    #[test]
+    fn the_node_is_chosen_by_kubes_criteria_in_order() {
+        let node = |n: &str| must_node(n, "1", "8Gi", json!({}));
+        let cases = [
+            (
+                "lowest highest-victim priority",
+                vec![(prio("a1", "500m", 1, T0), "a"), (prio("a2", "500m", 1, T0), "a"), (prio("b1", "1", 5, T0), "b")],
+                "a",
+            ),
+            ("smallest priority sum", vec![(prio("a1", "500m", 3, T0), "a"), (prio("a2", "500m", 3, T0), "a"), (prio("b1", "1", 3, T0), "b")], "b"),
+            (
+                "latest start of the most important victims",
+                vec![(prio("a1", "1", 3, "2026-01-01T00:00:00Z"), "a"), (prio("b1", "1", 3, "2026-01-02T00:00:00Z"), "b")],
+                "b",
+            ),
+        ];
+        for (name, placed, want) in cases {
+            let cluster = must_cluster(vec![node("a"), node("b")], placed);
+            let got = preempt_for(&prio("high", "1", 10, T0), &cluster).map(|(n, _)| n);
+            assert_eq!(got.as_deref(), Some(want), "{name}");
+        }
+        // The sum counts every victim (priority + 2^31), so fewer victims of equal priority win.
+        let cluster = must_cluster(
+            vec![node("a"), node("b")],
+            vec![(prio("a1", "500m", 0, T0), "a"), (prio("a2", "500m", 0, T0), "a"), (prio("b1", "1", 0, T0), "b")],
+        );
+        assert_eq!(preempt_for(&prio("high", "1", 10, T0), &cluster).map(|(n, _)| n).as_deref(), Some("b"));
+    }
+
+    #[test]
+    fn equal_or_higher_priority_pods_are_never_victims() {
+        let cluster = must_cluster(vec![must_node("n1", "1", "8Gi", json!({}))], vec![(prio("peer", "1", 10, T0), "n1")]);
+        assert_eq!(preempt_for(&prio("high", "1", 10, T0), &cluster), None);
+    }
+
+    #[test]
+    fn a_pod_with_preemption_policy_never_does_not_preempt() {
+        let cluster = must_cluster(vec![must_node("n1", "1", "8Gi", json!({}))], vec![(prio("low", "1", 0, T0), "n1")]);
+        let pod = must_pod("high", "1", "", json!({"spec": {"priority": 10, "preemptionPolicy": "Never"}}));
+        assert_eq!(preempt_for(&pod, &cluster), None);
+    }
+
+    #[test]
+    fn nodes_ruled_out_for_unresolvable_reasons_are_not_candidates() {
+        let cluster = must_cluster(
+            vec![must_node("n1", "1", "8Gi", json!({"spec": {"taints": [{"key": "k", "effect": "NoSchedule"}]}}))],
+            vec![(prio("low", "1", 0, T0), "n1")],
+        );
+        assert_eq!(preempt_for(&prio("high", "1", 10, T0), &cluster), None);
+    }
+
+    #[test]
+    fn evicting_a_pod_the_incoming_pod_shuns_resolves_anti_affinity() {
+        let web = must_pod("web", "", "", json!({"metadata": {"labels": {"app": "web"}}, "spec": {"priority": 1}}));
+        let cluster = must_cluster(vec![must_node("n1", "1", "8Gi", json!({}))], vec![(web, "n1"), (prio("other", "100m", 0, T0), "n1")]);
+        let pod = must_pod(
+            "p",
+            "",
+            "",
+            json!({"spec": {"priority": 10, "affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+                {"labelSelector": {"matchLabels": {"app": "web"}}, "topologyKey": "kubernetes.io/hostname"}
+            ]}}}}),
+        );
+        assert_eq!(preempt_for(&pod, &cluster), Some(("n1".into(), vec!["web".into()])));
+    }
+
+    #[test]
+    fn a_pod_whose_earlier_victims_are_still_terminating_waits() {
+        let terminating = must_pod("old", "1", "", json!({"metadata": {"deletionTimestamp": T0}, "spec": {"priority": 0}}));
+        let cluster = must_cluster(vec![must_node("n1", "1", "8Gi", json!({}))], vec![(terminating, "n1")]);
+        let pod = must_pod("p", "1", "", json!({"spec": {"priority": 10}, "status": {"nominatedNodeName": "n1"}}));
+        assert!(!eligible(&pod, &cluster));
+        assert!(eligible(&prio("q", "1", 10, T0), &cluster));
+    }
+}
