@@ -145,28 +145,42 @@ pub enum ServerError {
 
 /// Runs a master host's components in this process until `shutdown` is
 /// cancelled, and returns once every one of them has stopped: the
-/// apiserver, and (unless `controllers` is `None`) a controller manager on
-/// a child of the same shutdown that talks gRPC to this apiserver, so that
-/// one signal stops them all. The scheduler joins them once it exists.
+/// apiserver, and (unless `None`) a controller manager and a scheduler,
+/// each on a child of the same shutdown and talking gRPC to this
+/// apiserver, so that one signal stops them all.
 pub async fn run(
     config: ApiserverConfig,
     controllers: Option<ControllerManagerConfig>,
+    scheduler: Option<SchedulerConfig>,
     shutdown: Shutdown,
 ) -> Result<(), ServerError> {
     let manager = controllers.map(|c| {
         let child = shutdown.child();
         child.spawn(skiff_controllers::run(c, child.clone()))
     });
+    let scheduler = scheduler.map(|c| {
+        let child = shutdown.child();
+        child.spawn(skiff_scheduler::run(c, child.clone()))
+    });
     let served = skiff_apiserver::run(config, shutdown.clone()).await;
-    // The apiserver stopped (a signal, or a failure): the controllers go too.
     shutdown.cancel();
-    if let Some(manager) = manager {
-        if let Ok(Err(e)) = manager.await {
-            served?;
-            return Err(e.into());
-        }
+    // The apiserver's own failure is the one to report first.
+    let manager = match manager {
+        Some(task) => task.await.ok().and_then(Result::err),
+        None => None,
+    };
+    let scheduler = match scheduler {
+        Some(task) => task.await.ok().and_then(Result::err),
+        None => None,
+    };
+    served?;
+    if let Some(e) = manager {
+        return Err(e.into());
     }
-    Ok(served?)
+    if let Some(e) = scheduler {
+        return Err(e.into());
+    }
+    Ok(())
 }
 
 #[cfg(test)]

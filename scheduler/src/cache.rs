@@ -15,7 +15,9 @@ use skiff_client::runtime::reflector::ObjectKey;
 
 use crate::cluster::Cluster;
 use crate::framework::PodInfo;
+use crate::selector::Selector;
 
+/// The loop's cluster view; see the module docs.
 #[derive(Default)]
 pub struct Cache {
     cluster: Cluster,
@@ -24,18 +26,22 @@ pub struct Cache {
 }
 
 impl Cache {
+    /// An empty cache.
     pub fn new() -> Cache {
         Cache { cluster: Cluster::new(), assumed: HashMap::new() }
     }
 
+    /// What decisions read.
     pub fn cluster(&self) -> &Cluster {
         &self.cluster
     }
 
+    /// A node added or changed.
     pub fn upsert_node(&mut self, node: Arc<Node>) {
         self.cluster.upsert_node(node);
     }
 
+    /// A node deleted; its pods stay counted until they go.
     pub fn remove_node(&mut self, name: &str) {
         self.cluster.remove_node(name);
     }
@@ -82,10 +88,28 @@ impl Cache {
         }
     }
 
+    /// A namespace's labels, for affinity terms with a namespaceSelector.
+    pub fn set_namespace_labels(&mut self, namespace: &str, labels: std::collections::BTreeMap<String, String>) {
+        self.cluster.set_namespace_labels(namespace, labels);
+    }
+
+    /// A namespace deleted.
+    pub fn remove_namespace(&mut self, namespace: &str) {
+        self.cluster.remove_namespace(namespace);
+    }
+
+    /// The selector of a Service, ReplicaSet or ReplicationController whose
+    /// pods are spread (`None`: it is gone).
+    pub fn set_spreading_selector(&mut self, namespace: &str, owner: &str, selector: Option<Selector>) {
+        self.cluster.set_spreading_selector(namespace, owner, selector);
+    }
+
+    /// Whether `key` is counted by decision, its binding not yet seen.
     pub fn is_assumed(&self, key: &ObjectKey) -> bool {
         self.assumed.contains_key(key)
     }
 
+    /// Pods assumed and not yet seen bound.
     pub fn assumed_len(&self) -> usize {
         self.assumed.len()
     }

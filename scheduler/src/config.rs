@@ -15,9 +15,12 @@ use crate::algorithm::{Profile, Weights};
 use crate::queue::QueueConfig;
 
 /// The Lease every scheduler instance competes for, as Kubernetes names it.
+/// The Lease's namespace.
 pub const LEASE_NAMESPACE: &str = "kube-system";
+/// The Lease's name.
 pub const LEASE_NAME: &str = "kube-scheduler";
 
+/// Everything `run` needs.
 #[derive(Clone, Debug)]
 pub struct SchedulerConfig {
     /// Apiservers' client addresses; any of them will do.
@@ -26,12 +29,15 @@ pub struct SchedulerConfig {
     pub http: Option<SocketAddr>,
     /// Act only while holding the Lease; `None` acts at once (one instance).
     pub leader_election: Option<LeaderElectionConfig>,
+    /// Which pods are this scheduler's, and how nodes are filtered and scored.
     pub profile: Profile,
+    /// Back-off and bounds of the scheduling queue.
     pub queue: QueueConfig,
     /// Bindings in flight at once; the loop waits for a slot beyond it.
     pub parallel_binds: usize,
     /// Writes per second to the apiserver; 0 leaves them unthrottled.
     pub kube_api_qps: f64,
+    /// Writes allowed in a burst above `kube_api_qps`.
     pub kube_api_burst: u32,
 }
 
@@ -55,14 +61,22 @@ impl SchedulerConfig {
 /// Why a profile file was refused.
 #[derive(Debug, thiserror::Error)]
 pub enum ProfileFileError {
+    /// The file could not be read.
     #[error("scheduler config {path}: {source}")]
     Read {
+        /// The file.
         path: String,
-        #[source]
+        /// Why.
         source: std::io::Error,
     },
+    /// The file is not a valid configuration.
     #[error("scheduler config {path}: {reason}")]
-    Parse { path: String, reason: String },
+    Parse {
+        /// The file.
+        path: String,
+        /// What is wrong with it.
+        reason: String,
+    },
 }
 
 /// The file `--config` names (YAML or JSON), a subset of
@@ -76,19 +90,24 @@ pub enum ProfileFileError {
 #[derive(Debug, Default, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ProfileFile {
+    /// The `spec.schedulerName` this scheduler serves.
     pub scheduler_name: Option<String>,
+    /// Share of the nodes to find feasible before scoring; 0 adapts to the size.
     pub percentage_of_nodes_to_score: Option<u32>,
+    /// Weight per score, by KubeSchedulerConfiguration's plugin names.
     #[serde(default)]
     pub weights: std::collections::BTreeMap<String, i64>,
 }
 
 impl ProfileFile {
+    /// Reads and parses the file at `path`.
     pub fn load(path: &Path) -> Result<ProfileFile, ProfileFileError> {
         let shown = path.display().to_string();
         let text = std::fs::read_to_string(path).map_err(|source| ProfileFileError::Read { path: shown.clone(), source })?;
         ProfileFile::parse(&text).map_err(|reason| ProfileFileError::Parse { path: shown, reason })
     }
 
+    /// Parses a file's text.
     pub fn parse(text: &str) -> Result<ProfileFile, String> {
         serde_yaml::from_str(text).map_err(|e| e.to_string())
     }
@@ -111,5 +130,57 @@ impl ProfileFile {
             set_weight(&mut profile.weights, name, weight)?;
         }
         Ok(())
+    }
+}
+
+/// Sets the weight of the score KubeSchedulerConfiguration names `plugin`.
+fn set_weight(weights: &mut Weights, plugin: &str, weight: i64) -> Result<(), String> {
+    let slot = match plugin {
+        "TaintToleration" => &mut weights.taint_toleration,
+        "NodeAffinity" => &mut weights.node_affinity,
+        "InterPodAffinity" => &mut weights.inter_pod_affinity,
+        "PodTopologySpread" => &mut weights.pod_topology_spread,
+        "NodeResourcesFit" | "NodeResourcesLeastAllocated" => &mut weights.least_allocated,
+        "NodeResourcesBalancedAllocation" | "BalancedAllocation" => &mut weights.balanced_allocation,
+        "SelectorSpread" => &mut weights.selector_spread,
+        other => {
+            return Err(format!(
+                "no score named {other:?} (TaintToleration, NodeAffinity, InterPodAffinity, PodTopologySpread, \
+                 NodeResourcesFit, NodeResourcesBalancedAllocation, SelectorSpread)"
+            ))
+        }
+    };
+    *slot = weight;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_profile_file_sets_the_name_the_sampling_and_weights() {
+        let file = ProfileFile::parse(
+            "schedulerName: batch\npercentageOfNodesToScore: 20\nweights: {TaintToleration: 5, SelectorSpread: 0}\n",
+        )
+        .unwrap();
+        let mut profile = Profile::default();
+        file.apply(&mut profile).unwrap();
+        assert_eq!(profile.scheduler_name, "batch");
+        assert_eq!(profile.percentage_of_nodes_to_score, 20);
+        assert_eq!(profile.weights.taint_toleration, 5);
+        assert_eq!(profile.weights.selector_spread, 0);
+        assert_eq!(profile.weights.node_affinity, Weights::default().node_affinity);
+    }
+
+    #[test]
+    fn a_profile_file_with_an_unknown_score_or_field_is_refused() {
+        let file = ProfileFile::parse("weights: {Magic: 1}\n").unwrap();
+        let err = file.apply(&mut Profile::default()).unwrap_err();
+        assert!(err.contains("no score named \"Magic\""), "{err}");
+        let err = ProfileFile::parse("percentageOfNodes: 5\n").unwrap_err();
+        assert!(err.contains("unknown field"), "{err}");
+        let err = ProfileFile::parse("percentageOfNodesToScore: 120\n").unwrap().apply(&mut Profile::default());
+        assert!(err.unwrap_err().contains("over 100"));
     }
 }

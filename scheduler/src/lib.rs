@@ -37,6 +37,7 @@ pub mod filters;
 pub mod framework;
 pub mod metrics;
 pub mod preemption;
+pub mod queue;
 pub mod resources;
 pub mod run;
 pub mod scores;

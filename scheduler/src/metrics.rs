@@ -6,7 +6,9 @@ use std::sync::OnceLock;
 
 use prometheus::{exponential_buckets, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts};
 
+/// The scheduler's series, registered in `registry`.
 pub struct Metrics {
+    /// What `/metrics` serves.
     pub registry: prometheus::Registry,
     /// Attempts by result: `scheduled`, `unschedulable`, `error`.
     pub attempts: IntCounterVec,
@@ -18,7 +20,9 @@ pub struct Metrics {
     pub binding_latency: Histogram,
     /// Pods waiting, by queue: `active`, `backoff`, `unschedulable`.
     pub pending: IntGaugeVec,
+    /// Preemptions carried out.
     pub preemption_attempts: IntCounter,
+    /// Pods evicted by preemption.
     pub preemption_victims: IntCounter,
     /// 1 while this instance holds the lease.
     pub leader: IntGauge,

@@ -14,7 +14,8 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::apps::v1::ReplicaSet;
+use k8s_openapi::api::core::v1::{Namespace, Node, Pod, ReplicationController, Service};
 use serde_json::{json, Value};
 use skiff_api::resources::{self, Kind};
 use skiff_api::{meta, Reason};
@@ -33,6 +34,7 @@ use crate::config::SchedulerConfig;
 use crate::metrics::metrics;
 use crate::preemption::{self, Preemption};
 use crate::queue::{ClusterEvent, QueuedPod, SchedulingQueue};
+use crate::selector::Selector;
 
 /// Changes an informer buffers for the loop before it must resync.
 const INFORMER_BUFFER: usize = 1 << 16;
@@ -44,11 +46,15 @@ const EXPORT_EVERY: Duration = Duration::from_secs(1);
 /// Why the scheduler could not start.
 #[derive(Debug, thiserror::Error)]
 pub enum RunError {
+    /// The apiserver client could not be set up.
     #[error("apiserver client: {0}")]
     Client(#[from] ClientError),
+    /// The `/metrics` listener could not bind.
     #[error("cannot listen on {addr} for /metrics: {source}")]
     Listen {
+        /// The address asked for.
         addr: std::net::SocketAddr,
+        /// Why.
         #[source]
         source: std::io::Error,
     },
@@ -87,19 +93,62 @@ async fn leading(client: Client, config: SchedulerConfig, shutdown: Shutdown) {
     metrics().leader.set(1);
     tracing::info!("leading: scheduling");
     let informers = Informers::with_capacity(client.clone(), shutdown.clone(), INFORMER_BUFFER);
-    let nodes = informers.informer::<Node>();
-    let pods = informers.informer::<Pod>();
-    let (node_changes, pod_changes) = (nodes.subscribe(), pods.subscribe());
-    let ready = async { futures::join!(nodes.store().wait_until_ready(), pods.store().wait_until_ready()) };
+    let (nodes, pods) = (informers.informer::<Node>(), informers.informer::<Pod>());
+    let namespaces = informers.informer::<Namespace>();
+    let (services, replica_sets) = (informers.informer::<Service>(), informers.informer::<ReplicaSet>());
+    let replication_controllers = informers.informer::<ReplicationController>();
+    let changes = Changes {
+        nodes: nodes.subscribe(),
+        pods: pods.subscribe(),
+        namespaces: namespaces.subscribe(),
+        services: services.subscribe(),
+        replica_sets: replica_sets.subscribe(),
+        replication_controllers: replication_controllers.subscribe(),
+    };
+    let stores = Stores {
+        nodes: nodes.store(),
+        pods: pods.store(),
+        namespaces: namespaces.store(),
+        services: services.store(),
+        replica_sets: replica_sets.store(),
+        replication_controllers: replication_controllers.store(),
+    };
+    let ready = async {
+        futures::join!(
+            stores.nodes.wait_until_ready(),
+            stores.pods.wait_until_ready(),
+            stores.namespaces.wait_until_ready(),
+            stores.services.wait_until_ready(),
+            stores.replica_sets.wait_until_ready(),
+            stores.replication_controllers.wait_until_ready(),
+        )
+    };
     tokio::select! {
         _ = shutdown.cancelled() => {}
-        _ = ready => {
-            let scheduler = Scheduler::new(client, config, nodes.store(), pods.store(), shutdown.clone());
-            scheduler.run(node_changes, pod_changes).await;
-        }
+        _ = ready => Scheduler::new(client, config, stores, shutdown.clone()).run(changes).await,
     }
     metrics().leader.set(0);
     tracing::info!("scheduling stopped");
+}
+
+/// The informers' caches the loop reads.
+struct Stores {
+    nodes: Store<Node>,
+    pods: Store<Pod>,
+    namespaces: Store<Namespace>,
+    services: Store<Service>,
+    replica_sets: Store<ReplicaSet>,
+    replication_controllers: Store<ReplicationController>,
+}
+
+/// The informers' change feeds the loop takes in.
+struct Changes {
+    nodes: Subscription<Node>,
+    pods: Subscription<Pod>,
+    namespaces: Subscription<Namespace>,
+    services: Subscription<Service>,
+    replica_sets: Subscription<ReplicaSet>,
+    replication_controllers: Subscription<ReplicationController>,
 }
 
 /// What a binding task reports to the loop. The permit is the binding's
@@ -119,8 +168,7 @@ struct Scheduler {
     profile: Arc<Profile>,
     cache: Cache,
     queue: SchedulingQueue,
-    nodes: Store<Node>,
-    pods: Store<Pod>,
+    stores: Stores,
     recorder: Arc<Recorder>,
     /// Where the next search over the nodes begins.
     next_start: usize,
@@ -132,7 +180,7 @@ struct Scheduler {
 }
 
 impl Scheduler {
-    fn new(client: Client, config: SchedulerConfig, nodes: Store<Node>, pods: Store<Pod>, shutdown: Shutdown) -> Self {
+    fn new(client: Client, config: SchedulerConfig, stores: Stores, shutdown: Shutdown) -> Self {
         let slots = config.parallel_binds.max(1);
         let (bound_tx, bound_rx) = mpsc::channel(slots);
         Scheduler {
@@ -140,8 +188,7 @@ impl Scheduler {
             profile: Arc::new(config.profile),
             cache: Cache::new(),
             queue: SchedulingQueue::new(config.queue),
-            nodes,
-            pods,
+            stores,
             recorder: Arc::new(Recorder::new("default-scheduler")),
             next_start: 0,
             bind_slots: Arc::new(Semaphore::new(slots)),
@@ -152,7 +199,7 @@ impl Scheduler {
         }
     }
 
-    async fn run(mut self, mut node_changes: Subscription<Node>, mut pod_changes: Subscription<Pod>) {
+    async fn run(mut self, mut changes: Changes) {
         self.resync();
         let mut export = tokio::time::interval(EXPORT_EVERY);
         let queue = self.queue.clone();
@@ -160,13 +207,33 @@ impl Scheduler {
             tokio::select! {
                 biased;
                 _ = self.shutdown.cancelled() => break,
-                change = node_changes.recv() => match change {
+                change = changes.nodes.recv() => match change {
                     Some(Notification::Changed(change)) => self.node_changed(change),
                     Some(Notification::Resync) => self.resync(),
                     None => break,
                 },
-                change = pod_changes.recv() => match change {
+                change = changes.pods.recv() => match change {
                     Some(Notification::Changed(change)) => self.pod_changed(change),
+                    Some(Notification::Resync) => self.resync(),
+                    None => break,
+                },
+                change = changes.namespaces.recv() => match change {
+                    Some(Notification::Changed(change)) => self.namespace_changed(change),
+                    Some(Notification::Resync) => self.resync(),
+                    None => break,
+                },
+                change = changes.services.recv() => match change {
+                    Some(Notification::Changed(change)) => self.spreader_changed(change, service_selector),
+                    Some(Notification::Resync) => self.resync(),
+                    None => break,
+                },
+                change = changes.replica_sets.recv() => match change {
+                    Some(Notification::Changed(change)) => self.spreader_changed(change, replica_set_selector),
+                    Some(Notification::Resync) => self.resync(),
+                    None => break,
+                },
+                change = changes.replication_controllers.recv() => match change {
+                    Some(Notification::Changed(change)) => self.spreader_changed(change, controller_selector),
                     Some(Notification::Resync) => self.resync(),
                     None => break,
                 },
@@ -184,8 +251,20 @@ impl Scheduler {
     /// Starts over from the informers' stores: after the start, and after
     /// the loop fell behind an informer and missed changes.
     fn resync(&mut self) {
-        let (nodes, pods) = (self.nodes.list(), self.pods.list());
+        let (nodes, pods) = (self.stores.nodes.list(), self.stores.pods.list());
         self.cache.rebuild(&nodes, &pods);
+        for namespace in self.stores.namespaces.list() {
+            self.namespace_changed(Change::Applied(namespace));
+        }
+        for service in self.stores.services.list() {
+            self.spreader_changed(Change::Applied(service), service_selector);
+        }
+        for set in self.stores.replica_sets.list() {
+            self.spreader_changed(Change::Applied(set), replica_set_selector);
+        }
+        for controller in self.stores.replication_controllers.list() {
+            self.spreader_changed(Change::Applied(controller), controller_selector);
+        }
         for pod in pods {
             self.enqueue_if_pending(pod);
         }
@@ -206,6 +285,30 @@ impl Scheduler {
             }
             Change::Deleted(node) => self.cache.remove_node(node.metadata.name.as_deref().unwrap_or_default()),
         }
+    }
+
+    fn namespace_changed(&mut self, change: Change<Namespace>) {
+        let name = change.object().metadata.name.clone().unwrap_or_default();
+        match change {
+            Change::Applied(ns) => self.cache.set_namespace_labels(&name, ns.metadata.labels.clone().unwrap_or_default()),
+            Change::Deleted(_) => self.cache.remove_namespace(&name),
+        }
+    }
+
+    /// A Service, ReplicaSet or ReplicationController, whose pods the
+    /// selector spreading score spreads.
+    fn spreader_changed<K>(&mut self, change: Change<K>, selector: fn(&K) -> Option<Selector>)
+    where
+        K: k8s_openapi::Resource + k8s_openapi::Metadata<Ty = k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta>,
+    {
+        let meta = change.object().metadata();
+        let namespace = meta.namespace.clone().unwrap_or_default();
+        let owner = format!("{}/{}", K::KIND, meta.name.as_deref().unwrap_or_default());
+        let selector = match &change {
+            Change::Applied(obj) => selector(obj),
+            Change::Deleted(_) => None,
+        };
+        self.cache.set_spreading_selector(&namespace, &owner, selector);
     }
 
     fn pod_changed(&mut self, change: Change<Pod>) {
@@ -256,7 +359,7 @@ impl Scheduler {
     /// One decision for the pod at the head of the queue.
     async fn schedule_one(&mut self, queued: QueuedPod) {
         // The queue may hold an older copy; the store has the latest.
-        let current = self.pods.get(&queued.key);
+        let current = self.stores.pods.get(&queued.key);
         let Some(pod) = current.filter(|p| self.is_ours_and_pending(p)) else {
             self.queue.done(&queued.key);
             return;
@@ -420,6 +523,18 @@ fn unschedulable_status(pod: &Pod, message: &str, nominated: Option<&str>) -> Op
         patch["status"]["nominatedNodeName"] = json!(node);
     }
     Some(patch)
+}
+
+fn service_selector(service: &Service) -> Option<Selector> {
+    service.spec.as_ref()?.selector.as_ref().map(Selector::from_labels)
+}
+
+fn replica_set_selector(set: &ReplicaSet) -> Option<Selector> {
+    set.spec.as_ref().map(|s| Selector::from_label_selector(&s.selector))
+}
+
+fn controller_selector(controller: &ReplicationController) -> Option<Selector> {
+    controller.spec.as_ref()?.selector.as_ref().map(Selector::from_labels)
 }
 
 fn is_bound(pod: &Pod) -> bool {
