@@ -360,3 +360,120 @@ impl Cluster {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testkit::{must_node, must_place, must_pod};
+    use serde_json::json;
+
+    fn zoned(name: &str, zone: &str) -> Arc<Node> {
+        must_node(name, "4", "8Gi", json!({"metadata": {"labels": {"zone": zone}}}))
+    }
+
+    fn shy(name: &str, node: &str) -> Arc<PodInfo> {
+        let pod = must_pod(
+            name,
+            "1",
+            "",
+            json!({"metadata": {"labels": {"app": "shy"}}, "spec": {"affinity": {"podAntiAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": [{"labelSelector": {"matchLabels": {"app": "shy"}}, "topologyKey": "zone"}]
+            }}}}),
+        );
+        must_place(&pod, node)
+    }
+
+    fn matches_of(cluster: &Cluster) -> Vec<(String, String)> {
+        let ns = Namespaces { names: ["default".to_string()].into(), selector: None };
+        let mut out = Vec::new();
+        cluster.for_each_match(&ns, &Selector::from_labels(&[("app".to_string(), "shy".to_string())].into()), |p, n| {
+            out.push((p.key.name.clone(), n.name.clone()))
+        });
+        out.sort();
+        out
+    }
+
+    #[test]
+    fn a_pod_on_an_unknown_node_waits_and_counts_once_the_node_appears() {
+        let mut cluster = Cluster::new();
+        cluster.add_pod(shy("s0", "a1"));
+        assert_eq!(cluster.pod_count(), 1);
+        assert!(matches_of(&cluster).is_empty(), "not indexed without its node");
+        cluster.upsert_node(zoned("a1", "a"));
+        assert_eq!(cluster.node("a1").expect("node").requested.milli_cpu, 1000);
+        assert_eq!(matches_of(&cluster), vec![("s0".to_string(), "a1".to_string())]);
+        assert_eq!(cluster.terms.required_anti.values().next().and_then(|d| d.get("a")), Some(&1));
+    }
+
+    #[test]
+    fn removing_a_node_keeps_its_pods_until_they_are_removed() {
+        let mut cluster = Cluster::new();
+        cluster.upsert_node(zoned("a1", "a"));
+        cluster.upsert_node(zoned("b1", "b"));
+        cluster.add_pod(shy("s0", "a1"));
+        cluster.remove_node("a1");
+        assert_eq!(cluster.node_count(), 1);
+        assert_eq!(cluster.node("b1").map(|n| n.name.as_str()), Some("b1"), "the moved node is still found by name");
+        assert!(cluster.terms.required_anti.is_empty());
+        assert!(cluster.pod(&ObjectKey::new("default", "s0")).is_some());
+        cluster.upsert_node(zoned("a1", "a"));
+        assert_eq!(cluster.node("a1").expect("node").pods.len(), 1, "back with its node");
+        assert!(cluster.remove_pod(&ObjectKey::new("default", "s0")).is_some());
+        assert!(cluster.node("a1").expect("node").pods.is_empty());
+        assert!(cluster.terms.required_anti.is_empty());
+        assert_eq!(cluster.remove_pod(&ObjectKey::new("default", "s0")).map(|p| p.key.clone()), None);
+    }
+
+    #[test]
+    fn re_adding_a_pod_replaces_it_even_on_another_node() {
+        let mut cluster = Cluster::new();
+        cluster.upsert_node(zoned("a1", "a"));
+        cluster.upsert_node(zoned("b1", "b"));
+        cluster.add_pod(shy("s0", "a1"));
+        cluster.add_pod(shy("s0", "a1"));
+        assert_eq!(cluster.node("a1").expect("node").requested.milli_cpu, 1000);
+        cluster.add_pod(shy("s0", "b1"));
+        assert_eq!(cluster.node("a1").expect("node").requested.milli_cpu, 0);
+        assert_eq!(cluster.node("b1").expect("node").requested.milli_cpu, 1000);
+        assert_eq!(matches_of(&cluster), vec![("s0".to_string(), "b1".to_string())]);
+    }
+
+    #[test]
+    fn indexes_after_any_sequence_of_changes_equal_indexes_built_from_scratch() {
+        let mut cluster = Cluster::new();
+        for (n, z) in [("a1", "a"), ("a2", "a"), ("b1", "b"), ("c1", "c")] {
+            cluster.upsert_node(zoned(n, z));
+        }
+        for i in 0..12 {
+            let node = ["a1", "a2", "b1", "c1"][i % 4];
+            cluster.add_pod(shy(&format!("s{i}"), node));
+        }
+        for i in [1, 5, 6] {
+            cluster.remove_pod(&ObjectKey::new("default", format!("s{i}")));
+        }
+        cluster.remove_node("b1");
+        // a2 moves to zone c: its pods' domains change.
+        cluster.upsert_node(zoned("a2", "c"));
+        cluster.add_pod(shy("s20", "b1"));
+
+        let mut fresh = Cluster::new();
+        for n in cluster.nodes() {
+            fresh.upsert_node(n.node.clone());
+        }
+        for key in cluster.pods.keys() {
+            fresh.add_pod(cluster.pods[key].clone());
+        }
+        assert_eq!(cluster.terms.required_anti, fresh.terms.required_anti);
+        assert_eq!(matches_of(&cluster), matches_of(&fresh));
+        let counts: Vec<_> = cluster.terms.required_anti.values().collect();
+        assert_eq!(counts.len(), 1);
+        // s0,s4,s8 on a1 (a); s9 on a2 (now c); s3,s7,s11 on c1 (c); b1 gone.
+        assert_eq!(counts[0].get("a"), Some(&3));
+        assert_eq!(counts[0].get("c"), Some(&4));
+        assert_eq!(counts[0].get("b"), None);
+        for n in cluster.nodes() {
+            let fresh_node = fresh.node(&n.name).expect("node");
+            assert_eq!(n.requested, fresh_node.requested, "{}", n.name);
+        }
+    }
+}
