@@ -87,14 +87,22 @@ fn decision_time_at_5000_nodes_and_50000_pods() {
     // 49,000 basic pods in 100 ReplicaSet-like groups, 1,000 green pods with hostname anti-affinity.
     for i in 0..PODS - 1_000 {
         let n = format!("node-{:05}", i % NODES);
-        cluster.add_pod(Arc::new(pod(&format!("base-{i}"), json!({"app": format!("group-{}", i % 100)}), json!({}), Some(&n))));
+        cluster.add_pod(Arc::new(pod(
+            &format!("base-{i}"),
+            json!({"app": format!("group-{}", i % 100)}),
+            json!({}),
+            Some(&n),
+        )));
     }
     for i in 0..1_000 {
         let n = format!("node-{:05}", (i * 5) % NODES);
         cluster.add_pod(Arc::new(pod(&format!("green-{i}"), json!({"color": "green"}), anti_spec(), Some(&n))));
     }
     let pods_time = t.elapsed();
-    println!("setup: {NODES} nodes in {nodes_time:?}, {PODS} pods in {pods_time:?} ({:?}/pod incl. PodInfo::new)", pods_time / PODS as u32);
+    println!(
+        "setup: {NODES} nodes in {nodes_time:?}, {PODS} pods in {pods_time:?} ({:?}/pod incl. PodInfo::new)",
+        pods_time / PODS as u32
+    );
 
     let t = Instant::now();
     for i in 0..1_000 {
@@ -102,10 +110,12 @@ fn decision_time_at_5000_nodes_and_50000_pods() {
     }
     println!("PodInfo::new (basic pod, from JSON): {:?}", t.elapsed() / 1_000);
 
-    let (decide, account, evaluated) = run(&mut cluster, 2_000, |i| pod(&format!("basic-{i}"), json!({"app": "bench"}), json!({}), None));
+    let (decide, account, evaluated) =
+        run(&mut cluster, 2_000, |i| pod(&format!("basic-{i}"), json!({"app": "bench"}), json!({}), None));
     println!("basic: {decide:?}/decision, {account:?}/assume, {evaluated} nodes evaluated per decision");
 
-    let (decide, account, evaluated) = run(&mut cluster, 1_000, |i| pod(&format!("green-new-{i}"), json!({"color": "green"}), anti_spec(), None));
+    let (decide, account, evaluated) =
+        run(&mut cluster, 1_000, |i| pod(&format!("green-new-{i}"), json!({"color": "green"}), anti_spec(), None));
     println!("required anti-affinity (hostname, 1,000 placed + growing): {decide:?}/decision, {account:?}/assume, {evaluated} evaluated");
 
     // Where an anti-affinity decision spends its time.
@@ -132,25 +142,33 @@ fn decision_time_at_5000_nodes_and_50000_pods() {
     let affinity = json!({"affinity": {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
         {"labelSelector": {"matchLabels": {"app": "group-7"}}, "topologyKey": "topology.kubernetes.io/zone"}
     ]}}});
-    let (decide, _, evaluated) = run(&mut cluster, 500, |i| pod(&format!("aff-{i}"), json!({"app": "aff"}), affinity.clone(), None));
+    let (decide, _, evaluated) =
+        run(&mut cluster, 500, |i| pod(&format!("aff-{i}"), json!({"app": "aff"}), affinity.clone(), None));
     println!("required pod affinity (zone, to 490 pods): {decide:?}/decision, {evaluated} evaluated");
 
     let spread = json!({"topologySpreadConstraints": [
         {"maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone", "whenUnsatisfiable": "DoNotSchedule", "labelSelector": {"matchLabels": {"app": "spread"}}},
         {"maxSkew": 1, "topologyKey": "kubernetes.io/hostname", "whenUnsatisfiable": "ScheduleAnyway", "labelSelector": {"matchLabels": {"app": "spread"}}}
     ]});
-    let (decide, _, evaluated) = run(&mut cluster, 500, |i| pod(&format!("spread-{i}"), json!({"app": "spread"}), spread.clone(), None));
+    let (decide, _, evaluated) =
+        run(&mut cluster, 500, |i| pod(&format!("spread-{i}"), json!({"app": "spread"}), spread.clone(), None));
     println!("topology spread (zone hard + hostname soft): {decide:?}/decision, {evaluated} evaluated");
 
     let preferred = json!({"affinity": {"podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
         {"weight": 50, "podAffinityTerm": {"labelSelector": {"matchLabels": {"app": "pref"}}, "topologyKey": "kubernetes.io/hostname"}}
     ]}}});
-    let (decide, _, evaluated) = run(&mut cluster, 500, |i| pod(&format!("pref-{i}"), json!({"app": "pref"}), preferred.clone(), None));
+    let (decide, _, evaluated) =
+        run(&mut cluster, 500, |i| pod(&format!("pref-{i}"), json!({"app": "pref"}), preferred.clone(), None));
     println!("preferred anti-affinity (hostname): {decide:?}/decision, {evaluated} evaluated");
 
     // Preemption: a pod bigger than any node's free cpu, with every node full of low-priority pods.
     let profile = Profile::default();
-    let big = pod("big", json!({}), json!({"priority": 1000, "containers": [{"name": "c", "resources": {"requests": {"cpu": "31"}}}]}), None);
+    let big = pod(
+        "big",
+        json!({}),
+        json!({"priority": 1000, "containers": [{"name": "c", "resources": {"requests": {"cpu": "31500m"}}}]}),
+        None,
+    );
     let t = Instant::now();
     let fit = schedule(&big, &cluster, &profile, &mut 0).expect_err("fits nowhere");
     let filter_all = t.elapsed();
