@@ -365,4 +365,35 @@ mod tests {
         let no_affinity = Profile { weights: Weights { node_affinity: 0, ..Weights::default() }, ..Profile::default() };
         assert_eq!(schedule(&pod, &cluster, &no_affinity, &mut 0).expect("fits").node, "hdd");
     }
+
+    #[test]
+    fn consecutive_decisions_see_the_pods_placed_between_them() {
+        let nodes = (0..3).map(|i| must_node(&format!("n{i}"), "4", "8Gi", json!({}))).collect();
+        let mut cluster = must_cluster(nodes, vec![]);
+        let shy = |i: usize| {
+            must_pod(
+                &format!("shy-{i}"),
+                "100m",
+                "",
+                json!({"metadata": {"labels": {"app": "shy"}}, "spec": {"affinity": {"podAntiAffinity": {
+                    "requiredDuringSchedulingIgnoredDuringExecution": [{"labelSelector": {"matchLabels": {"app": "shy"}}, "topologyKey": "kubernetes.io/hostname"}]
+                }}}}),
+            )
+        };
+        let mut start = 0;
+        let mut used = BTreeSet::new();
+        for i in 0..3 {
+            let pod = shy(i);
+            let placement = schedule(&pod, &cluster, &Profile::default(), &mut start).expect("a free node");
+            assert!(used.insert(placement.node.clone()), "{} placed twice on {}", pod.key, placement.node);
+            cluster.add_pod(crate::testkit::must_place(&pod, &placement.node));
+        }
+        let err = schedule(&shy(3), &cluster, &Profile::default(), &mut start).expect_err("every node taken");
+        assert_eq!(err.to_string(), "0/3 nodes are available: 3 node(s) didn't match pod anti-affinity rules.");
+        assert_eq!(err.resolvable.len(), 3, "evicting the shy pod would help");
+        let gone =
+            cluster.remove_pod(&skiff_client::runtime::reflector::ObjectKey::new("default", "shy-1")).expect("placed");
+        let placement = schedule(&shy(4), &cluster, &Profile::default(), &mut start).expect("freed");
+        assert_eq!(Some(placement.node.as_str()), gone.node_name());
+    }
 }

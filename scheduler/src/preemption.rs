@@ -69,6 +69,22 @@ pub fn preempt(pod: &PodInfo, cluster: &Cluster, _profile: &Profile, fit: &FitEr
     pick(candidates)
 }
 
+/// What a failed preemption adds to the FailedScheduling message
+/// (`FitError::post_filter`), in kube's words: nodes where evicting could
+/// have helped but found no victims, and nodes where it cannot help.
+pub fn failure_message(fit: &FitError) -> String {
+    let tried = fit.resolvable.len();
+    let mut parts = Vec::new();
+    if tried > 0 {
+        parts.push(format!("{tried} No preemption victims found for incoming pod"));
+    }
+    if fit.nodes > tried {
+        parts.push(format!("{} Preemption is not helpful for scheduling", fit.nodes - tried));
+    }
+    parts.sort();
+    format!("preemption: 0/{} nodes are available: {}", fit.nodes, parts.join(", "))
+}
+
 /// The fewest, least important pods on `node` whose eviction lets `pod` fit; None if evicting every lower-priority pod is not enough.
 pub fn select_victims(
     pod: &PodInfo,
@@ -254,5 +270,26 @@ mod tests {
         let pod = must_pod("p", "1", "", json!({"spec": {"priority": 10}, "status": {"nominatedNodeName": "n1"}}));
         assert!(!eligible(&pod, &cluster));
         assert!(eligible(&prio("q", "1", 10, T0), &cluster));
+    }
+
+    #[test]
+    fn a_failed_preemption_explains_itself_as_kube_does() {
+        let cluster = must_cluster(
+            vec![
+                must_node("n1", "1", "8Gi", json!({})),
+                must_node("n2", "1", "8Gi", json!({"spec": {"taints": [{"key": "k", "effect": "NoSchedule"}]}})),
+            ],
+            vec![(prio("peer", "1", 10, T0), "n1")],
+        );
+        let pod = prio("high", "1", 10, T0);
+        let mut fit = schedule(&pod, &cluster, &Profile::default(), &mut 0).expect_err("fits nowhere");
+        assert!(preempt(&pod, &cluster, &Profile::default(), &fit).is_none());
+        fit.post_filter = Some(failure_message(&fit));
+        assert_eq!(
+            fit.to_string(),
+            "0/2 nodes are available: 1 Insufficient cpu, 1 node(s) had untolerated taint {k: }. \
+             preemption: 0/2 nodes are available: 1 No preemption victims found for incoming pod, \
+             1 Preemption is not helpful for scheduling."
+        );
     }
 }
