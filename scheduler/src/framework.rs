@@ -332,6 +332,15 @@ impl PodInfo {
         }
     }
 
+    /// This pod with `spec.nodeName` set to `node`, as the loop assumes it
+    /// before the binding is committed; only the pod object is copied,
+    /// nothing is parsed again.
+    pub fn bound_to(&self, node: &str) -> PodInfo {
+        let mut pod = (*self.pod).clone();
+        pod.spec.get_or_insert_with(Default::default).node_name = Some(node.to_string());
+        PodInfo { pod: Arc::new(pod), ..self.clone() }
+    }
+
     /// `spec.nodeName`, when the pod is bound (or assumed).
     pub fn node_name(&self) -> Option<&str> {
         self.pod.spec.as_ref().and_then(|s| s.node_name.as_deref()).filter(|n| !n.is_empty())

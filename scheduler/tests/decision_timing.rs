@@ -66,9 +66,7 @@ fn run(cluster: &mut Cluster, count: usize, make: impl Fn(usize) -> PodInfo) -> 
         decide += t.elapsed();
         evaluated += placement.evaluated;
         let t = Instant::now();
-        let mut bound = (*p.pod).clone();
-        bound.spec.get_or_insert_with(Default::default).node_name = Some(placement.node);
-        cluster.add_pod(Arc::new(PodInfo::new(Arc::new(bound))));
+        cluster.add_pod(Arc::new(p.bound_to(&placement.node)));
         account += t.elapsed();
     }
     (decide / count as u32, account / count as u32, evaluated / count)
@@ -99,6 +97,11 @@ fn decision_time_at_5000_nodes_and_50000_pods() {
         cluster.add_pod(Arc::new(pod(&format!("green-{i}"), json!({"color": "green"}), anti_spec(), Some(&n))));
     }
     let pods_time = t.elapsed();
+    let rss = std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| s.lines().find(|l| l.starts_with("VmRSS")).map(str::to_string))
+        .unwrap_or_default();
+    println!("memory after setup (whole test process): {rss}");
     println!(
         "setup: {NODES} nodes in {nodes_time:?}, {PODS} pods in {pods_time:?} ({:?}/pod incl. PodInfo::new)",
         pods_time / PODS as u32
