@@ -59,7 +59,11 @@ pub struct Profile {
 
 impl Default for Profile {
     fn default() -> Profile {
-        Profile { scheduler_name: "default-scheduler".into(), weights: Weights::default(), percentage_of_nodes_to_score: 0 }
+        Profile {
+            scheduler_name: "default-scheduler".into(),
+            weights: Weights::default(),
+            percentage_of_nodes_to_score: 0,
+        }
     }
 }
 
@@ -150,7 +154,8 @@ pub fn schedule(pod: &PodInfo, cluster: &Cluster, profile: &Profile, start: &mut
         return Err(error);
     }
     let state = FilterState::new(pod, cluster);
-    let nominated = pod.pod.status.as_ref().and_then(|s| s.nominated_node_name.as_deref()).and_then(|n| cluster.node(n));
+    let nominated =
+        pod.pod.status.as_ref().and_then(|s| s.nominated_node_name.as_deref()).and_then(|n| cluster.node(n));
     if let Some(node) = nominated {
         if filter(pod, node, &state, cluster).is_ok() {
             return Ok(Placement { node: node.name.clone(), evaluated: 1, feasible: 1 });
@@ -232,7 +237,17 @@ mod tests {
 
     #[test]
     fn the_number_of_nodes_to_find_follows_kubes_adaptive_percentage() {
-        let cases = [(0, 50, 50), (0, 100, 100), (0, 1000, 420), (0, 1500, 570), (0, 5000, 500), (0, 6000, 300), (10, 5000, 500), (100, 5000, 5000), (1, 5000, 100)];
+        let cases = [
+            (0, 50, 50),
+            (0, 100, 100),
+            (0, 1000, 420),
+            (0, 1500, 570),
+            (0, 5000, 500),
+            (0, 6000, 300),
+            (10, 5000, 500),
+            (100, 5000, 5000),
+            (1, 5000, 100),
+        ];
         for (percentage, nodes, want) in cases {
             assert_eq!(feasible_nodes_to_find(percentage, nodes), want, "{percentage}% of {nodes}");
         }
@@ -254,19 +269,31 @@ mod tests {
             err.to_string(),
             "0/3 nodes are available: 1 Insufficient cpu, 2 node(s) didn't match Pod's node affinity/selector."
         );
-        assert_eq!(err.resolvable, BTreeSet::from(["small".to_string()]), "only the cpu shortage can be preempted away");
+        assert_eq!(
+            err.resolvable,
+            BTreeSet::from(["small".to_string()]),
+            "only the cpu shortage can be preempted away"
+        );
         let empty = Cluster::new();
-        assert_eq!(schedule(&pod, &empty, &Profile::default(), &mut 0).expect_err("no nodes").to_string(), "0/0 nodes are available.");
+        assert_eq!(
+            schedule(&pod, &empty, &Profile::default(), &mut 0).expect_err("no nodes").to_string(),
+            "0/0 nodes are available."
+        );
     }
 
     #[test]
     fn the_least_requested_feasible_node_wins() {
         let busy = must_pod("busy", "3", "1Gi", json!({}));
         let cluster = must_cluster(
-            vec![must_node("busy", "4", "8Gi", json!({})), must_node("idle", "4", "8Gi", json!({})), must_node("tiny", "100m", "8Gi", json!({}))],
+            vec![
+                must_node("busy", "4", "8Gi", json!({})),
+                must_node("idle", "4", "8Gi", json!({})),
+                must_node("tiny", "100m", "8Gi", json!({})),
+            ],
             vec![(busy, "busy")],
         );
-        let placement = schedule(&must_pod("p", "500m", "1Gi", json!({})), &cluster, &Profile::default(), &mut 0).expect("fits");
+        let placement =
+            schedule(&must_pod("p", "500m", "1Gi", json!({})), &cluster, &Profile::default(), &mut 0).expect("fits");
         assert_eq!(placement, Placement { node: "idle".into(), evaluated: 3, feasible: 2 });
     }
 
@@ -288,7 +315,8 @@ mod tests {
 
     #[test]
     fn a_nominated_node_is_taken_when_the_pod_fits_there() {
-        let cluster = must_cluster(vec![must_node("a", "4", "8Gi", json!({})), must_node("b", "4", "8Gi", json!({}))], vec![]);
+        let cluster =
+            must_cluster(vec![must_node("a", "4", "8Gi", json!({})), must_node("b", "4", "8Gi", json!({}))], vec![]);
         let pod = must_pod("p", "1", "1Gi", json!({"status": {"nominatedNodeName": "b"}}));
         assert_eq!(schedule(&pod, &cluster, &Profile::default(), &mut 0).expect("fits").node, "b");
     }
@@ -319,7 +347,10 @@ mod tests {
         // "ssd" is busier but preferred by node affinity.
         let busy = must_pod("busy", "2", "4Gi", json!({}));
         let cluster = must_cluster(
-            vec![must_node("ssd", "4", "8Gi", json!({"metadata": {"labels": {"disk": "ssd"}}})), must_node("hdd", "4", "8Gi", json!({}))],
+            vec![
+                must_node("ssd", "4", "8Gi", json!({"metadata": {"labels": {"disk": "ssd"}}})),
+                must_node("hdd", "4", "8Gi", json!({})),
+            ],
             vec![(busy, "ssd")],
         );
         let pod = must_pod(
@@ -333,5 +364,36 @@ mod tests {
         assert_eq!(schedule(&pod, &cluster, &Profile::default(), &mut 0).expect("fits").node, "ssd");
         let no_affinity = Profile { weights: Weights { node_affinity: 0, ..Weights::default() }, ..Profile::default() };
         assert_eq!(schedule(&pod, &cluster, &no_affinity, &mut 0).expect("fits").node, "hdd");
+    }
+
+    #[test]
+    fn consecutive_decisions_see_the_pods_placed_between_them() {
+        let nodes = (0..3).map(|i| must_node(&format!("n{i}"), "4", "8Gi", json!({}))).collect();
+        let mut cluster = must_cluster(nodes, vec![]);
+        let shy = |i: usize| {
+            must_pod(
+                &format!("shy-{i}"),
+                "100m",
+                "",
+                json!({"metadata": {"labels": {"app": "shy"}}, "spec": {"affinity": {"podAntiAffinity": {
+                    "requiredDuringSchedulingIgnoredDuringExecution": [{"labelSelector": {"matchLabels": {"app": "shy"}}, "topologyKey": "kubernetes.io/hostname"}]
+                }}}}),
+            )
+        };
+        let mut start = 0;
+        let mut used = BTreeSet::new();
+        for i in 0..3 {
+            let pod = shy(i);
+            let placement = schedule(&pod, &cluster, &Profile::default(), &mut start).expect("a free node");
+            assert!(used.insert(placement.node.clone()), "{} placed twice on {}", pod.key, placement.node);
+            cluster.add_pod(crate::testkit::must_place(&pod, &placement.node));
+        }
+        let err = schedule(&shy(3), &cluster, &Profile::default(), &mut start).expect_err("every node taken");
+        assert_eq!(err.to_string(), "0/3 nodes are available: 3 node(s) didn't match pod anti-affinity rules.");
+        assert_eq!(err.resolvable.len(), 3, "evicting the shy pod would help");
+        let gone =
+            cluster.remove_pod(&skiff_client::runtime::reflector::ObjectKey::new("default", "shy-1")).expect("placed");
+        let placement = schedule(&shy(4), &cluster, &Profile::default(), &mut start).expect("freed");
+        assert_eq!(Some(placement.node.as_str()), gone.node_name());
     }
 }

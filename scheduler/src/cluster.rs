@@ -10,7 +10,7 @@
 //! appears or the pod is removed, as kube's cache keeps them.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use k8s_openapi::api::core::v1::Node;
 use skiff_client::runtime::reflector::ObjectKey;
@@ -29,30 +29,56 @@ pub(crate) type DomainCounts = HashMap<String, i64>;
 #[derive(Debug, Default)]
 pub(crate) struct TermIndex {
     /// Required anti-affinity: the incoming pod may not join a domain listed here if it matches the term.
-    pub required_anti: HashMap<AffinityTerm, DomainCounts>,
+    pub required_anti: HashMap<AffinityTerm, Arc<DomainCounts>>,
     /// Required affinity: scores as kube's hardPodAffinityWeight.
-    pub required_affinity: HashMap<AffinityTerm, DomainCounts>,
+    pub required_affinity: HashMap<AffinityTerm, Arc<DomainCounts>>,
     /// Preferred terms with their weight, negative for anti-affinity.
-    pub preferred: HashMap<(AffinityTerm, i64), DomainCounts>,
+    pub preferred: HashMap<(AffinityTerm, i64), Arc<DomainCounts>>,
 }
 
-fn count<K: Eq + std::hash::Hash + Clone>(map: &mut HashMap<K, DomainCounts>, key: &K, value: &str, delta: i64) {
+/// Adds `delta` to `value`'s count, dropping counts (and keys) that reach
+/// zero. Counts are shared with decisions by `Arc`; between decisions
+/// nobody else holds them, so `make_mut` does not copy.
+fn count<K: Eq + std::hash::Hash + Clone>(map: &mut HashMap<K, Arc<DomainCounts>>, key: &K, value: &str, delta: i64) {
     if !map.contains_key(key) {
         if delta < 0 {
             return;
         }
-        map.insert(key.clone(), DomainCounts::new());
+        map.insert(key.clone(), Arc::default());
     }
     let Some(domains) = map.get_mut(key) else { return };
-    let n = domains.entry(value.to_string()).or_default();
+    let domains_mut = Arc::make_mut(domains);
+    let n = domains_mut.entry(value.to_string()).or_default();
     *n += delta;
     if *n <= 0 {
-        domains.remove(value);
-        if domains.is_empty() {
+        domains_mut.remove(value);
+        if domains_mut.is_empty() {
             map.remove(key);
         }
     }
 }
+
+/// A question decisions ask again and again: how many pods matching
+/// `namespaces` and `selector` sit in each domain of `topology_key`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct MatchQuery {
+    namespaces: Namespaces,
+    selector: Selector,
+    topology_key: String,
+}
+
+/// The answer to a `MatchQuery`.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct MatchCounts {
+    /// Matching pods per domain (domains without any are absent).
+    pub domains: Arc<DomainCounts>,
+    /// Matching pods on nodes that have the topology key.
+    pub total: i64,
+}
+
+/// Queries kept up to date at most; past this the cache starts over, so a
+/// stream of one-off selectors cannot make every pod change slow.
+const MAX_CACHED_QUERIES: usize = 64;
 
 impl TermIndex {
     fn apply(&mut self, pod: &PodInfo, node_labels: &BTreeMap<String, String>, delta: i64) {
@@ -96,6 +122,12 @@ pub struct Cluster {
     /// Selectors of Services, ReplicaSets, ReplicationControllers and
     /// StatefulSets, by namespace then owner, for selector spreading.
     spreaders: HashMap<String, BTreeMap<String, Selector>>,
+    /// Answers to the match queries of recent decisions (the selectors of
+    /// incoming pods' affinity terms), kept current by every pod change
+    /// so a decision reads them instead of scanning matching pods. Behind
+    /// a mutex only because decisions take `&Cluster`; the loop is the
+    /// one user, so it is never contended.
+    match_cache: Mutex<HashMap<MatchQuery, Arc<MatchCounts>>>,
 }
 
 impl Cluster {
@@ -213,11 +245,13 @@ impl Cluster {
     /// Records a namespace's labels, for affinity terms with a namespaceSelector.
     pub fn set_namespace_labels(&mut self, namespace: &str, labels: BTreeMap<String, String>) {
         self.namespace_labels.insert(namespace.to_string(), labels);
+        self.match_cache.get_mut().unwrap_or_else(PoisonError::into_inner).clear();
     }
 
     /// Forgets a namespace's labels.
     pub fn remove_namespace(&mut self, namespace: &str) {
         self.namespace_labels.remove(namespace);
+        self.match_cache.get_mut().unwrap_or_else(PoisonError::into_inner).clear();
     }
 
     /// Sets (Some) or removes (None) the selector of one spreading owner
@@ -309,6 +343,68 @@ impl Cluster {
         }
     }
 
+    /// Matching pods per domain of `topology_key`, from the cache, or
+    /// counted once and cached.
+    pub(crate) fn match_counts(
+        &self,
+        namespaces: &Namespaces,
+        selector: &Selector,
+        topology_key: &str,
+    ) -> Arc<MatchCounts> {
+        let query = MatchQuery {
+            namespaces: namespaces.clone(),
+            selector: selector.clone(),
+            topology_key: topology_key.to_string(),
+        };
+        if let Some(hit) = self.match_cache.lock().unwrap_or_else(PoisonError::into_inner).get(&query) {
+            return hit.clone();
+        }
+        let mut domains = DomainCounts::new();
+        let mut total = 0;
+        self.for_each_match(namespaces, selector, |_, node| {
+            if let Some(v) = node.labels().get(topology_key) {
+                *domains.entry(v.clone()).or_default() += 1;
+                total += 1;
+            }
+        });
+        let counts = Arc::new(MatchCounts { domains: Arc::new(domains), total });
+        let mut cache = self.match_cache.lock().unwrap_or_else(PoisonError::into_inner);
+        if cache.len() >= MAX_CACHED_QUERIES {
+            cache.clear();
+        }
+        cache.insert(query, counts.clone());
+        counts
+    }
+
+    fn update_match_cache(&mut self, pod: &PodInfo, node: usize, delta: i64) {
+        let cache = self.match_cache.get_mut().unwrap_or_else(PoisonError::into_inner);
+        if cache.is_empty() {
+            return;
+        }
+        let labels = self.nodes[node].node.metadata.labels.as_ref().unwrap_or(&NO_LABELS);
+        let namespace_labels = &self.namespace_labels;
+        for (query, counts) in cache.iter_mut() {
+            let Some(value) = labels.get(&query.topology_key) else { continue };
+            let ns = &query.namespaces;
+            let in_namespace = ns.names.contains(&pod.key.namespace)
+                || ns
+                    .selector
+                    .as_ref()
+                    .is_some_and(|s| s.matches(namespace_labels.get(&pod.key.namespace).unwrap_or(&NO_LABELS)));
+            if !in_namespace || !query.selector.matches(pod.labels()) {
+                continue;
+            }
+            let counts = Arc::make_mut(counts);
+            counts.total += delta;
+            let domains = Arc::make_mut(&mut counts.domains);
+            let n = domains.entry(value.clone()).or_default();
+            *n += delta;
+            if *n <= 0 {
+                domains.remove(value);
+            }
+        }
+    }
+
     fn index_node(&mut self, i: usize) {
         let pods = self.nodes[i].pods.clone();
         for pod in &pods {
@@ -326,12 +422,18 @@ impl Cluster {
     fn index_pod(&mut self, pod: &Arc<PodInfo>, node: usize) {
         self.by_namespace.entry(pod.key.namespace.clone()).or_default().insert(pod.key.clone(), pod.clone());
         for (k, v) in pod.labels() {
-            self.by_label.entry(k.clone()).or_default().entry(v.clone()).or_default().insert(pod.key.clone(), pod.clone());
+            self.by_label
+                .entry(k.clone())
+                .or_default()
+                .entry(v.clone())
+                .or_default()
+                .insert(pod.key.clone(), pod.clone());
         }
         if pod.has_affinity_terms() {
             let labels = self.nodes[node].node.metadata.labels.as_ref().unwrap_or(&NO_LABELS);
             self.terms.apply(pod, labels, 1);
         }
+        self.update_match_cache(pod, node, 1);
     }
 
     fn unindex_pod(&mut self, pod: &PodInfo, node: usize) {
@@ -357,6 +459,140 @@ impl Cluster {
         if pod.has_affinity_terms() {
             let labels = self.nodes[node].node.metadata.labels.as_ref().unwrap_or(&NO_LABELS);
             self.terms.apply(pod, labels, -1);
+        }
+        self.update_match_cache(pod, node, -1);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testkit::{must_node, must_place, must_pod};
+    use serde_json::json;
+
+    fn zoned(name: &str, zone: &str) -> Arc<Node> {
+        must_node(name, "4", "8Gi", json!({"metadata": {"labels": {"zone": zone}}}))
+    }
+
+    fn shy(name: &str, node: &str) -> Arc<PodInfo> {
+        let pod = must_pod(
+            name,
+            "1",
+            "",
+            json!({"metadata": {"labels": {"app": "shy"}}, "spec": {"affinity": {"podAntiAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": [{"labelSelector": {"matchLabels": {"app": "shy"}}, "topologyKey": "zone"}]
+            }}}}),
+        );
+        must_place(&pod, node)
+    }
+
+    fn matches_of(cluster: &Cluster) -> Vec<(String, String)> {
+        let ns = Namespaces { names: ["default".to_string()].into(), selector: None };
+        let mut out = Vec::new();
+        cluster.for_each_match(
+            &ns,
+            &Selector::from_labels(&[("app".to_string(), "shy".to_string())].into()),
+            |p, n| out.push((p.key.name.clone(), n.name.clone())),
+        );
+        out.sort();
+        out
+    }
+
+    #[test]
+    fn a_pod_on_an_unknown_node_waits_and_counts_once_the_node_appears() {
+        let mut cluster = Cluster::new();
+        cluster.add_pod(shy("s0", "a1"));
+        assert_eq!(cluster.pod_count(), 1);
+        assert!(matches_of(&cluster).is_empty(), "not indexed without its node");
+        cluster.upsert_node(zoned("a1", "a"));
+        assert_eq!(cluster.node("a1").expect("node").requested.milli_cpu, 1000);
+        assert_eq!(matches_of(&cluster), vec![("s0".to_string(), "a1".to_string())]);
+        assert_eq!(cluster.terms.required_anti.values().next().and_then(|d| d.get("a")), Some(&1));
+    }
+
+    #[test]
+    fn removing_a_node_keeps_its_pods_until_they_are_removed() {
+        let mut cluster = Cluster::new();
+        cluster.upsert_node(zoned("a1", "a"));
+        cluster.upsert_node(zoned("b1", "b"));
+        cluster.add_pod(shy("s0", "a1"));
+        cluster.remove_node("a1");
+        assert_eq!(cluster.node_count(), 1);
+        assert_eq!(cluster.node("b1").map(|n| n.name.as_str()), Some("b1"), "the moved node is still found by name");
+        assert!(cluster.terms.required_anti.is_empty());
+        assert!(cluster.pod(&ObjectKey::new("default", "s0")).is_some());
+        cluster.upsert_node(zoned("a1", "a"));
+        assert_eq!(cluster.node("a1").expect("node").pods.len(), 1, "back with its node");
+        assert!(cluster.remove_pod(&ObjectKey::new("default", "s0")).is_some());
+        assert!(cluster.node("a1").expect("node").pods.is_empty());
+        assert!(cluster.terms.required_anti.is_empty());
+        assert_eq!(cluster.remove_pod(&ObjectKey::new("default", "s0")).map(|p| p.key.clone()), None);
+    }
+
+    #[test]
+    fn re_adding_a_pod_replaces_it_even_on_another_node() {
+        let mut cluster = Cluster::new();
+        cluster.upsert_node(zoned("a1", "a"));
+        cluster.upsert_node(zoned("b1", "b"));
+        cluster.add_pod(shy("s0", "a1"));
+        cluster.add_pod(shy("s0", "a1"));
+        assert_eq!(cluster.node("a1").expect("node").requested.milli_cpu, 1000);
+        cluster.add_pod(shy("s0", "b1"));
+        assert_eq!(cluster.node("a1").expect("node").requested.milli_cpu, 0);
+        assert_eq!(cluster.node("b1").expect("node").requested.milli_cpu, 1000);
+        assert_eq!(matches_of(&cluster), vec![("s0".to_string(), "b1".to_string())]);
+    }
+
+    #[test]
+    fn indexes_after_any_sequence_of_changes_equal_indexes_built_from_scratch() {
+        let mut cluster = Cluster::new();
+        for (n, z) in [("a1", "a"), ("a2", "a"), ("b1", "b"), ("c1", "c")] {
+            cluster.upsert_node(zoned(n, z));
+        }
+        let ns = Namespaces { names: ["default".to_string()].into(), selector: None };
+        let shy_selector = Selector::from_labels(&[("app".to_string(), "shy".to_string())].into());
+        // Cached before the changes below, which must keep it current.
+        assert_eq!(cluster.match_counts(&ns, &shy_selector, "zone").total, 0);
+        for i in 0..12 {
+            let node = ["a1", "a2", "b1", "c1"][i % 4];
+            cluster.add_pod(shy(&format!("s{i}"), node));
+        }
+        let early = cluster.match_counts(&ns, &shy_selector, "zone");
+        assert_eq!((early.total, early.domains.get("a")), (12, Some(&6)));
+        for i in [1, 5, 6] {
+            cluster.remove_pod(&ObjectKey::new("default", format!("s{i}")));
+        }
+        cluster.remove_node("b1");
+        // a2 moves to zone c: its pods' domains change.
+        cluster.upsert_node(zoned("a2", "c"));
+        cluster.add_pod(shy("s20", "b1"));
+
+        let mut fresh = Cluster::new();
+        for n in cluster.nodes() {
+            fresh.upsert_node(n.node.clone());
+        }
+        for key in cluster.pods.keys() {
+            fresh.add_pod(cluster.pods[key].clone());
+        }
+        assert_eq!(cluster.terms.required_anti, fresh.terms.required_anti);
+        assert_eq!(matches_of(&cluster), matches_of(&fresh));
+        let (cached, counted) =
+            (cluster.match_counts(&ns, &shy_selector, "zone"), fresh.match_counts(&ns, &shy_selector, "zone"));
+        assert_eq!((cached.total, &cached.domains), (counted.total, &counted.domains));
+        assert_eq!(
+            (early.total, early.domains.get("a")),
+            (12, Some(&6)),
+            "a decision's snapshot does not change under it"
+        );
+        let counts: Vec<_> = cluster.terms.required_anti.values().collect();
+        assert_eq!(counts.len(), 1);
+        // s0,s4,s8 on a1 (a); s9 on a2 (now c); s3,s7,s11 on c1 (c); b1 gone.
+        assert_eq!(counts[0].get("a"), Some(&3));
+        assert_eq!(counts[0].get("c"), Some(&4));
+        assert_eq!(counts[0].get("b"), None);
+        for n in cluster.nodes() {
+            let fresh_node = fresh.node(&n.name).expect("node");
+            assert_eq!(n.requested, fresh_node.requested, "{}", n.name);
         }
     }
 }

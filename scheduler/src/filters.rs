@@ -5,6 +5,7 @@
 
 use std::collections::HashMap;
 use std::fmt;
+use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{Taint, Toleration};
 
@@ -106,7 +107,9 @@ pub fn tolerates(toleration: &Toleration, taint: &Taint) -> bool {
     }
     match toleration.operator.as_deref().unwrap_or("Equal") {
         "Exists" => true,
-        "Equal" | "" => !key.is_empty() && toleration.value.as_deref().unwrap_or("") == taint.value.as_deref().unwrap_or(""),
+        "Equal" | "" => {
+            !key.is_empty() && toleration.value.as_deref().unwrap_or("") == taint.value.as_deref().unwrap_or("")
+        }
         _ => false,
     }
 }
@@ -124,7 +127,8 @@ pub fn node_unschedulable(pod: &PodInfo, node: &NodeInfo) -> Result<(), Reason> 
     if !node.unschedulable {
         return Ok(());
     }
-    let taint = Taint { key: "node.kubernetes.io/unschedulable".into(), effect: "NoSchedule".into(), ..Taint::default() };
+    let taint =
+        Taint { key: "node.kubernetes.io/unschedulable".into(), effect: "NoSchedule".into(), ..Taint::default() };
     if pod.tolerations.iter().any(|t| tolerates(t, &taint)) {
         Ok(())
     } else {
@@ -218,21 +222,47 @@ pub fn no_disk_conflict(pod: &PodInfo, node: &NodeInfo) -> Result<(), Reason> {
     }
 }
 
-/// Matching pods per topology key, then per value.
-pub(crate) type PairCounts = HashMap<String, DomainCounts>;
+/// Pods per value of one topology key: counts shared with the cluster's
+/// indexes and cache, plus this decision's own changes (victims removed by
+/// preemption, pods counted by a scan).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Domains {
+    shared: Vec<Arc<DomainCounts>>,
+    delta: DomainCounts,
+}
+
+impl Domains {
+    /// Pods in domain `value`.
+    pub(crate) fn get(&self, value: &str) -> i64 {
+        let shared: i64 = self.shared.iter().map(|c| c.get(value).copied().unwrap_or(0)).sum();
+        if self.delta.is_empty() {
+            shared
+        } else {
+            shared + self.delta.get(value).copied().unwrap_or(0)
+        }
+    }
+}
+
+/// Domains per topology key.
+pub(crate) type PairCounts = HashMap<String, Domains>;
 
 fn pair_count(counts: &PairCounts, key: &str, value: &str) -> i64 {
-    counts.get(key).and_then(|d| d.get(value)).copied().unwrap_or(0)
+    counts.get(key).map_or(0, |d| d.get(value))
 }
 
 fn pair_add(counts: &mut PairCounts, key: &str, value: &str, delta: i64) {
-    let n = counts.entry(key.to_string()).or_default().entry(value.to_string()).or_default();
+    let n = counts.entry(key.to_string()).or_default().delta.entry(value.to_string()).or_default();
     *n += delta;
+}
+
+fn pair_share(counts: &mut PairCounts, key: &str, shared: Arc<DomainCounts>) {
+    counts.entry(key.to_string()).or_default().shared.push(shared);
 }
 
 /// What required inter-pod affinity reads, computed once per decision:
 /// where the pods the incoming pod wants (or shuns) are, and where placed
-/// pods' anti-affinity shuns it.
+/// pods' anti-affinity shuns it. Read from the cluster's term index and
+/// match cache, so its cost does not grow with the matching pods.
 #[derive(Debug, Clone, Default)]
 pub struct AffinityState {
     /// Pods matching all of the incoming pod's required affinity terms, counted per term's domain.
@@ -251,28 +281,30 @@ impl AffinityState {
         let mut state = AffinityState::default();
         for (term, domains) in &cluster.terms.required_anti {
             if cluster.term_matches(term, pod) {
-                for (value, n) in domains {
-                    pair_add(&mut state.existing_anti, &term.topology_key, value, *n);
-                }
+                pair_share(&mut state.existing_anti, &term.topology_key, domains.clone());
             }
         }
-        if let Some(first) = pod.required_affinity.first() {
-            cluster.for_each_match(&first.namespaces, &first.selector, |other, node| {
+        match pod.required_affinity.as_slice() {
+            [] => {}
+            [term] => {
+                let counts = cluster.match_counts(&term.namespaces, &term.selector, &term.topology_key);
+                state.affinity_pods = counts.total;
+                pair_share(&mut state.affinity, &term.topology_key, counts.domains.clone());
+            }
+            // Pods must match every term: count them by a scan of the first term's matches.
+            [first, ..] => cluster.for_each_match(&first.namespaces, &first.selector, |other, node| {
                 state.update_affinity(pod, other, node, cluster, 1);
-            });
+            }),
         }
         for term in &pod.required_anti_affinity {
-            cluster.for_each_match(&term.namespaces, &term.selector, |_, node| {
-                if let Some(v) = node.labels().get(&term.topology_key) {
-                    pair_add(&mut state.anti, &term.topology_key, v, 1);
-                }
-            });
+            let counts = cluster.match_counts(&term.namespaces, &term.selector, &term.topology_key);
+            pair_share(&mut state.anti, &term.topology_key, counts.domains.clone());
         }
         state
     }
 
     fn update_affinity(&mut self, pod: &PodInfo, other: &PodInfo, node: &NodeInfo, cluster: &Cluster, delta: i64) {
-        if pod.required_affinity.iter().all(|t| cluster.term_matches(t, other)) {
+        if !pod.required_affinity.is_empty() && pod.required_affinity.iter().all(|t| cluster.term_matches(t, other)) {
             self.affinity_pods += delta;
             for t in &pod.required_affinity {
                 if let Some(v) = node.labels().get(&t.topology_key) {
@@ -305,7 +337,12 @@ impl AffinityState {
 }
 
 /// Required inter-pod affinity and anti-affinity, both ways.
-pub fn inter_pod_affinity(pod: &PodInfo, node: &NodeInfo, state: &AffinityState, cluster: &Cluster) -> Result<(), Reason> {
+pub fn inter_pod_affinity(
+    pod: &PodInfo,
+    node: &NodeInfo,
+    state: &AffinityState,
+    cluster: &Cluster,
+) -> Result<(), Reason> {
     let labels = node.labels();
     let mut pods_exist = true;
     for t in &pod.required_affinity {
@@ -316,7 +353,8 @@ pub fn inter_pod_affinity(pod: &PodInfo, node: &NodeInfo, state: &AffinityState,
     }
     // The first pod of a group with affinity to itself may go anywhere
     // its topology keys exist, or it would wait forever.
-    if !pods_exist && !(state.affinity_pods <= 0 && pod.required_affinity.iter().all(|t| cluster.term_matches(t, pod))) {
+    let first_of_group = state.affinity_pods <= 0 && pod.required_affinity.iter().all(|t| cluster.term_matches(t, pod));
+    if !pods_exist && !first_of_group {
         return Err(Reason::PodAffinity);
     }
     for t in &pod.required_anti_affinity {
@@ -325,7 +363,7 @@ pub fn inter_pod_affinity(pod: &PodInfo, node: &NodeInfo, state: &AffinityState,
         }
     }
     for (key, domains) in &state.existing_anti {
-        if labels.get(key).is_some_and(|v| domains.get(v).is_some_and(|n| *n > 0)) {
+        if labels.get(key).is_some_and(|v| domains.get(v) > 0) {
             return Err(Reason::ExistingPodsAntiAffinity);
         }
     }
@@ -475,8 +513,8 @@ pub fn filter(pod: &PodInfo, node: &NodeInfo, state: &FilterState, cluster: &Clu
 mod tests {
     use super::*;
     use crate::testkit::{must_cluster, must_node, must_node_info, must_pod};
-    use std::sync::Arc;
     use serde_json::json;
+    use std::sync::Arc;
 
     fn insufficient(r: &str) -> Reason {
         Reason::Insufficient(r.into())
@@ -484,26 +522,48 @@ mod tests {
 
     #[test]
     fn resources_fit_counts_requests_of_placed_pods_and_names_each_missing_resource() {
-        let node = || must_node("n1", "1", "1Gi", json!({"status": {"allocatable": {"pods": "2", "example.com/gpu": "1"}}}));
+        let node =
+            || must_node("n1", "1", "1Gi", json!({"status": {"allocatable": {"pods": "2", "example.com/gpu": "1"}}}));
         let half = must_pod("half", "500m", "512Mi", json!({}));
-        let gpu = must_pod("gpu", "", "", json!({"spec": {"containers": [{"name": "c", "resources": {"requests": {"example.com/gpu": "1"}}}]}}));
-        let cases: Vec<(&str, Vec<Arc<PodInfo>>, Arc<PodInfo>, Result<(), Vec<Reason>>)> = vec![
+        let gpu = must_pod(
+            "gpu",
+            "",
+            "",
+            json!({"spec": {"containers": [{"name": "c", "resources": {"requests": {"example.com/gpu": "1"}}}]}}),
+        );
+        type Case = (&'static str, Vec<Arc<PodInfo>>, Arc<PodInfo>, Result<(), Vec<Reason>>);
+        let cases: Vec<Case> = vec![
             ("fits an empty node", vec![], must_pod("p", "1", "1Gi", json!({})), Ok(())),
             ("fits what is left", vec![half.clone()], must_pod("p", "500m", "512Mi", json!({})), Ok(())),
-            ("one millicore too many", vec![half.clone()], must_pod("p", "501m", "1Mi", json!({})), Err(vec![insufficient("cpu")])),
+            (
+                "one millicore too many",
+                vec![half.clone()],
+                must_pod("p", "501m", "1Mi", json!({})),
+                Err(vec![insufficient("cpu")]),
+            ),
             (
                 "cpu and memory both short",
                 vec![half.clone()],
                 must_pod("p", "600m", "600Mi", json!({})),
                 Err(vec![insufficient("cpu"), insufficient("memory")]),
             ),
-            ("pod count is a limit", vec![half.clone(), gpu.clone()], must_pod("p", "", "", json!({})), Err(vec![Reason::TooManyPods])),
+            (
+                "pod count is a limit",
+                vec![half.clone(), gpu.clone()],
+                must_pod("p", "", "", json!({})),
+                Err(vec![Reason::TooManyPods]),
+            ),
             ("a pod requesting nothing fits a full node", vec![half.clone()], must_pod("p", "", "", json!({})), Ok(())),
             ("extended resources count", vec![gpu.clone()], gpu.clone(), Err(vec![insufficient("example.com/gpu")])),
             (
                 "init containers count when larger",
                 vec![half.clone()],
-                must_pod("p", "100m", "", json!({"spec": {"initContainers": [{"name": "i", "resources": {"requests": {"cpu": "600m"}}}]}})),
+                must_pod(
+                    "p",
+                    "100m",
+                    "",
+                    json!({"spec": {"initContainers": [{"name": "i", "resources": {"requests": {"cpu": "600m"}}}]}}),
+                ),
                 Err(vec![insufficient("cpu")]),
             ),
             (
@@ -515,7 +575,12 @@ mod tests {
             (
                 "ephemeral storage counts",
                 vec![],
-                must_pod("p", "", "", json!({"spec": {"containers": [{"name": "c", "resources": {"requests": {"ephemeral-storage": "1Gi"}}}]}})),
+                must_pod(
+                    "p",
+                    "",
+                    "",
+                    json!({"spec": {"containers": [{"name": "c", "resources": {"requests": {"ephemeral-storage": "1Gi"}}}]}}),
+                ),
                 Err(vec![insufficient("ephemeral-storage")]),
             ),
         ];
@@ -543,7 +608,8 @@ mod tests {
             ("a wildcard ip overlaps any", ("10.0.0.1", "TCP", 8080), ("0.0.0.0", "TCP", 8080), Err(Reason::Ports)),
         ];
         for (name, placed, incoming, want) in cases {
-            let info = must_node_info(must_node("n1", "1", "1Gi", json!({})), &[with_port(placed.0, placed.1, placed.2)]);
+            let info =
+                must_node_info(must_node("n1", "1", "1Gi", json!({})), &[with_port(placed.0, placed.1, placed.2)]);
             assert_eq!(host_ports(&with_port(incoming.0, incoming.1, incoming.2), &info), want, "{name}");
         }
         let free = must_node_info(must_node("n1", "1", "1Gi", json!({})), &[]);
@@ -552,16 +618,29 @@ mod tests {
 
     #[test]
     fn node_selector_and_required_node_affinity_must_both_match() {
-        let node = must_node_info(must_node("n1", "1", "1Gi", json!({"metadata": {"labels": {"disk": "ssd", "zone": "a"}}})), &[]);
-        let required = |term: serde_json::Value| {
-            json!({"spec": {"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": term}}}}})
-        };
+        let node = must_node_info(
+            must_node("n1", "1", "1Gi", json!({"metadata": {"labels": {"disk": "ssd", "zone": "a"}}})),
+            &[],
+        );
+        let required = |term: serde_json::Value| json!({"spec": {"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": term}}}}});
         let cases = [
             ("no selector", json!({}), Ok(())),
             ("a matching selector", json!({"spec": {"nodeSelector": {"disk": "ssd"}}}), Ok(())),
-            ("a selector on another value", json!({"spec": {"nodeSelector": {"disk": "hdd"}}}), Err(Reason::NodeAffinity)),
-            ("a selector on a missing label", json!({"spec": {"nodeSelector": {"gpu": "yes"}}}), Err(Reason::NodeAffinity)),
-            ("affinity In", required(json!([{"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a", "b"]}]}])), Ok(())),
+            (
+                "a selector on another value",
+                json!({"spec": {"nodeSelector": {"disk": "hdd"}}}),
+                Err(Reason::NodeAffinity),
+            ),
+            (
+                "a selector on a missing label",
+                json!({"spec": {"nodeSelector": {"gpu": "yes"}}}),
+                Err(Reason::NodeAffinity),
+            ),
+            (
+                "affinity In",
+                required(json!([{"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a", "b"]}]}])),
+                Ok(()),
+            ),
             (
                 "affinity terms are ORed",
                 required(json!([
@@ -575,7 +654,11 @@ mod tests {
                 required(json!([{"matchExpressions": [{"key": "zone", "operator": "NotIn", "values": ["a"]}]}])),
                 Err(Reason::NodeAffinity),
             ),
-            ("matchFields on the node name", required(json!([{"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n1"]}]}])), Ok(())),
+            (
+                "matchFields on the node name",
+                required(json!([{"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n1"]}]}])),
+                Ok(()),
+            ),
             (
                 "matchFields on another node",
                 required(json!([{"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n2"]}]}])),
@@ -601,18 +684,61 @@ mod tests {
     #[test]
     fn untolerated_no_schedule_and_no_execute_taints_rule_a_node_out() {
         let tainted = |key: &str, value: &str, effect: &str| {
-            must_node_info(must_node("n1", "1", "1Gi", json!({"spec": {"taints": [{"key": key, "value": value, "effect": effect}]}})), &[])
+            must_node_info(
+                must_node(
+                    "n1",
+                    "1",
+                    "1Gi",
+                    json!({"spec": {"taints": [{"key": key, "value": value, "effect": effect}]}}),
+                ),
+                &[],
+            )
         };
         let tolerating = |t: serde_json::Value| must_pod("p", "", "", json!({"spec": {"tolerations": [t]}}));
         let untolerated = |k: &str, v: &str| Err(Reason::UntoleratedTaint { key: k.into(), value: v.into() });
         let cases = [
-            ("NoSchedule untolerated", tainted("gpu", "yes", "NoSchedule"), must_pod("p", "", "", json!({})), untolerated("gpu", "yes")),
-            ("NoExecute untolerated", tainted("gpu", "yes", "NoExecute"), must_pod("p", "", "", json!({})), untolerated("gpu", "yes")),
-            ("PreferNoSchedule is only a score", tainted("gpu", "yes", "PreferNoSchedule"), must_pod("p", "", "", json!({})), Ok(())),
-            ("Equal with the value", tainted("gpu", "yes", "NoSchedule"), tolerating(json!({"key": "gpu", "value": "yes"})), Ok(())),
-            ("Equal with another value", tainted("gpu", "yes", "NoSchedule"), tolerating(json!({"key": "gpu", "value": "no"})), untolerated("gpu", "yes")),
-            ("Exists on the key", tainted("gpu", "yes", "NoSchedule"), tolerating(json!({"key": "gpu", "operator": "Exists"})), Ok(())),
-            ("Exists without a key tolerates all", tainted("gpu", "yes", "NoExecute"), tolerating(json!({"operator": "Exists"})), Ok(())),
+            (
+                "NoSchedule untolerated",
+                tainted("gpu", "yes", "NoSchedule"),
+                must_pod("p", "", "", json!({})),
+                untolerated("gpu", "yes"),
+            ),
+            (
+                "NoExecute untolerated",
+                tainted("gpu", "yes", "NoExecute"),
+                must_pod("p", "", "", json!({})),
+                untolerated("gpu", "yes"),
+            ),
+            (
+                "PreferNoSchedule is only a score",
+                tainted("gpu", "yes", "PreferNoSchedule"),
+                must_pod("p", "", "", json!({})),
+                Ok(()),
+            ),
+            (
+                "Equal with the value",
+                tainted("gpu", "yes", "NoSchedule"),
+                tolerating(json!({"key": "gpu", "value": "yes"})),
+                Ok(()),
+            ),
+            (
+                "Equal with another value",
+                tainted("gpu", "yes", "NoSchedule"),
+                tolerating(json!({"key": "gpu", "value": "no"})),
+                untolerated("gpu", "yes"),
+            ),
+            (
+                "Exists on the key",
+                tainted("gpu", "yes", "NoSchedule"),
+                tolerating(json!({"key": "gpu", "operator": "Exists"})),
+                Ok(()),
+            ),
+            (
+                "Exists without a key tolerates all",
+                tainted("gpu", "yes", "NoExecute"),
+                tolerating(json!({"operator": "Exists"})),
+                Ok(()),
+            ),
             (
                 "another effect does not tolerate",
                 tainted("gpu", "yes", "NoSchedule"),
@@ -692,7 +818,8 @@ mod tests {
     }
 
     fn fits(pod: &PodInfo, cluster: &Cluster) -> Vec<String> {
-        let mut names: Vec<String> = outcomes(pod, cluster).into_iter().filter(|(_, r)| r.is_ok()).map(|(n, _)| n).collect();
+        let mut names: Vec<String> =
+            outcomes(pod, cluster).into_iter().filter(|(_, r)| r.is_ok()).map(|(n, _)| n).collect();
         names.sort();
         names
     }
@@ -783,7 +910,13 @@ mod tests {
 
     #[test]
     fn topology_spread_keeps_each_domain_within_max_skew_of_the_least() {
-        let nodes = vec![zoned("a1", "a"), zoned("a2", "a"), zoned("b1", "b"), zoned("c1", "c"), must_node("x", "4", "8Gi", json!({}))];
+        let nodes = vec![
+            zoned("a1", "a"),
+            zoned("a2", "a"),
+            zoned("b1", "b"),
+            zoned("c1", "c"),
+            must_node("x", "4", "8Gi", json!({})),
+        ];
         let web = |i: usize| labelled(&format!("web-{i}"), "default", json!({"app": "web"}), json!({}));
         // a: 2, b: 1, c: 0.
         let cluster = must_cluster(nodes, vec![(web(0), "a1"), (web(1), "a2"), (web(2), "b1")]);
@@ -791,7 +924,11 @@ mod tests {
             ("maxSkew 1: only the empty zone", spread(1, "zone", json!({})), vec!["c1"]),
             ("maxSkew 2: the zones below two", spread(2, "zone", json!({})), vec!["b1", "c1"]),
             ("maxSkew 3: every zoned node", spread(3, "zone", json!({})), vec!["a1", "a2", "b1", "c1"]),
-            ("minDomains above the domains makes the minimum 0", spread(2, "zone", json!({"minDomains": 5})), vec!["b1", "c1"]),
+            (
+                "minDomains above the domains makes the minimum 0",
+                spread(2, "zone", json!({"minDomains": 5})),
+                vec!["b1", "c1"],
+            ),
             (
                 "nodeAffinityPolicy Honor counts only zone a, so a is the least",
                 crate::testkit::merge(spread(1, "zone", json!({})), json!({"nodeSelector": {"zone": "a"}})),
@@ -799,7 +936,10 @@ mod tests {
             ),
             (
                 "nodeAffinityPolicy Ignore counts the empty zone c",
-                crate::testkit::merge(spread(2, "zone", json!({"nodeAffinityPolicy": "Ignore"})), json!({"nodeSelector": {"zone": "a"}})),
+                crate::testkit::merge(
+                    spread(2, "zone", json!({"nodeAffinityPolicy": "Ignore"})),
+                    json!({"nodeSelector": {"zone": "a"}}),
+                ),
                 vec![],
             ),
         ];
@@ -809,9 +949,17 @@ mod tests {
             assert_eq!(fits(&pod, &cluster), want, "{name}");
         }
         // With Honor, zone a is the only domain: min is a's 2, skew 1 fits.
-        let honor = labelled("p", "default", json!({"app": "web"}), crate::testkit::merge(spread(1, "zone", json!({})), json!({"nodeSelector": {"zone": "a"}})));
+        let honor = labelled(
+            "p",
+            "default",
+            json!({"app": "web"}),
+            crate::testkit::merge(spread(1, "zone", json!({})), json!({"nodeSelector": {"zone": "a"}})),
+        );
         let state = FilterState::new(&honor, &cluster);
-        assert_eq!(topology_spread(&honor, cluster.node("a1").expect("node"), state.spread.as_ref().expect("spread")), Ok(()));
+        assert_eq!(
+            topology_spread(&honor, cluster.node("a1").expect("node"), state.spread.as_ref().expect("spread")),
+            Ok(())
+        );
         let pod = labelled("p", "default", json!({"app": "web"}), spread(1, "zone", json!({})));
         let state = FilterState::new(&pod, &cluster);
         let s = state.spread.as_ref().expect("spread");

@@ -111,10 +111,13 @@ impl AffinityTerm {
     fn new(term: &PodAffinityTerm, namespace: &str, labels: &BTreeMap<String, String>) -> AffinityTerm {
         let mut selector = term.label_selector.as_ref().map_or_else(Selector::nothing, Selector::from_label_selector);
         if term.label_selector.is_some() {
-            for (keys, operator) in [(&term.match_label_keys, Operator::In), (&term.mismatch_label_keys, Operator::NotIn)] {
+            for (keys, operator) in
+                [(&term.match_label_keys, Operator::In), (&term.mismatch_label_keys, Operator::NotIn)]
+            {
                 for key in keys.iter().flatten() {
                     if let Some(value) = labels.get(key) {
-                        selector = selector.with(Requirement { key: key.clone(), operator, values: vec![value.clone()] });
+                        selector =
+                            selector.with(Requirement { key: key.clone(), operator, values: vec![value.clone()] });
                     }
                 }
             }
@@ -229,7 +232,8 @@ impl PodInfo {
         let spec = pod.spec.as_ref();
         let mut host_ports = Vec::new();
         if let Some(spec) = spec {
-            let sidecars = spec.init_containers.iter().flatten().filter(|c| c.restart_policy.as_deref() == Some("Always"));
+            let sidecars =
+                spec.init_containers.iter().flatten().filter(|c| c.restart_policy.as_deref() == Some("Always"));
             for c in spec.containers.iter().chain(sidecars) {
                 for p in c.ports.iter().flatten() {
                     if let Some(port) = p.host_port.filter(|p| *p > 0) {
@@ -271,7 +275,9 @@ impl PodInfo {
                         read_only: r.read_only.unwrap_or(false),
                     })
                 } else {
-                    v.iscsi.as_ref().map(|i| Disk::Iscsi { iqn: i.iqn.clone(), read_only: i.read_only.unwrap_or(false) })
+                    v.iscsi
+                        .as_ref()
+                        .map(|i| Disk::Iscsi { iqn: i.iqn.clone(), read_only: i.read_only.unwrap_or(false) })
                 }
             })
             .collect();
@@ -326,6 +332,15 @@ impl PodInfo {
         }
     }
 
+    /// This pod with `spec.nodeName` set to `node`, as the loop assumes it
+    /// before the binding is committed; only the pod object is copied,
+    /// nothing is parsed again.
+    pub fn bound_to(&self, node: &str) -> PodInfo {
+        let mut pod = (*self.pod).clone();
+        pod.spec.get_or_insert_with(Default::default).node_name = Some(node.to_string());
+        PodInfo { pod: Arc::new(pod), ..self.clone() }
+    }
+
     /// `spec.nodeName`, when the pod is bound (or assumed).
     pub fn node_name(&self) -> Option<&str> {
         self.pod.spec.as_ref().and_then(|s| s.node_name.as_deref()).filter(|n| !n.is_empty())
@@ -363,7 +378,11 @@ fn spread_constraint(c: &TopologySpreadConstraint, labels: &BTreeMap<String, Str
     if c.label_selector.is_some() {
         for key in c.match_label_keys.iter().flatten() {
             if let Some(value) = labels.get(key) {
-                selector = selector.with(Requirement { key: key.clone(), operator: Operator::In, values: vec![value.clone()] });
+                selector = selector.with(Requirement {
+                    key: key.clone(),
+                    operator: Operator::In,
+                    values: vec![value.clone()],
+                });
             }
         }
     }

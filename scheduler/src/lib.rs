@@ -48,7 +48,7 @@ mod testkit;
 pub use algorithm::{schedule, FitError, Placement, Profile, Weights};
 pub use cluster::Cluster;
 pub use framework::{NodeInfo, PodInfo};
-pub use preemption::{preempt, Preemption};
+pub use preemption::{failure_message, preempt, Preemption};
 pub use resources::{parse_quantity, QuantityError, Resources};
 pub use config::SchedulerConfig;
 pub use run::{run, RunError};

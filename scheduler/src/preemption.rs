@@ -41,7 +41,8 @@ pub fn eligible(pod: &PodInfo, cluster: &Cluster) -> bool {
     if pod.never_preempts {
         return false;
     }
-    let nominated = pod.pod.status.as_ref().and_then(|s| s.nominated_node_name.as_deref()).and_then(|n| cluster.node(n));
+    let nominated =
+        pod.pod.status.as_ref().and_then(|s| s.nominated_node_name.as_deref()).and_then(|n| cluster.node(n));
     !nominated.is_some_and(|node| node.pods.iter().any(|p| p.terminating && p.priority < pod.priority))
 }
 
@@ -68,8 +69,29 @@ pub fn preempt(pod: &PodInfo, cluster: &Cluster, _profile: &Profile, fit: &FitEr
     pick(candidates)
 }
 
+/// What a failed preemption adds to the FailedScheduling message
+/// (`FitError::post_filter`), in kube's words: nodes where evicting could
+/// have helped but found no victims, and nodes where it cannot help.
+pub fn failure_message(fit: &FitError) -> String {
+    let tried = fit.resolvable.len();
+    let mut parts = Vec::new();
+    if tried > 0 {
+        parts.push(format!("{tried} No preemption victims found for incoming pod"));
+    }
+    if fit.nodes > tried {
+        parts.push(format!("{} Preemption is not helpful for scheduling", fit.nodes - tried));
+    }
+    parts.sort();
+    format!("preemption: 0/{} nodes are available: {}", fit.nodes, parts.join(", "))
+}
+
 /// The fewest, least important pods on `node` whose eviction lets `pod` fit; None if evicting every lower-priority pod is not enough.
-pub fn select_victims(pod: &PodInfo, node: &NodeInfo, state: &FilterState, cluster: &Cluster) -> Option<Vec<Arc<PodInfo>>> {
+pub fn select_victims(
+    pod: &PodInfo,
+    node: &NodeInfo,
+    state: &FilterState,
+    cluster: &Cluster,
+) -> Option<Vec<Arc<PodInfo>>> {
     let mut lower: Vec<Arc<PodInfo>> = node.pods.iter().filter(|p| p.priority < pod.priority).cloned().collect();
     if lower.is_empty() {
         return None;
@@ -115,7 +137,8 @@ fn earliest_top_start(victims: &[Arc<PodInfo>]) -> Option<DateTime<Utc>> {
 fn pick(candidates: Vec<Preemption>) -> Option<Preemption> {
     candidates.into_iter().min_by(|a, b| {
         let highest = |p: &Preemption| p.victims.iter().map(|v| v.priority).max().unwrap_or(i32::MIN);
-        let sum = |p: &Preemption| p.victims.iter().map(|v| i64::from(v.priority) + i64::from(i32::MAX) + 1).sum::<i64>();
+        let sum =
+            |p: &Preemption| p.victims.iter().map(|v| i64::from(v.priority) + i64::from(i32::MAX) + 1).sum::<i64>();
         highest(a)
             .cmp(&highest(b))
             .then(sum(a).cmp(&sum(b)))
@@ -140,14 +163,19 @@ mod tests {
 
     fn preempt_for(pod: &PodInfo, cluster: &Cluster) -> Option<(String, Vec<String>)> {
         let fit = schedule(pod, cluster, &Profile::default(), &mut 0).expect_err("fits nowhere");
-        preempt(pod, cluster, &Profile::default(), &fit).map(|p| (p.node, p.victims.iter().map(|v| v.key.name.clone()).collect()))
+        preempt(pod, cluster, &Profile::default(), &fit)
+            .map(|p| (p.node, p.victims.iter().map(|v| v.key.name.clone()).collect()))
     }
 
     #[test]
     fn victims_are_reprieved_most_important_first_and_only_the_rest_are_evicted() {
         let cluster = must_cluster(
             vec![must_node("n1", "1", "8Gi", json!({}))],
-            vec![(prio("p1", "300m", 1, T0), "n1"), (prio("p2", "300m", 2, T0), "n1"), (prio("p3", "400m", 3, T0), "n1")],
+            vec![
+                (prio("p1", "300m", 1, T0), "n1"),
+                (prio("p2", "300m", 2, T0), "n1"),
+                (prio("p3", "400m", 3, T0), "n1"),
+            ],
         );
         // 500m needed: p3 (400m) is reprieved first, then neither 300m pod fits back.
         let pod = prio("high", "500m", 10, T0);
@@ -166,10 +194,17 @@ mod tests {
                 vec![(prio("a1", "500m", 1, T0), "a"), (prio("a2", "500m", 1, T0), "a"), (prio("b1", "1", 5, T0), "b")],
                 "a",
             ),
-            ("smallest priority sum", vec![(prio("a1", "500m", 3, T0), "a"), (prio("a2", "500m", 3, T0), "a"), (prio("b1", "1", 3, T0), "b")], "b"),
+            (
+                "smallest priority sum",
+                vec![(prio("a1", "500m", 3, T0), "a"), (prio("a2", "500m", 3, T0), "a"), (prio("b1", "1", 3, T0), "b")],
+                "b",
+            ),
             (
                 "latest start of the most important victims",
-                vec![(prio("a1", "1", 3, "2026-01-01T00:00:00Z"), "a"), (prio("b1", "1", 3, "2026-01-02T00:00:00Z"), "b")],
+                vec![
+                    (prio("a1", "1", 3, "2026-01-01T00:00:00Z"), "a"),
+                    (prio("b1", "1", 3, "2026-01-02T00:00:00Z"), "b"),
+                ],
                 "b",
             ),
         ];
@@ -188,7 +223,8 @@ mod tests {
 
     #[test]
     fn equal_or_higher_priority_pods_are_never_victims() {
-        let cluster = must_cluster(vec![must_node("n1", "1", "8Gi", json!({}))], vec![(prio("peer", "1", 10, T0), "n1")]);
+        let cluster =
+            must_cluster(vec![must_node("n1", "1", "8Gi", json!({}))], vec![(prio("peer", "1", 10, T0), "n1")]);
         assert_eq!(preempt_for(&prio("high", "1", 10, T0), &cluster), None);
     }
 
@@ -211,7 +247,10 @@ mod tests {
     #[test]
     fn evicting_a_pod_the_incoming_pod_shuns_resolves_anti_affinity() {
         let web = must_pod("web", "", "", json!({"metadata": {"labels": {"app": "web"}}, "spec": {"priority": 1}}));
-        let cluster = must_cluster(vec![must_node("n1", "1", "8Gi", json!({}))], vec![(web, "n1"), (prio("other", "100m", 0, T0), "n1")]);
+        let cluster = must_cluster(
+            vec![must_node("n1", "1", "8Gi", json!({}))],
+            vec![(web, "n1"), (prio("other", "100m", 0, T0), "n1")],
+        );
         let pod = must_pod(
             "p",
             "",
@@ -225,10 +264,32 @@ mod tests {
 
     #[test]
     fn a_pod_whose_earlier_victims_are_still_terminating_waits() {
-        let terminating = must_pod("old", "1", "", json!({"metadata": {"deletionTimestamp": T0}, "spec": {"priority": 0}}));
+        let terminating =
+            must_pod("old", "1", "", json!({"metadata": {"deletionTimestamp": T0}, "spec": {"priority": 0}}));
         let cluster = must_cluster(vec![must_node("n1", "1", "8Gi", json!({}))], vec![(terminating, "n1")]);
         let pod = must_pod("p", "1", "", json!({"spec": {"priority": 10}, "status": {"nominatedNodeName": "n1"}}));
         assert!(!eligible(&pod, &cluster));
         assert!(eligible(&prio("q", "1", 10, T0), &cluster));
+    }
+
+    #[test]
+    fn a_failed_preemption_explains_itself_as_kube_does() {
+        let cluster = must_cluster(
+            vec![
+                must_node("n1", "1", "8Gi", json!({})),
+                must_node("n2", "1", "8Gi", json!({"spec": {"taints": [{"key": "k", "effect": "NoSchedule"}]}})),
+            ],
+            vec![(prio("peer", "1", 10, T0), "n1")],
+        );
+        let pod = prio("high", "1", 10, T0);
+        let mut fit = schedule(&pod, &cluster, &Profile::default(), &mut 0).expect_err("fits nowhere");
+        assert!(preempt(&pod, &cluster, &Profile::default(), &fit).is_none());
+        fit.post_filter = Some(failure_message(&fit));
+        assert_eq!(
+            fit.to_string(),
+            "0/2 nodes are available: 1 Insufficient cpu, 1 node(s) had untolerated taint {k: }. \
+             preemption: 0/2 nodes are available: 1 No preemption victims found for incoming pod, \
+             1 Preemption is not helpful for scheduling."
+        );
     }
 }

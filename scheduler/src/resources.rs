@@ -63,7 +63,8 @@ pub fn parse_quantity(s: &str) -> Result<i128, QuantityError> {
     while i < rest.len() {
         let c = rest[i];
         if c.is_ascii_digit() {
-            numerator = numerator.checked_mul(10).and_then(|n| n.checked_add(i128::from(c - b'0'))).ok_or_else(too_large)?;
+            numerator =
+                numerator.checked_mul(10).and_then(|n| n.checked_add(i128::from(c - b'0'))).ok_or_else(too_large)?;
             digits += 1;
             if seen_dot {
                 scale += 1;
@@ -332,7 +333,8 @@ mod tests {
         let c = |cpu: &str| container(Some(cpu), Some("1Mi"), None);
         let sidecar = |cpu: &str| container(Some(cpu), None, Some("Always"));
         // (containers, init containers, overhead, want milli cpu)
-        let cases: Vec<(Vec<Container>, Vec<Container>, Option<&str>, i64)> = vec![
+        type Case = (Vec<Container>, Vec<Container>, Option<&'static str>, i64);
+        let cases: Vec<Case> = vec![
             (vec![c("100m"), c("200m")], vec![], None, 300),
             (vec![c("100m")], vec![c("500m")], None, 500),
             (vec![c("600m")], vec![c("500m")], None, 600),

@@ -4,9 +4,10 @@
 //! per node, in order.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
-use crate::cluster::Cluster;
-use crate::filters::{spread_counts_node, spread_counts_pod, tolerates, PairCounts};
+use crate::cluster::{Cluster, DomainCounts};
+use crate::filters::{spread_counts_node, spread_counts_pod, tolerates};
 use crate::framework::{NodeInfo, PodInfo};
 use crate::resources::Resources;
 
@@ -52,13 +53,13 @@ pub fn least_allocated(pod: &PodInfo, node: &NodeInfo) -> i64 {
 /// in equal fractions score higher, `(1 - |cpu - memory| / 2) * 100`.
 pub fn balanced_allocation(pod: &PodInfo, node: &NodeInfo) -> i64 {
     let r = requested_with(pod, node);
-    let fraction = |requested: i64, capacity: i64| {
-        (capacity > 0).then(|| (requested as f64 / capacity as f64).min(1.0))
-    };
-    let fractions: Vec<f64> = [fraction(r.milli_cpu, node.allocatable.milli_cpu), fraction(r.memory, node.allocatable.memory)]
-        .into_iter()
-        .flatten()
-        .collect();
+    let fraction =
+        |requested: i64, capacity: i64| (capacity > 0).then(|| (requested as f64 / capacity as f64).min(1.0));
+    let fractions: Vec<f64> =
+        [fraction(r.milli_cpu, node.allocatable.milli_cpu), fraction(r.memory, node.allocatable.memory)]
+            .into_iter()
+            .flatten()
+            .collect();
     let std = match fractions.as_slice() {
         [a, b] => (a - b).abs() / 2.0,
         _ => 0.0,
@@ -73,7 +74,11 @@ pub fn node_affinity(pod: &PodInfo, nodes: &[&NodeInfo]) -> Vec<i64> {
         .iter()
         .map(|n| {
             let labels = n.labels();
-            pod.preferred_node_affinity.iter().filter(|(_, t)| t.matches(labels, &n.name)).map(|(w, _)| i64::from(*w)).sum()
+            pod.preferred_node_affinity
+                .iter()
+                .filter(|(_, t)| t.matches(labels, &n.name))
+                .map(|(w, _)| i64::from(*w))
+                .sum()
         })
         .collect();
     normalize(&mut scores, false);
@@ -117,38 +122,34 @@ pub fn inter_pod_affinity_applies(pod: &PodInfo, cluster: &Cluster) -> bool {
 /// kube's hard weight), - weight for anti-affinity; a node scores its
 /// domains' sum, min-max normalized over the nodes.
 pub fn inter_pod_affinity(pod: &PodInfo, nodes: &[&NodeInfo], cluster: &Cluster) -> Vec<i64> {
-    let mut domains = PairCounts::new();
-    let mut add = |key: &str, value: &str, amount: i64| {
-        *domains.entry(key.to_string()).or_default().entry(value.to_string()).or_default() += amount;
-    };
+    // (topology key, weight, pods per domain): a node scores the weighted
+    // counts of its domains, looked up per node rather than spread over
+    // every domain.
+    let mut weighted: Vec<(&str, i64, Arc<DomainCounts>)> = Vec::new();
     let incoming = pod.preferred_affinity.iter().map(|(w, t)| (i64::from(*w), t));
     let incoming = incoming.chain(pod.preferred_anti_affinity.iter().map(|(w, t)| (-i64::from(*w), t)));
     for (weight, term) in incoming {
-        cluster.for_each_match(&term.namespaces, &term.selector, |_, node| {
-            if let Some(v) = node.labels().get(&term.topology_key) {
-                add(&term.topology_key, v, weight);
-            }
-        });
+        let counts = cluster.match_counts(&term.namespaces, &term.selector, &term.topology_key);
+        weighted.push((&term.topology_key, weight, counts.domains.clone()));
     }
     for ((term, weight), counts) in &cluster.terms.preferred {
         if cluster.term_matches(term, pod) {
-            for (v, n) in counts {
-                add(&term.topology_key, v, weight * n);
-            }
+            weighted.push((&term.topology_key, *weight, counts.clone()));
         }
     }
     for (term, counts) in &cluster.terms.required_affinity {
         if cluster.term_matches(term, pod) {
-            for (v, n) in counts {
-                add(&term.topology_key, v, HARD_POD_AFFINITY_WEIGHT * n);
-            }
+            weighted.push((&term.topology_key, HARD_POD_AFFINITY_WEIGHT, counts.clone()));
         }
     }
     let raw: Vec<i64> = nodes
         .iter()
         .map(|n| {
             let labels = n.labels();
-            domains.iter().filter_map(|(key, values)| labels.get(key).and_then(|v| values.get(v))).sum()
+            weighted
+                .iter()
+                .filter_map(|(key, weight, counts)| labels.get(*key).and_then(|v| counts.get(v)).map(|c| weight * c))
+                .sum()
         })
         .collect();
     let (min, max) = (raw.iter().copied().min().unwrap_or(0), raw.iter().copied().max().unwrap_or(0));
@@ -246,7 +247,8 @@ pub fn selector_spread(pod: &PodInfo, nodes: &[&NodeInfo], cluster: &Cluster) ->
         .iter()
         .zip(&zones)
         .map(|(c, z)| {
-            let mut score = if max_node > 0 { MAX_SCORE as f64 * (max_node - c) as f64 / max_node as f64 } else { 100.0 };
+            let mut score =
+                if max_node > 0 { MAX_SCORE as f64 * (max_node - c) as f64 / max_node as f64 } else { 100.0 };
             if let Some(z) = z {
                 let zone_score = if max_zone > 0 {
                     MAX_SCORE as f64 * (max_zone - by_zone[z.as_str()]) as f64 / max_zone as f64
@@ -306,7 +308,10 @@ mod tests {
     #[test]
     fn preferred_node_affinity_scores_summed_weights_scaled_to_the_best() {
         let nodes = [
-            must_node_info(must_node("both", "1", "1Gi", json!({"metadata": {"labels": {"zone": "a", "disk": "ssd"}}})), &[]),
+            must_node_info(
+                must_node("both", "1", "1Gi", json!({"metadata": {"labels": {"zone": "a", "disk": "ssd"}}})),
+                &[],
+            ),
             must_node_info(must_node("zone", "1", "1Gi", json!({"metadata": {"labels": {"zone": "a"}}})), &[]),
             must_node_info(must_node("none", "1", "1Gi", json!({})), &[]),
         ];
@@ -323,7 +328,9 @@ mod tests {
 
     #[test]
     fn taint_toleration_scores_fewer_untolerated_prefer_no_schedule_taints_higher() {
-        let taints = |list: serde_json::Value| must_node_info(must_node("n", "1", "1Gi", json!({"spec": {"taints": list}})), &[]);
+        let taints = |list: serde_json::Value| {
+            must_node_info(must_node("n", "1", "1Gi", json!({"spec": {"taints": list}})), &[])
+        };
         let nodes = [
             taints(json!([])),
             taints(json!([{"key": "a", "effect": "PreferNoSchedule"}])),
@@ -331,7 +338,12 @@ mod tests {
             taints(json!([{"key": "c", "effect": "PreferNoSchedule"}])),
         ];
         let refs: Vec<&NodeInfo> = nodes.iter().collect();
-        let pod = must_pod("p", "", "", json!({"spec": {"tolerations": [{"key": "c", "operator": "Exists", "effect": "PreferNoSchedule"}]}}));
+        let pod = must_pod(
+            "p",
+            "",
+            "",
+            json!({"spec": {"tolerations": [{"key": "c", "operator": "Exists", "effect": "PreferNoSchedule"}]}}),
+        );
         assert_eq!(taint_toleration(&pod, &refs), vec![100, 50, 0, 100]);
         let nodes = [taints(json!([]))];
         assert_eq!(taint_toleration(&pod, &[&nodes[0]]), vec![100], "no taints anywhere: every node scores 100");
@@ -345,7 +357,10 @@ mod tests {
     fn preferred_inter_pod_affinity_scores_domains_with_wanted_pods_and_without_shunned_ones() {
         let cache = must_pod("cache", "", "", json!({"metadata": {"labels": {"app": "cache"}}}));
         let noisy = must_pod("noisy", "", "", json!({"metadata": {"labels": {"app": "noisy"}}}));
-        let cluster = must_cluster(vec![zoned("a1", "a"), zoned("b1", "b"), zoned("c1", "c")], vec![(cache, "a1"), (noisy, "b1")]);
+        let cluster = must_cluster(
+            vec![zoned("a1", "a"), zoned("b1", "b"), zoned("c1", "c")],
+            vec![(cache, "a1"), (noisy, "b1")],
+        );
         let term = |w: i32, app: &str| json!({"weight": w, "podAffinityTerm": {"labelSelector": {"matchLabels": {"app": app}}, "topologyKey": "zone"}});
         let pod = must_pod(
             "p",
@@ -397,20 +412,32 @@ mod tests {
         let web = |i: usize| must_pod(&format!("web-{i}"), "", "", json!({"metadata": {"labels": {"app": "web"}}}));
         let other = must_pod("db", "", "", json!({"metadata": {"labels": {"app": "db"}}}));
         let plain = |n: &str| must_node(n, "4", "8Gi", json!({}));
-        let mut cluster =
-            must_cluster(vec![plain("n1"), plain("n2"), plain("n3")], vec![(web(0), "n1"), (web(1), "n1"), (web(2), "n2"), (other, "n3")]);
+        let mut cluster = must_cluster(
+            vec![plain("n1"), plain("n2"), plain("n3")],
+            vec![(web(0), "n1"), (web(1), "n1"), (web(2), "n2"), (other, "n3")],
+        );
         let nodes: Vec<&NodeInfo> = cluster.nodes().iter().collect();
         assert_eq!(selector_spread(&web(9), &nodes, &cluster), vec![100, 100, 100], "no selector: no preference");
-        cluster.set_spreading_selector("default", "Service/web", Some(crate::selector::Selector::from_labels(&[("app".to_string(), "web".to_string())].into())));
+        cluster.set_spreading_selector(
+            "default",
+            "Service/web",
+            Some(crate::selector::Selector::from_labels(&[("app".to_string(), "web".to_string())].into())),
+        );
         let nodes: Vec<&NodeInfo> = cluster.nodes().iter().collect();
         assert_eq!(selector_spread(&web(9), &nodes, &cluster), vec![0, 50, 100]);
         // With zones, two thirds come from the zone: z1 = n1 + n2 (3 pods), z2 = n3 (0).
-        let zoned_node = |n: &str, z: &str| must_node(n, "4", "8Gi", json!({"metadata": {"labels": {"topology.kubernetes.io/zone": z}}}));
+        let zoned_node = |n: &str, z: &str| {
+            must_node(n, "4", "8Gi", json!({"metadata": {"labels": {"topology.kubernetes.io/zone": z}}}))
+        };
         let mut cluster = must_cluster(
             vec![zoned_node("n1", "z1"), zoned_node("n2", "z1"), zoned_node("n3", "z2")],
             vec![(web(0), "n1"), (web(1), "n1"), (web(2), "n2")],
         );
-        cluster.set_spreading_selector("default", "Service/web", Some(crate::selector::Selector::from_labels(&[("app".to_string(), "web".to_string())].into())));
+        cluster.set_spreading_selector(
+            "default",
+            "Service/web",
+            Some(crate::selector::Selector::from_labels(&[("app".to_string(), "web".to_string())].into())),
+        );
         let nodes: Vec<&NodeInfo> = cluster.nodes().iter().collect();
         // n2: node 50, zone 0 -> 16; n3: 100 and 100.
         assert_eq!(selector_spread(&web(9), &nodes, &cluster), vec![0, 16, 100]);

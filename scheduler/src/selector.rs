@@ -255,11 +255,29 @@ mod tests {
             (LabelSelector::default(), true),
             (LabelSelector { match_labels: Some(labels(&[("app", "web")])), ..Default::default() }, true),
             (LabelSelector { match_labels: Some(labels(&[("app", "db")])), ..Default::default() }, false),
-            (LabelSelector { match_expressions: Some(vec![expr("app", "In", &["db", "web"])]), ..Default::default() }, true),
-            (LabelSelector { match_expressions: Some(vec![expr("app", "NotIn", &["web"])]), ..Default::default() }, false),
-            (LabelSelector { match_expressions: Some(vec![expr("zone", "NotIn", &["a"])]), ..Default::default() }, true),
+            (
+                LabelSelector {
+                    match_expressions: Some(vec![expr("app", "In", &["db", "web"])]),
+                    ..Default::default()
+                },
+                true,
+            ),
+            (
+                LabelSelector { match_expressions: Some(vec![expr("app", "NotIn", &["web"])]), ..Default::default() },
+                false,
+            ),
+            (
+                LabelSelector { match_expressions: Some(vec![expr("zone", "NotIn", &["a"])]), ..Default::default() },
+                true,
+            ),
             (LabelSelector { match_expressions: Some(vec![expr("tier", "Exists", &[])]), ..Default::default() }, true),
-            (LabelSelector { match_expressions: Some(vec![expr("tier", "DoesNotExist", &[])]), ..Default::default() }, false),
+            (
+                LabelSelector {
+                    match_expressions: Some(vec![expr("tier", "DoesNotExist", &[])]),
+                    ..Default::default()
+                },
+                false,
+            ),
             // Gt is not a label selector operator: the selector matches nothing.
             (LabelSelector { match_expressions: Some(vec![expr("tier", "Gt", &["1"])]), ..Default::default() }, false),
             (LabelSelector { match_expressions: Some(vec![expr("app", "In", &[])]), ..Default::default() }, false),

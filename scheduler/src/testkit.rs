@@ -55,9 +55,7 @@ pub(crate) fn must_pod(name: &str, cpu: &str, memory: &str, extra: Value) -> Arc
 
 /// The same pod placed on `node`.
 pub(crate) fn must_place(pod: &PodInfo, node: &str) -> Arc<PodInfo> {
-    let mut p = (*pod.pod).clone();
-    p.spec.get_or_insert_with(Default::default).node_name = Some(node.to_string());
-    Arc::new(PodInfo::new(Arc::new(p)))
+    Arc::new(pod.bound_to(node))
 }
 
 /// A node info with `pods` placed on it.
