@@ -71,10 +71,8 @@ impl Cache {
     }
 
     /// Counts `pod` on `node` ahead of its binding.
-    pub fn assume(&mut self, pod: &Pod, node: &str) -> Arc<PodInfo> {
-        let mut placed = pod.clone();
-        placed.spec.get_or_insert_with(Default::default).node_name = Some(node.to_string());
-        let info = Arc::new(PodInfo::new(Arc::new(placed)));
+    pub fn assume(&mut self, pod: &PodInfo, node: &str) -> Arc<PodInfo> {
+        let info = Arc::new(pod.bound_to(node));
         self.assumed.insert(info.key.clone(), node.to_string());
         self.cluster.add_pod(info.clone());
         info
@@ -185,7 +183,7 @@ mod tests {
         let mut cache = Cache::new();
         cache.upsert_node(node("n1", "4"));
         let p = pod("a", None, "1");
-        cache.assume(&p, "n1");
+        cache.assume(&PodInfo::new(Arc::new(p.clone())), "n1");
         assert_eq!(requested_cpu(&cache, "n1"), 1000);
         assert!(cache.is_assumed(&ObjectKey::new("default", "a")));
         cache.forget(&ObjectKey::new("default", "a"));
@@ -198,7 +196,7 @@ mod tests {
         let mut cache = Cache::new();
         cache.upsert_node(node("n1", "4"));
         let p = pod("a", None, "1");
-        cache.assume(&p, "n1");
+        cache.assume(&PodInfo::new(Arc::new(p.clone())), "n1");
         // An update from before the binding (e.g. a label change) arrives.
         cache.observe_pod(Arc::new(p.clone()));
         assert_eq!(requested_cpu(&cache, "n1"), 1000, "still counted while the binding is on its way");
@@ -230,8 +228,8 @@ mod tests {
         cache.upsert_node(node("n1", "4"));
         let waiting = pod("a", None, "1");
         let gone = pod("b", None, "1");
-        cache.assume(&waiting, "n1");
-        cache.assume(&gone, "n1");
+        cache.assume(&PodInfo::new(Arc::new(waiting.clone())), "n1");
+        cache.assume(&PodInfo::new(Arc::new(gone)), "n1");
         let bound = Arc::new(pod("c", Some("n1"), "2"));
         cache.rebuild(&[node("n1", "4")], &[Arc::new(waiting), bound]);
         assert_eq!(requested_cpu(&cache, "n1"), 3000, "a (assumed) and c (bound); b is gone");

@@ -375,16 +375,19 @@ impl Scheduler {
         match decision {
             Ok(placement) => {
                 metrics().attempts.with_label_values(&["scheduled"]).inc();
-                self.cache.assume(&pod, &placement.node);
+                self.cache.assume(&info, &placement.node);
                 let slot = self.bind_slot().await;
                 self.spawn_binding(queued, pod, placement.node, slot);
             }
-            Err(fit) => {
+            Err(mut fit) => {
                 metrics().attempts.with_label_values(&["unschedulable"]).inc();
                 let preemption = match preempts(&pod) {
                     true => preemption::preempt(&info, self.cache.cluster(), &self.profile, &fit),
                     false => None,
                 };
+                if preemption.is_none() && preempts(&pod) {
+                    fit.post_filter = Some(preemption::failure_message(&fit));
+                }
                 self.spawn_unschedulable(pod, &fit, preemption);
                 self.queue.requeue_unschedulable(queued);
             }
