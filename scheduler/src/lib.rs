@@ -12,3 +12,10 @@
 //! before the watch shows it bound. Binding runs off the loop.
 //!
 //! # Layout
+//! - [`queue`]: the pending pods, by priority, with back-off for pods that
+//!   failed and a pool for pods that fit nowhere until the cluster changes.
+
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+pub mod queue;
