@@ -485,8 +485,14 @@ impl Registry {
             }
         }
         strategy.prepare_for_create(info, &mut obj);
-        let attrs =
-            Attributes { user: &ctx.user, verb: "create", resource: info, subresource: "", namespace: ns_str, name: &name };
+        let attrs = Attributes {
+            user: &ctx.user,
+            verb: "create",
+            resource: info,
+            subresource: "",
+            namespace: ns_str,
+            name: &name,
+        };
         priority::admit(&self.objects, &attrs, &mut obj, None).await?;
 
         // A generated name that is taken is generated again, a few times.

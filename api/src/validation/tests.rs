@@ -1158,7 +1158,8 @@ fn a_user_priority_class_needs_a_value_of_at_most_a_billion_and_no_system_prefix
     );
     let wrong_value = errors(Kind::PriorityClass, json!({"metadata": {"name": "system-node-critical"}, "value": 5}));
     assert_eq!(error_at(&wrong_value, "metadata.name").reason(), "FieldValueForbidden");
-    let policy = errors(Kind::PriorityClass, json!({"metadata": {"name": "high"}, "value": 1, "preemptionPolicy": "Always"}));
+    let policy =
+        errors(Kind::PriorityClass, json!({"metadata": {"name": "high"}, "value": 1, "preemptionPolicy": "Always"}));
     assert_eq!(error_at(&policy, "preemptionPolicy").reason(), "FieldValueNotSupported");
 }
 
