@@ -56,7 +56,7 @@ async fn skiffctl_applies_gets_and_deletes_every_kind() {
 
     let out = must_succeed(skiffctl(&servers, &["apply", "-f", KINDS]));
     let lines: Vec<&str> = out.lines().collect();
-    assert_eq!(lines.len(), 18, "{out}");
+    assert_eq!(lines.len(), 19, "{out}");
     assert!(lines.iter().all(|l| l.ends_with(" created")), "{out}");
     assert!(out.contains("deployment.apps/web created") && out.contains("lease.coordination.k8s.io/scheduler created"));
     let out = must_succeed(skiffctl(&servers, &["apply", "-f", KINDS]));
@@ -121,7 +121,7 @@ async fn skiffctl_applies_gets_and_deletes_every_kind() {
         .join("\n---\n");
     let rest = write_manifest(dir.path(), "rest.yaml", &without_ns);
     let out = must_succeed(skiffctl(&servers, &["delete", "-f", &rest]));
-    assert_eq!(out.lines().count(), 17, "{out}");
+    assert_eq!(out.lines().count(), 18, "{out}");
     assert!(out.contains("pod \"web-1\" deleted"), "{out}");
     let out = skiffctl(&servers, &["get", "pods", "-n", "crud"]);
     assert_eq!(stderr(&out).trim(), "No resources found in crud namespace.");

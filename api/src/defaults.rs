@@ -57,6 +57,7 @@ pub fn apply(info: &ResourceInfo, obj: &mut Value) {
         }
         Kind::Node => node(obj),
         Kind::LimitRange => limit_range(obj),
+        Kind::PriorityClass => set(obj, "preemptionPolicy", json!("PreemptLowerPriority")),
         Kind::ConfigMap | Kind::ServiceAccount | Kind::Event | Kind::Lease | Kind::ResourceQuota => {}
     }
 }
@@ -749,6 +750,7 @@ mod tests {
                 json!({"metadata": {"name": "l"}, "spec": {"limits": [{"type": "Container", "max": {"cpu": "2"}, "min": {"memory": "1Mi"}}]}}),
             ),
             (Kind::Secret, json!({"metadata": {"name": "s"}})),
+            (Kind::PriorityClass, json!({"metadata": {"name": "high"}, "value": 1000})),
         ];
         for (kind, obj) in objects {
             let once = defaulted(kind, obj);
@@ -767,6 +769,14 @@ mod tests {
         let p = defaulted(Kind::Pod, p);
         assert_eq!(p["spec"]["volumes"][0], json!({"name": "scratch", "emptyDir": {}}));
         assert_eq!(p["spec"]["volumes"][1]["configMap"]["defaultMode"], 420);
+    }
+
+    #[test]
+    fn priority_classes_preempt_lower_priority_unless_told_never() {
+        let pc = defaulted(Kind::PriorityClass, json!({"metadata": {"name": "high"}, "value": 1000}));
+        assert_eq!(pc["preemptionPolicy"], "PreemptLowerPriority");
+        let never = json!({"metadata": {"name": "high"}, "value": 1000, "preemptionPolicy": "Never"});
+        assert_eq!(defaulted(Kind::PriorityClass, never)["preemptionPolicy"], "Never");
     }
 
     #[test]

@@ -26,6 +26,7 @@ pub enum Kind {
     CronJob,
     ResourceQuota,
     LimitRange,
+    PriorityClass,
 }
 
 /// One served resource.
@@ -127,7 +128,7 @@ const fn info(
 
 const ALL: &[&str] = &["all"];
 
-static CATALOG: [ResourceInfo; 19] = [
+static CATALOG: [ResourceInfo; 20] = [
     info(Kind::Namespace, "", "Namespace", "namespaces", "namespace", &["ns"], false, &["status", "finalize"], &[]),
     info(Kind::Pod, "", "Pod", "pods", "pod", &["po"], true, &["status", "binding", "log"], ALL),
     info(Kind::Node, "", "Node", "nodes", "node", &["no"], false, &["status"], &[]),
@@ -187,6 +188,17 @@ static CATALOG: [ResourceInfo; 19] = [
         &[],
     ),
     info(Kind::LimitRange, "", "LimitRange", "limitranges", "limitrange", &["limits"], true, &[], &[]),
+    info(
+        Kind::PriorityClass,
+        "scheduling.k8s.io",
+        "PriorityClass",
+        "priorityclasses",
+        "priorityclass",
+        &["pc"],
+        false,
+        &[],
+        &[],
+    ),
 ];
 
 /// Every served resource.
@@ -240,6 +252,8 @@ mod tests {
         assert_eq!(lookup("leases").unwrap().api_version(), "coordination.k8s.io/v1");
         assert_eq!(lookup("endpointslices").unwrap().api_version(), "discovery.k8s.io/v1");
         assert_eq!(lookup("endpointslices.discovery.k8s.io").unwrap().kind, "EndpointSlice");
+        assert_eq!(lookup("pc").unwrap().api_version(), "scheduling.k8s.io/v1");
+        assert!(!lookup("priorityclasses").unwrap().namespaced);
         assert!(lookup("deployments.batch").is_none());
         assert!(lookup("widgets").is_none());
     }

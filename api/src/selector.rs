@@ -926,7 +926,8 @@ pub fn supported_fields(kind: Kind) -> &'static [&'static str] {
         | Kind::DaemonSet
         | Kind::CronJob
         | Kind::ResourceQuota
-        | Kind::LimitRange => META_FIELDS,
+        | Kind::LimitRange
+        | Kind::PriorityClass => META_FIELDS,
     }
 }
 
@@ -1026,7 +1027,8 @@ pub fn object_fields(kind: Kind, obj: &Value) -> Fields {
         | Kind::DaemonSet
         | Kind::CronJob
         | Kind::ResourceQuota
-        | Kind::LimitRange => {}
+        | Kind::LimitRange
+        | Kind::PriorityClass => {}
     }
     fields
 }
@@ -1473,7 +1475,7 @@ mod tests {
             .is_ok());
     }
 
-    const ALL_KINDS: [Kind; 19] = [
+    const ALL_KINDS: [Kind; 20] = [
         Kind::Namespace,
         Kind::Pod,
         Kind::Node,
@@ -1493,6 +1495,7 @@ mod tests {
         Kind::CronJob,
         Kind::ResourceQuota,
         Kind::LimitRange,
+        Kind::PriorityClass,
     ];
 
     #[test]

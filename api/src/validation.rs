@@ -22,7 +22,9 @@
 //!
 //! Two of its parsers are public because controllers compute with what
 //! they parse: [`cron`] (a CronJob's start times, in its time zone) and
-//! [`quantity`] (a ResourceQuota's sums).
+//! [`quantity`] (a ResourceQuota's sums). [`scheduling`] is public for
+//! the constants of the system priority classes, which the apiserver
+//! creates and its priority admission reads.
 
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -39,6 +41,7 @@ mod object;
 mod other;
 mod pod;
 pub mod quantity;
+pub mod scheduling;
 mod service;
 #[cfg(test)]
 mod tests;
@@ -64,7 +67,7 @@ pub fn normalize(info: &ResourceInfo, obj: &Value) -> Result<Value, FieldError> 
     }
     use k8s_openapi::api::{
         apps::v1 as apps, batch::v1 as batch, coordination::v1 as coordination, core::v1 as core,
-        discovery::v1 as discovery,
+        discovery::v1 as discovery, scheduling::v1 as scheduling,
     };
     let mut out = match info.kind_id {
         Kind::Namespace => roundtrip::<core::Namespace>(input),
@@ -86,6 +89,17 @@ pub fn normalize(info: &ResourceInfo, obj: &Value) -> Result<Value, FieldError> 
         Kind::CronJob => roundtrip::<batch::CronJob>(input),
         Kind::ResourceQuota => roundtrip::<core::ResourceQuota>(input),
         Kind::LimitRange => roundtrip::<core::LimitRange>(input),
+        Kind::PriorityClass => {
+            let has_value = input.get("value").is_some_and(|v| !v.is_null());
+            roundtrip::<scheduling::PriorityClass>(input).map(|mut out| {
+                // The typed form reads a missing value as 0; keep it missing,
+                // so validation can say it is required.
+                if let (false, Some(m)) = (has_value, out.as_object_mut()) {
+                    m.remove("value");
+                }
+                out
+            })
+        }
     }?;
     // k8s-openapi writes these itself, but say so explicitly: the catalog wins.
     if let Some(m) = out.as_object_mut() {
@@ -120,6 +134,7 @@ pub fn validate(info: &ResourceInfo, obj: &Value, old: Option<&Value>) -> Vec<Fi
         Kind::EndpointSlice => other::validate_endpoint_slice(obj, old),
         Kind::ResourceQuota => other::validate_resource_quota(obj),
         Kind::LimitRange => other::validate_limit_range(obj),
+        Kind::PriorityClass => scheduling::validate_priority_class(obj, old),
         Kind::Event => other::validate_event(obj),
         Kind::ServiceAccount => Vec::new(),
     });

@@ -6,6 +6,8 @@
 //! - [`admission`]: authentication, authorization and admission layers.
 //! - [`registry`]: Kubernetes semantics (validation, defaulting,
 //!   optimistic concurrency, finalizers, history) on the object store.
+//! - [`priority`]: priority admission (a pod's priority from its
+//!   PriorityClass), the registry's step that reads other objects.
 //! - [`strategy`]: per-kind rules the registry asks at fixed points of a
 //!   write (one file per kind with rules of its own).
 //! - [`allocator`]: Service cluster IPs and node ports.
@@ -29,6 +31,7 @@ pub mod config;
 pub mod grpc;
 pub mod http;
 pub mod metrics;
+pub mod priority;
 pub mod registry;
 pub mod rest;
 mod serve;
@@ -236,22 +239,26 @@ pub async fn start_under(
         return Err(e.into());
     }
     tracing::info!(id = store.id(), "member started");
-    shutdown.spawn(ensure_default_namespaces(registry, shutdown.clone()));
+    shutdown.spawn(ensure_defaults(registry, shutdown.clone()));
     Ok(running)
 }
 
-/// Creates the default namespaces once the cluster can take writes; every
-/// master tries, the first write wins and the others find them present.
-async fn ensure_default_namespaces(registry: registry::Registry, shutdown: Shutdown) {
+/// Creates the default namespaces and the system PriorityClasses once the
+/// cluster can take writes; every master tries, the first write wins and
+/// the others find them present.
+async fn ensure_defaults(registry: registry::Registry, shutdown: Shutdown) {
     let mut delay = std::time::Duration::from_millis(200);
     loop {
         let attempt = tokio::select! {
-            attempt = registry.ensure_default_namespaces() => attempt,
+            attempt = async {
+                registry.ensure_default_namespaces().await?;
+                registry.ensure_system_priority_classes().await
+            } => attempt,
             () = shutdown.cancelled() => return,
         };
         match attempt {
             Ok(()) => return,
-            Err(e) => tracing::debug!(error = %e, "default namespaces not created yet"),
+            Err(e) => tracing::debug!(error = %e, "default namespaces and priority classes not created yet"),
         }
         tokio::select! {
             _ = tokio::time::sleep(delay) => {}

@@ -1,6 +1,7 @@
 //! The registry: Kubernetes semantics on top of the object store.
 //!
-//! A write flows: authorize → decode and normalize → admission (mutating)
+//! A write flows: authorize → decode and normalize → priority admission
+//! (which reads PriorityClasses, see [`priority`]) → admission (mutating)
 //! → defaulting → validation → admission (validating) → one store
 //! transaction with optimistic compares. What a kind does beyond that
 //! (status rules, generation, allocations, graceful deletion, namespace
@@ -22,6 +23,7 @@ use skiff_raft_store::types::{Compare, OpResult, Txn};
 use skiff_raft_store::Store;
 
 use crate::admission::{Attributes, Security, UserInfo};
+use crate::priority;
 use crate::storage::{
     self, absent, parse_resource_version, prefix_end, unchanged_since, Consistency, ObjectStore, Stored,
     MAX_OBJECT_BYTES,
@@ -483,6 +485,15 @@ impl Registry {
             }
         }
         strategy.prepare_for_create(info, &mut obj);
+        let attrs = Attributes {
+            user: &ctx.user,
+            verb: "create",
+            resource: info,
+            subresource: "",
+            namespace: ns_str,
+            name: &name,
+        };
+        priority::admit(&self.objects, &attrs, &mut obj, None).await?;
 
         // A generated name that is taken is generated again, a few times.
         let generated = generate.is_some() && name.is_empty();
@@ -741,9 +752,10 @@ impl Registry {
             if strategy.tracks_generation() && meta::spec_part(&next) != meta::spec_part(&current) {
                 next["metadata"]["generation"] = json!(meta::generation(&current) + 1);
             }
-            defaults::apply(info, &mut next);
             let attrs =
                 Attributes { user: &ctx.user, verb, resource: info, subresource, namespace: ns.unwrap_or(""), name };
+            priority::admit(&self.objects, &attrs, &mut next, Some(&current)).await?;
+            defaults::apply(info, &mut next);
             self.security.admit(&attrs, &mut next, Some(&current))?;
             let chosen =
                 strategy.allocate(&mut next, Some(&current)).map_err(|e| ApiError::invalid(info, name, &[e]))?;
@@ -920,6 +932,7 @@ impl Registry {
                 name,
             };
             let mut probe = current.clone();
+            priority::admit(&self.objects, &attrs, &mut probe, Some(&current)).await?;
             self.security.admit(&attrs, &mut probe, Some(&current))?;
 
             let mut next = current.clone();
@@ -1167,6 +1180,22 @@ impl Registry {
                 format!("{} \"{name}\" did not exist at revision {revision}", info.qualified()),
             )),
         }
+    }
+
+    /// Creates the PriorityClasses every cluster has
+    /// (`system-node-critical`, `system-cluster-critical`), if missing.
+    /// Idempotent: every master runs it at start.
+    pub async fn ensure_system_priority_classes(&self) -> Result<(), ApiError> {
+        let info = resources::of(Kind::PriorityClass);
+        for class in priority::system_priority_classes() {
+            let name = meta::name(&class).unwrap_or_default().to_string();
+            match self.create(&Context::internal(), info, "", class, false).await {
+                Ok(_) => tracing::info!(priority_class = name, "created system priority class"),
+                Err(e) if e.reason == skiff_api::Reason::AlreadyExists => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
     }
 
     /// Creates the namespaces every cluster has, if missing. Idempotent:

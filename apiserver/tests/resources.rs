@@ -84,7 +84,7 @@ async fn every_kind_supports_create_get_list_update_patch_and_delete() {
     }
 
     let docs = manifests();
-    assert_eq!(docs.len(), 18, "one manifest per kind");
+    assert_eq!(docs.len(), 19, "one manifest per kind");
     let mut seen_kinds = BTreeSet::new();
     for doc in &docs {
         let info = by_kind(doc["apiVersion"].as_str().unwrap(), doc["kind"].as_str().unwrap()).unwrap();
@@ -128,7 +128,7 @@ async fn every_kind_supports_create_get_list_update_patch_and_delete() {
             .unwrap();
         assert!(patched["metadata"]["annotations"].get("note").is_none());
     }
-    assert_eq!(seen_kinds.len(), 18);
+    assert_eq!(seen_kinds.len(), 19);
 
     // Delete everything but the namespace, newest first.
     for doc in docs.iter().rev().filter(|d| d["kind"] != "Namespace") {

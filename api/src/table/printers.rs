@@ -225,6 +225,14 @@ static RESOURCE_QUOTA: [Column; 4] = [
     col("Limit", "string", "Limits control the maximum amount of cpu/memory that a container may use independent of contention on the node."),
 ];
 
+static PRIORITY_CLASS: [Column; 5] = [
+    NAME,
+    col("Value", "integer", "value represents the integer value of this priority class. This is the actual priority that pods receive when they have the name of this class in their pod spec."),
+    col("Global-Default", "boolean", "globalDefault specifies whether this PriorityClass should be considered as the default priority for pods that do not have any priority class. Only one PriorityClass can be marked as `globalDefault`. However, if more than one PriorityClasses exists with their `globalDefault` field set to true, the smallest value of such global default PriorityClasses will be used as the default priority."),
+    AGE,
+    col("PreemptionPolicy", "string", "preemptionPolicy is the Policy for preempting pods with lower priority. One of Never, PreemptLowerPriority. Defaults to PreemptLowerPriority if unset."),
+];
+
 /// The apiserver's default columns, for kinds without a printer.
 static DEFAULT: [Column; 2] = [NAME, col("Created At", "date", D_AGE)];
 
@@ -250,6 +258,7 @@ pub fn columns(info: &ResourceInfo) -> &'static [Column] {
         Kind::CronJob => &CRON_JOB,
         Kind::ResourceQuota => &RESOURCE_QUOTA,
         Kind::LimitRange => &DEFAULT,
+        Kind::PriorityClass => &PRIORITY_CLASS,
     }
 }
 
@@ -385,6 +394,13 @@ pub fn cells(info: &ResourceInfo, obj: &Value, now: DateTime<Utc>) -> Vec<Value>
             vec![name, age, request.into(), limit.into()]
         }
         Kind::LimitRange => vec![name, created_at(obj).into()],
+        Kind::PriorityClass => vec![
+            name,
+            obj.pointer("/value").and_then(Value::as_i64).unwrap_or(0).into(),
+            obj.pointer("/globalDefault").and_then(Value::as_bool).unwrap_or(false).into(),
+            age,
+            obj.pointer("/preemptionPolicy").and_then(Value::as_str).unwrap_or("<unset>").into(),
+        ],
     }
 }
 

@@ -271,6 +271,22 @@ fn endpoint_slices_show_address_type_ports_and_endpoints() {
 }
 
 #[test]
+fn priority_classes_show_value_default_and_policy_after_the_age() {
+    let pc = json!({
+        "metadata": {"name": "high", "creationTimestamp": ago(90)},
+        "value": 1000, "globalDefault": true, "preemptionPolicy": "Never",
+    });
+    assert_eq!(
+        cells_of(Kind::PriorityClass, &pc),
+        vec![json!("high"), json!(1000), json!(true), json!("90s"), json!("Never")]
+    );
+    let bare = json!({"metadata": {"name": "low", "creationTimestamp": ago(90)}, "value": -5});
+    assert_eq!(cells_of(Kind::PriorityClass, &bare)[1..], [json!(-5), json!(false), json!("90s"), json!("<unset>")]);
+    let names: Vec<&str> = columns(of(Kind::PriorityClass)).iter().map(|c| c.name).collect();
+    assert_eq!(names, ["Name", "Value", "Global-Default", "Age", "PreemptionPolicy"]);
+}
+
+#[test]
 fn endpoints_list_three_addresses_then_count_the_rest() {
     let ep = json!({
         "metadata": {"name": "web"},

@@ -95,6 +95,12 @@ pub(crate) fn validate_pod_spec(spec: &Value, path: &Path, is_pod: bool) -> Vec<
         }
     }
     errs.extend(validate_tolerations(get_arr(spec, "tolerations"), &path.child("tolerations")));
+    errs.extend(one_of_if_set(
+        spec,
+        "preemptionPolicy",
+        super::scheduling::PREEMPTION_POLICIES,
+        &path.child("preemptionPolicy"),
+    ));
     errs
 }
 

@@ -181,6 +181,8 @@ fn samples() -> Vec<(Kind, Value)> {
             json!({"metadata": {"name": "limits", "namespace": "default"},
                    "spec": {"limits": [{"type": "Container", "max": {"cpu": "2"}, "min": {"cpu": "100m"}}]}}),
         ),
+        (Kind::PriorityClass, json!({"metadata": {"name": "high"}, "value": 1000, "description": "batch"})),
+        (Kind::PriorityClass, json!({"metadata": {"name": "system-node-critical"}, "value": 2000001000})),
     ]
 }
 
@@ -1139,6 +1141,49 @@ fn endpoint_slice_addresses_match_their_type_and_the_type_is_immutable() {
     new["addressType"] = json!("IPv6");
     let errs = update_errors(Kind::EndpointSlice, old, new);
     assert_eq!(error_at(&errs, "addressType").detail, "field is immutable");
+}
+
+#[test]
+fn a_user_priority_class_needs_a_value_of_at_most_a_billion_and_no_system_prefix() {
+    let missing = errors(Kind::PriorityClass, json!({"metadata": {"name": "high"}}));
+    assert_eq!(error_at(&missing, "value").reason(), "FieldValueRequired");
+    let too_high = errors(Kind::PriorityClass, json!({"metadata": {"name": "high"}, "value": 1_000_000_001}));
+    assert_eq!(error_at(&too_high, "value").detail, "maximum allowed value of a user defined priority is 1000000000");
+    assert!(errors(Kind::PriorityClass, json!({"metadata": {"name": "high"}, "value": 1_000_000_000})).is_empty());
+    assert!(errors(Kind::PriorityClass, json!({"metadata": {"name": "low"}, "value": -10})).is_empty());
+    let reserved = errors(Kind::PriorityClass, json!({"metadata": {"name": "system-mine"}, "value": 5}));
+    assert_eq!(
+        error_at(&reserved, "metadata.name").detail,
+        "priority class names with 'system-' prefix are reserved for system use only. error: system-mine is not a known system priority class"
+    );
+    let wrong_value = errors(Kind::PriorityClass, json!({"metadata": {"name": "system-node-critical"}, "value": 5}));
+    assert_eq!(error_at(&wrong_value, "metadata.name").reason(), "FieldValueForbidden");
+    let policy =
+        errors(Kind::PriorityClass, json!({"metadata": {"name": "high"}, "value": 1, "preemptionPolicy": "Always"}));
+    assert_eq!(error_at(&policy, "preemptionPolicy").reason(), "FieldValueNotSupported");
+}
+
+#[test]
+fn a_priority_class_keeps_its_value_and_preemption_policy() {
+    let old = json!({"metadata": {"name": "high", "resourceVersion": "1"}, "value": 1000});
+    let mut new = old.clone();
+    new["value"] = json!(2000);
+    new["preemptionPolicy"] = json!("Never");
+    new["description"] = json!("may change");
+    let errs = update_errors(Kind::PriorityClass, old.clone(), new);
+    assert_eq!(error_at(&errs, "value").detail, "may not be changed in an update.");
+    assert_eq!(error_at(&errs, "preemptionPolicy").detail, "field is immutable");
+    let mut described = old.clone();
+    described["description"] = json!("may change");
+    described["globalDefault"] = json!(true);
+    assert!(update_errors(Kind::PriorityClass, old, described).is_empty());
+}
+
+#[test]
+fn a_pod_preemption_policy_is_never_or_preempt_lower_priority() {
+    let mut p = pod();
+    p["spec"]["preemptionPolicy"] = json!("Sometimes");
+    assert_eq!(error_at(&errors(Kind::Pod, p), "spec.preemptionPolicy").reason(), "FieldValueNotSupported");
 }
 
 #[test]

@@ -150,7 +150,8 @@ pub fn of(kind: Kind) -> &'static dyn Strategy {
         | Kind::Event
         | Kind::Lease
         | Kind::ResourceQuota
-        | Kind::LimitRange => &Default,
+        | Kind::LimitRange
+        | Kind::PriorityClass => &Default,
     }
 }
 
