@@ -276,7 +276,8 @@ impl Queues {
         Some(waiting.pod)
     }
 
-    fn to_active(&mut self, mut pod: QueuedPod, now: Instant) {
+    /// To active, as queued now.
+    fn activate(&mut self, mut pod: QueuedPod, now: Instant) {
         pod.queued = now;
         let order = (Reverse(pod.priority()), now, self.next_seq());
         self.put(pod, Place::Active(order));
@@ -284,10 +285,10 @@ impl Queues {
 
     /// To backoff until its back-off from `pod.queued` ends, or straight to
     /// active when it has ended already.
-    fn to_backoff_or_active(&mut self, pod: QueuedPod, now: Instant) {
+    fn back_off(&mut self, pod: QueuedPod, now: Instant) {
         let until = pod.queued + self.backoff_of(pod.attempts);
         if until <= now {
-            self.to_active(pod, now);
+            self.activate(pod, now);
         } else {
             let seq = self.next_seq();
             self.put(pod, Place::Backoff(until, seq));
@@ -310,7 +311,7 @@ impl Queues {
             waiting.pod.pod = pod;
             if moves {
                 if let Some(queued) = self.take(&key) {
-                    self.to_active(queued, now);
+                    self.activate(queued, now);
                 }
             }
             return Ok(());
@@ -318,7 +319,7 @@ impl Queues {
         if self.total() >= self.config.capacity {
             return Err(QueueFull { key, capacity: self.config.capacity });
         }
-        self.to_active(QueuedPod { pod, key, attempts: 0, first_queued: now, queued: now }, now);
+        self.activate(QueuedPod { pod, key, attempts: 0, first_queued: now, queued: now }, now);
         Ok(())
     }
 
@@ -341,7 +342,7 @@ impl Queues {
             }
             let key = entry.get().clone();
             if let Some(pod) = self.take(&key) {
-                self.to_active(pod, now);
+                self.activate(pod, now);
             }
         }
         while let Some(entry) = self.unschedulable.first_entry() {
@@ -350,7 +351,7 @@ impl Queues {
             }
             let key = entry.get().clone();
             if let Some(pod) = self.take(&key) {
-                self.to_backoff_or_active(pod, now);
+                self.back_off(pod, now);
             }
         }
     }
@@ -394,7 +395,7 @@ impl Queues {
         let Some((mut pod, cycle, changed)) = self.land(pod) else { return };
         pod.queued = now;
         if changed || self.move_request_cycle >= cycle {
-            self.to_backoff_or_active(pod, now);
+            self.back_off(pod, now);
         } else {
             let seq = self.next_seq();
             self.put(pod, Place::Unschedulable(now, seq));
@@ -405,7 +406,7 @@ impl Queues {
     pub fn requeue_error(&mut self, pod: QueuedPod, now: Instant) {
         let Some((mut pod, _, _)) = self.land(pod) else { return };
         pod.queued = now;
-        self.to_backoff_or_active(pod, now);
+        self.back_off(pod, now);
     }
 
     /// `key` is scheduled: forgotten.
@@ -420,7 +421,7 @@ impl Queues {
         let keys: Vec<ObjectKey> = self.unschedulable.values().cloned().collect();
         for key in keys {
             if let Some(pod) = self.take(&key) {
-                self.to_backoff_or_active(pod, now);
+                self.back_off(pod, now);
             }
         }
     }
