@@ -7,14 +7,15 @@
 //!   `topology.kubernetes.io/zone` (`zone-K`, node i in zone i mod zones).
 //!   Created, then their status merge-patched, as a kubelet registers.
 //! - **Leases.** One per node in `kube-node-lease`, renewed every
-//!   `lease_interval` (the kubelet's 10 s) by a merge patch of
+//!   `lease_interval` (the kubelet's 10 s; zero: never) by a merge patch of
 //!   `spec.renewTime`. The renewals are spread evenly over the interval, so
 //!   they are a steady write load of nodes / interval writes per second.
 //! - **Pods.** One watch of every pod with `spec.nodeName!=` (a list first,
 //!   then the watch from its revision; a failed watch lists again). A pod
 //!   seen bound for the first time is recorded with the instant it was seen
 //!   (the benchmark's "bound") and queued for a status write to Running
-//!   (a bounded queue served by `status_writers` writes in flight); a pod
+//!   (unless `mark_running` is off; a bounded queue served by
+//!   `status_writers` writes in flight); a pod
 //!   with a deletionTimestamp is deleted with grace 0, as a kubelet confirms
 //!   a termination (preemption's victims).
 
@@ -61,6 +62,9 @@ pub struct HollowConfig {
     pub lease_interval: Duration,
     /// Pod status writes (and deletions) in flight at most.
     pub status_writers: usize,
+    /// Mark bound pods Running (a kubelet's status write); terminating pods
+    /// are deleted either way.
+    pub mark_running: bool,
 }
 
 pub fn node_name(i: usize) -> String {
@@ -135,9 +139,7 @@ pub fn node_status(i: usize) -> Value {
         "ephemeral-storage": "100Gi",
     });
     let now = now();
-    let condition = |kind: &str, status: &str, reason: &str| {
-        json!({"type": kind, "status": status, "reason": reason, "lastHeartbeatTime": now, "lastTransitionTime": now})
-    };
+    let condition = |kind: &str, status: &str, reason: &str| json!({"type": kind, "status": status, "reason": reason, "lastHeartbeatTime": now, "lastTransitionTime": now});
     json!({"status": {
         "capacity": resources, "allocatable": resources,
         "conditions": [
@@ -225,6 +227,8 @@ pub struct Hollow {
     pub bindings: Arc<Mutex<Bindings>>,
     pub leases: Arc<LeaseStats>,
     pub pods: Arc<PodStats>,
+    /// The pod writers' queue, for its backlog.
+    queue: mpsc::Sender<PodWork>,
     stopping: Arc<AtomicBool>,
     tasks: Vec<JoinHandle<()>>,
 }
@@ -255,27 +259,30 @@ impl Hollow {
         let pods = Arc::new(PodStats::default());
         let (queue, work) = mpsc::channel(STATUS_QUEUE);
         let mut tasks = Vec::new();
-        {
+        if !config.lease_interval.is_zero() {
             let (client, stats, stopping) = (client.clone(), leases.clone(), stopping.clone());
             let (nodes, interval) = (config.nodes, config.lease_interval);
             tasks.push(tokio::spawn(async move { renew_leases(client, nodes, interval, stats, stopping).await }));
         }
         {
             let (client, stats, stopping) = (client.clone(), pods.clone(), stopping.clone());
-            let writers = config.status_writers;
-            tasks.push(tokio::spawn(async move { write_pods(client, work, writers, stats, stopping).await }));
+            let (writers, mark_running) = (config.status_writers, config.mark_running);
+            tasks.push(tokio::spawn(
+                async move { write_pods(client, work, writers, mark_running, stats, stopping).await },
+            ));
         }
         let nodes: HashSet<String> = (0..config.nodes).map(node_name).collect();
         let watching = Arc::new(tokio::sync::Notify::new());
         {
             let (bindings, stopping, watching) = (bindings.clone(), stopping.clone(), watching.clone());
+            let queue = queue.clone();
             tasks.push(tokio::spawn(async move {
                 if let Err(e) = watch_pods(client, nodes, bindings, queue, watching, stopping).await {
                     eprintln!("skiff-bench: the hollow nodes' pod watch stopped: {e:#}");
                 }
             }));
         }
-        let hollow = Hollow { bindings, leases, pods, stopping, tasks };
+        let hollow = Hollow { bindings, leases, pods, queue, stopping, tasks };
         tokio::time::timeout(Duration::from_secs(60), watching.notified())
             .await
             .context("the hollow nodes' pod watch did not start within 60s")?;
@@ -295,6 +302,12 @@ impl Hollow {
         if let Ok(mut b) = self.bindings.lock() {
             b.forget(namespace);
         }
+    }
+
+    /// Pod status writes and deletions queued, not yet started: how far the
+    /// hollow kubelets lag behind the bindings.
+    pub fn backlog(&self) -> usize {
+        self.queue.max_capacity() - self.queue.capacity()
     }
 
     /// (renewals, errors, late) so far.
@@ -412,7 +425,8 @@ async fn watch_pods(
                 list.resource_version
             }
         };
-        let params = WatchParams { field_selector: selector.clone(), resource_version: rv.clone(), ..Default::default() };
+        let params =
+            WatchParams { field_selector: selector.clone(), resource_version: rv.clone(), ..Default::default() };
         let mut stream = match client.watch(info(Kind::Pod), "", &params).await {
             Ok(s) => Box::pin(s),
             Err(e) => {
@@ -483,11 +497,15 @@ async fn write_pods(
     client: Client,
     mut work: mpsc::Receiver<PodWork>,
     writers: usize,
+    mark_running: bool,
     stats: Arc<PodStats>,
     stop: Arc<AtomicBool>,
 ) {
     let inflight = Arc::new(Semaphore::new(writers));
     while let Some(item) = work.recv().await {
+        if !mark_running && matches!(item, PodWork::Run { .. }) {
+            continue;
+        }
         let Ok(permit) = inflight.clone().acquire_owned().await else { return };
         let (client, stats, stop) = (client.clone(), stats.clone(), stop.clone());
         tokio::spawn(async move {
@@ -595,7 +613,8 @@ mod tests {
         let nodes: HashSet<String> = [node_name(0)].into();
         let bindings = Mutex::new(Bindings::default());
         let mut deleting = HashSet::new();
-        let pod = json!({"metadata": {"namespace": "ns", "name": "m-0", "uid": "u"}, "spec": {"nodeName": node_name(0)}});
+        let pod =
+            json!({"metadata": {"namespace": "ns", "name": "m-0", "uid": "u"}, "spec": {"nodeName": node_name(0)}});
         assert!(matches!(observe(&pod, &nodes, &bindings, &mut deleting), Some(PodWork::Run { .. })));
         assert!(observe(&pod, &nodes, &bindings, &mut deleting).is_none());
         let elsewhere = json!({"metadata": {"namespace": "ns", "name": "m-1"}, "spec": {"nodeName": "real-node"}});

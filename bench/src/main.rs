@@ -387,12 +387,16 @@ struct SchedulerArgs {
     /// Zones the nodes are spread over (`topology.kubernetes.io/zone`).
     #[arg(long, default_value_t = 10)]
     zones: usize,
-    /// How often each hollow node renews its Lease.
+    /// How often each hollow node renews its Lease (0s: never).
     #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
     lease_interval: Duration,
     /// Pod status writes (Running) and deletions the hollow nodes have in flight at most.
-    #[arg(long, default_value_t = 16)]
+    #[arg(long, default_value_t = 64)]
     status_writers: usize,
+    /// The hollow nodes write no pod status (bound pods stay Pending): the
+    /// kubelets' share of the apiservers' load, left out.
+    #[arg(long)]
+    no_mark_running: bool,
     /// Workloads to run, in order.
     #[arg(long, value_enum, value_delimiter = ',', default_value = "basic,anti-affinity,affinity,spread,preemption")]
     workloads: Vec<scheduler::WorkloadKind>,
@@ -670,6 +674,7 @@ async fn run_scheduler(args: &SchedulerArgs) -> Result<()> {
             zones: args.zones,
             lease_interval: args.lease_interval,
             status_writers: args.status_writers,
+            mark_running: !args.no_mark_running,
         },
         workloads: args.workloads.clone(),
         pods: args.pods,
@@ -699,13 +704,7 @@ async fn run_scheduler(args: &SchedulerArgs) -> Result<()> {
     println!("\n{}", result.table());
     if let Some(readme) = &args.readme {
         let section = result.markdown(&date, &command, &machine);
-        report::write_section(
-            readme,
-            scheduler::BEGIN,
-            scheduler::END,
-            "Latest results: the scheduler",
-            &section,
-        )?;
+        report::write_section(readme, scheduler::BEGIN, scheduler::END, "Latest results: the scheduler", &section)?;
         eprintln!("results written to {}", readme.display());
     }
     Ok(())

@@ -336,9 +336,7 @@ pub fn pod(shape: Shape, name: &str, priority: Priority) -> Value {
         "spec": {"containers": [{"name": "c", "image": "registry.k8s.io/pause:3.9",
                                  "resources": {"requests": resources, "limits": resources}}]},
     });
-    let term = |key: &str, value: &str, topology: &str| {
-        json!([{"labelSelector": {"matchLabels": {key: value}}, "topologyKey": topology}])
-    };
+    let term = |key: &str, value: &str, topology: &str| json!([{"labelSelector": {"matchLabels": {key: value}}, "topologyKey": topology}]);
     match shape {
         Shape::Basic => {}
         Shape::AntiAffinity => {
@@ -429,7 +427,11 @@ impl SchedulerProcess {
     fn exited(&mut self) -> Option<String> {
         let status = self.child.as_mut()?.try_wait().ok()??;
         self.child = None;
-        Some(format!("`skiff scheduler` exited ({status}); its log ({}) ends:\n{}", self.log.display(), tail(&self.log)))
+        Some(format!(
+            "`skiff scheduler` exited ({status}); its log ({}) ends:\n{}",
+            self.log.display(),
+            tail(&self.log)
+        ))
     }
 
     async fn metrics(&self) -> Result<String> {
@@ -483,7 +485,11 @@ pub struct SchedulerReport {
 
 /// The measured pods' figures: `sent` is each create's send instant by pod
 /// index, `bound` each pod's binding seen by name (`m-INDEX`).
-pub fn figures(sent: &[Option<Instant>], bound: &HashMap<String, Instant>, group: &str) -> (usize, Option<f64>, Latency) {
+pub fn figures(
+    sent: &[Option<Instant>],
+    bound: &HashMap<String, Instant>,
+    group: &str,
+) -> (usize, Option<f64>, Latency) {
     let mut latency = Latency::default();
     let first = sent.iter().flatten().min().copied();
     let mut last: Option<Instant> = None;
@@ -509,18 +515,32 @@ struct Created {
     elapsed: Duration,
 }
 
-/// Creates `count` pods `GROUP-i` in `namespace`, `concurrency` at a time
-/// over `clients`; each failed create lowers `expected` by one.
-async fn create_pods(
-    clients: &[Client],
-    namespace: &str,
-    group: &str,
+/// One batch of a workload's pods: `count` pods `GROUP-i` of `shape` in `namespace`.
+struct Batch<'a> {
+    namespace: &'a str,
+    group: &'static str,
     count: usize,
     shape: Shape,
+}
+
+/// A batch's progress, shared by its creator and its waiter.
+struct Progress {
+    /// Pods to wait for: the batch, less the creates that failed.
+    expected: AtomicUsize,
+    creating: AtomicBool,
+}
+
+/// Creates `batch`, `concurrency` at a time over `clients`; each failed
+/// create lowers `progress.expected` by one.
+async fn create_pods(
+    clients: &[Client],
+    batch: &Batch<'_>,
     priority: Priority,
     concurrency: usize,
-    expected: &AtomicUsize,
+    progress: &Progress,
 ) -> Created {
+    let Batch { namespace, group, count, shape } = *batch;
+    let expected = &progress.expected;
     let started = Instant::now();
     let next = AtomicUsize::new(0);
     let sent = Mutex::new(vec![None; count]);
@@ -574,25 +594,26 @@ async fn create_pods(
         }
     };
     futures::future::join_all((0..concurrency.max(1)).map(worker)).await;
+    progress.creating.store(false, Ordering::Relaxed);
     let (errors, first_error) = errors.into_inner().unwrap_or_default();
     Created { sent: sent.into_inner().unwrap_or_default(), errors, first_error, elapsed: started.elapsed() }
 }
 
-/// Waits until `expected` pods of `group` in `namespace` are seen bound
-/// (true), or none was for `stall_timeout` (false). Fails when none at all
-/// is bound within `bind_timeout` of `since`, or the scheduler exits.
+/// Waits until the batch's pods are seen bound (true), or none was for
+/// `stall_timeout` (false). Fails when none at all is bound within
+/// `bind_timeout` of `since`, or the scheduler exits.
 async fn wait_bound(
     hollow: &Hollow,
     scheduler: &mut Option<SchedulerProcess>,
     config: &SchedulerConfig,
-    namespace: &str,
-    group: &str,
-    expected: &AtomicUsize,
-    creating: &AtomicBool,
+    batch: &Batch<'_>,
+    progress: &Progress,
     since: Instant,
 ) -> Result<bool> {
+    let (namespace, group) = (batch.namespace, batch.group);
+    let (expected, creating) = (&progress.expected, &progress.creating);
     let mut seen = 0;
-    let mut progress = Instant::now();
+    let mut moved = Instant::now();
     loop {
         let bound = hollow.bound(namespace, group);
         if bound >= expected.load(Ordering::Relaxed) && !creating.load(Ordering::Relaxed) {
@@ -600,7 +621,7 @@ async fn wait_bound(
         }
         if bound > seen {
             seen = bound;
-            progress = Instant::now();
+            moved = Instant::now();
         }
         if let Some(why) = scheduler.as_mut().and_then(SchedulerProcess::exited) {
             bail!("{why}");
@@ -615,17 +636,35 @@ async fn wait_bound(
                 config.bind_timeout
             );
         }
-        if progress.elapsed() > config.stall_timeout && !creating.load(Ordering::Relaxed) {
+        if moved.elapsed() > config.stall_timeout && !creating.load(Ordering::Relaxed) {
             return Ok(false);
         }
         tokio::time::sleep(POLL).await;
     }
 }
 
+/// Creates a batch and waits for its bindings, both at once: the pods
+/// created, and whether all of them were bound.
+async fn run_batch(
+    hollow: &Hollow,
+    scheduler: &mut Option<SchedulerProcess>,
+    clients: &[Client],
+    config: &SchedulerConfig,
+    priority: Priority,
+    batch: &Batch<'_>,
+) -> Result<(Created, bool)> {
+    let progress = Progress { expected: AtomicUsize::new(batch.count), creating: AtomicBool::new(true) };
+    let started = Instant::now();
+    let create = create_pods(clients, batch, priority, config.create_clients, &progress);
+    let wait = wait_bound(hollow, scheduler, config, batch, &progress, started);
+    let (created, all) = tokio::join!(create, wait);
+    Ok((created, all?))
+}
+
 /// Deletes every pod of `namespace` with grace 0.
 async fn clean_up(client: &Client, namespace: &str) -> Result<usize> {
-    let list = timed(client.list_all(info(Kind::Pod), namespace, &ListParams { limit: 1000, ..Default::default() }))
-        .await?;
+    let list =
+        timed(client.list_all(info(Kind::Pod), namespace, &ListParams { limit: 1000, ..Default::default() })).await?;
     let names: Vec<String> =
         list.items.iter().filter_map(|p| p["metadata"]["name"].as_str().map(str::to_string)).collect();
     let deleted = names.len();
@@ -654,8 +693,11 @@ async fn stand_in_scheduler(client: Client, nodes: usize) -> Result<()> {
     let mut from = String::new();
     let mut bound: std::collections::HashSet<String> = std::collections::HashSet::new();
     loop {
-        let params =
-            WatchParams { field_selector: "spec.nodeName=".into(), resource_version: from.clone(), ..Default::default() };
+        let params = WatchParams {
+            field_selector: "spec.nodeName=".into(),
+            resource_version: from.clone(),
+            ..Default::default()
+        };
         let mut stream = match client.watch(info(Kind::Pod), "", &params).await {
             Ok(s) => Box::pin(s),
             Err(e) => {
@@ -736,6 +778,12 @@ pub async fn run(config: &SchedulerConfig) -> Result<SchedulerReport> {
     ));
 
     let n = config.hollow.nodes;
+    if !config.hollow.mark_running {
+        report.notes.push("--no-mark-running: the hollow nodes wrote no pod status".into());
+    }
+    if config.hollow.lease_interval.is_zero() {
+        report.notes.push("--lease-interval 0s: the hollow nodes renewed no Lease".into());
+    }
     eprintln!("  registering {n} hollow nodes in {} zones", config.hollow.zones);
     let registering = Instant::now();
     let hollow = Hollow::start(&endpoints, &config.hollow).await?;
@@ -782,6 +830,9 @@ pub async fn run(config: &SchedulerConfig) -> Result<SchedulerReport> {
 
     // The Lease renewals alone: what the hollow nodes cost the masters.
     tokio::time::sleep(Duration::from_secs(1)).await;
+    if let Some(why) = scheduler.as_mut().and_then(SchedulerProcess::exited) {
+        bail!("{why}");
+    }
     let (r0, e0, l0) = hollow.lease_counts();
     hollow.take_lease_latency();
     let idle = Sampler::start(pids.clone())?;
@@ -790,13 +841,14 @@ pub async fn run(config: &SchedulerConfig) -> Result<SchedulerReport> {
     let (r1, e1, l1) = hollow.lease_counts();
     let lat = hollow.take_lease_latency();
     let members_cpu: f64 = idle.members[scheduler_pid.is_some() as usize..].iter().sum();
-    let scheduler_idle =
-        scheduler_pid.map(|_| format!(", the scheduler {:.0}%", 100.0 * idle.members[0] / idle.wall)).unwrap_or_default();
+    let scheduler_idle = scheduler_pid
+        .map(|_| format!(", the scheduler {:.0}%", 100.0 * idle.members[0] / idle.wall))
+        .unwrap_or_default();
     report.lease_load = format!(
         "{n} nodes renewing every {:?}: {:.0} renewals/s expected, {:.0}/s measured over {:.0} s ({} errors, {} late), \
          renewal p50 {:.2} ms, p99 {:.2} ms; CPU while only they run: the 3 members {:.0}% of one core together{}",
         config.hollow.lease_interval,
-        n as f64 / config.hollow.lease_interval.as_secs_f64(),
+        if config.hollow.lease_interval.is_zero() { 0.0 } else { n as f64 / config.hollow.lease_interval.as_secs_f64() },
         (r1 - r0) as f64 / idle.wall,
         idle.wall,
         e1 - e0,
@@ -811,40 +863,21 @@ pub async fn run(config: &SchedulerConfig) -> Result<SchedulerReport> {
     let clients: Vec<Client> =
         (0..config.create_clients.min(8)).map(|_| Client::new(&leader_first)).collect::<Result<_, _>>()?;
     for workload in plan(config) {
-        eprintln!("  {}: {} initial, {} measured pods in {}", workload.label, workload.init, workload.measured, workload.namespace);
+        eprintln!(
+            "  {}: {} initial, {} measured pods in {}",
+            workload.label, workload.init, workload.measured, workload.namespace
+        );
         hollow::ensure_namespace(&client, &workload.namespace).await?;
         let mut detail = Vec::new();
         if workload.init > 0 {
-            let expected = AtomicUsize::new(workload.init);
-            let creating = AtomicBool::new(true);
-            let started = Instant::now();
-            let create = async {
-                let c = create_pods(
-                    &clients,
-                    &workload.namespace,
-                    "init",
-                    workload.init,
-                    workload.init_shape,
-                    priority,
-                    config.create_clients,
-                    &expected,
-                )
-                .await;
-                creating.store(false, Ordering::Relaxed);
-                c
+            let batch = Batch {
+                namespace: &workload.namespace,
+                group: "init",
+                count: workload.init,
+                shape: workload.init_shape,
             };
-            let wait = wait_bound(
-                &hollow,
-                &mut scheduler,
-                config,
-                &workload.namespace,
-                "init",
-                &expected,
-                &creating,
-                started,
-            );
-            let (created, all) = tokio::join!(create, wait);
-            let all = all?;
+            let started = Instant::now();
+            let (created, all) = run_batch(&hollow, &mut scheduler, &clients, config, priority, &batch).await?;
             let bound = hollow.bound(&workload.namespace, "init");
             detail.push(format!(
                 "{} initial pods created in {:.1} s ({} errors), {bound} bound after {:.1} s{}",
@@ -855,42 +888,29 @@ pub async fn run(config: &SchedulerConfig) -> Result<SchedulerReport> {
                 if all { "" } else { " (stalled: measured anyway)" }
             ));
         }
-        let expected = AtomicUsize::new(workload.measured);
-        let creating = AtomicBool::new(true);
+        let batch =
+            Batch { namespace: &workload.namespace, group: "m", count: workload.measured, shape: workload.shape };
         let sampler = Sampler::start(pids.clone())?;
-        let started = Instant::now();
-        let create = async {
-            let c = create_pods(
-                &clients,
-                &workload.namespace,
-                "m",
-                workload.measured,
-                workload.shape,
-                priority,
-                config.create_clients,
-                &expected,
-            )
-            .await;
-            creating.store(false, Ordering::Relaxed);
-            c
-        };
-        let wait =
-            wait_bound(&hollow, &mut scheduler, config, &workload.namespace, "m", &expected, &creating, started);
-        let (created, all) = tokio::join!(create, wait);
-        let all = all?;
+        let (created, all) = run_batch(&hollow, &mut scheduler, &clients, config, priority, &batch).await?;
         let cpu = sampler.finish()?;
         let bound_at = hollow.bound_times(&workload.namespace, "m");
         let (bound, rate, latency) = figures(&created.sent, &bound_at, "m");
+        let backlog = hollow.backlog();
         let cpu_ms_per_pod = scheduler_pid.filter(|_| bound > 0).map(|_| 1000.0 * cpu.members[0] / bound as f64);
         let rss = scheduler_pid.and_then(rss_mib);
         detail.push(format!(
-            "{} measured pods created in {:.1} s ({:.0}/s, {} errors{}); {bound} bound{}",
+            "{} measured pods created in {:.1} s ({:.0}/s, {} errors{}); {bound} bound{}; {backlog} pod status \
+             writes still queued at the last binding",
             workload.measured,
             created.elapsed.as_secs_f64(),
             workload.measured as f64 / created.elapsed.as_secs_f64().max(1e-9),
             created.errors,
             created.first_error.as_deref().map(|e| format!(", first: {e}")).unwrap_or_default(),
-            if all { String::new() } else { format!(" (gave up after {:?} without a new binding)", config.stall_timeout) }
+            if all {
+                String::new()
+            } else {
+                format!(" (gave up after {:?} without a new binding)", config.stall_timeout)
+            }
         ));
         let offset = scheduler_pid.is_some() as usize;
         let members: Vec<String> = cpu.members[offset..].iter().map(|s| format!("{s:.1}")).collect();
@@ -964,8 +984,15 @@ pub async fn run(config: &SchedulerConfig) -> Result<SchedulerReport> {
         Some(_) => format!(
             "`skiff scheduler --leader-elect {}{}{}`",
             config.scheduler_leader_elect,
-            config.percentage_of_nodes_to_score.map(|p| format!(" --percentage-of-nodes-to-score {p}")).unwrap_or_default(),
-            if config.scheduler_args.is_empty() { String::new() } else { format!(" {}", config.scheduler_args.join(" ")) }
+            config
+                .percentage_of_nodes_to_score
+                .map(|p| format!(" --percentage-of-nodes-to-score {p}"))
+                .unwrap_or_default(),
+            if config.scheduler_args.is_empty() {
+                String::new()
+            } else {
+                format!(" {}", config.scheduler_args.join(" "))
+            }
         ),
         None => "stand-in scheduler in the harness (no `skiff scheduler`)".into(),
     });
@@ -1098,7 +1125,13 @@ mod tests {
             dir: PathBuf::from("/tmp"),
             masters: Masters::Apiserver,
             skiff_args: Vec::new(),
-            hollow: HollowConfig { nodes, zones: 10, lease_interval: Duration::from_secs(10), status_writers: 16 },
+            hollow: HollowConfig {
+                nodes,
+                zones: 10,
+                lease_interval: Duration::from_secs(10),
+                status_writers: 16,
+                mark_running: true,
+            },
             workloads: WorkloadKind::all(),
             pods,
             warmup_pods: None,
@@ -1163,8 +1196,14 @@ mod tests {
         assert_eq!(spread["spec"]["topologySpreadConstraints"][0]["whenUnsatisfiable"], "DoNotSchedule");
         assert_eq!(pod(Shape::High, "m-1", Priority::Classes)["spec"]["priorityClassName"], "bench-high");
         assert_eq!(pod(Shape::Low, "init-1", Priority::Direct)["spec"]["priority"], LOW_PRIORITY);
-        assert_eq!(pod(Shape::Basic, "m-1", Priority::Direct)["spec"]["containers"][0]["resources"]["requests"]["cpu"], "100m");
-        assert_eq!(pod(Shape::High, "m-1", Priority::Direct)["spec"]["containers"][0]["resources"]["requests"]["cpu"], "3000m");
+        assert_eq!(
+            pod(Shape::Basic, "m-1", Priority::Direct)["spec"]["containers"][0]["resources"]["requests"]["cpu"],
+            "100m"
+        );
+        assert_eq!(
+            pod(Shape::High, "m-1", Priority::Direct)["spec"]["containers"][0]["resources"]["requests"]["cpu"],
+            "3000m"
+        );
     }
 
     #[test]
