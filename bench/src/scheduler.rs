@@ -15,9 +15,10 @@
 //! is its create sent to its binding seen. The scheduler's CPU (utime +
 //! stime from `/proc/PID/stat`) over that window, per measured pod, and its
 //! RSS at the end. Afterwards every pod of the namespace is deleted (grace
-//! 0), so each workload starts on empty nodes. Last, unless skipped, a fill
-//! step creates `fill_to` basic pods and leaves them: the scheduler's RSS
-//! there is its memory at that many nodes and pods.
+//! 0, and 2 s for the scheduler to see it), so each workload starts on
+//! empty nodes. Last, unless skipped, a fill step creates `fill_to` basic
+//! pods and leaves them: the scheduler's RSS there is its memory at that
+//! many nodes and pods.
 //!
 //! If no pod of a workload is bound within `bind_timeout`, the run fails,
 //! with the scheduler's log tail: there is no scheduler to measure.
@@ -58,6 +59,9 @@ pub const ANTI_AFFINITY_TARGET: f64 = 600.0;
 const POLL: Duration = Duration::from_millis(20);
 /// Deletes in flight at most when a workload's pods are cleaned up.
 const DELETE_INFLIGHT: usize = 64;
+/// A pause after a workload's pods are deleted, so that the scheduler's
+/// cache has seen the deletions before the next workload counts on the room.
+const SETTLE: Duration = Duration::from_secs(2);
 /// Binds in flight at most in the stand-in scheduler.
 const STAND_IN_INFLIGHT: usize = 64;
 /// A basic pod's requests: 40 of them fill a node's cpu.
@@ -943,6 +947,7 @@ pub async fn run(config: &SchedulerConfig) -> Result<SchedulerReport> {
             let deleted = clean_up(&client, &workload.namespace).await?;
             hollow.forget(&workload.namespace);
             eprintln!("     {deleted} pods deleted");
+            tokio::time::sleep(SETTLE).await;
         }
     }
 
