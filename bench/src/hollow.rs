@@ -567,6 +567,76 @@ async fn delete_pod(client: &Client, namespace: &str, name: &str, uid: &str) -> 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cluster::{Cluster, ClusterSpec, EtcdTiming, System};
+
+    /// Polls `check` every 50 ms for up to 30 s.
+    async fn eventually<F, Fut>(what: &str, mut check: F)
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = bool>,
+    {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !check().await {
+            assert!(Instant::now() < deadline, "{what} within 30 s");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Real processes: `SKIFF_BIN=/path/to/skiff cargo test --release -- --ignored`.
+    #[tokio::test(flavor = "multi_thread")]
+    #[ignore = "needs a skiff binary in SKIFF_BIN"]
+    async fn hollow_nodes_renew_leases_run_bound_pods_and_finish_terminating_ones() {
+        let binary = std::env::var("SKIFF_BIN").expect("SKIFF_BIN names the skiff binary");
+        let dir = tempfile::tempdir().unwrap();
+        let spec = ClusterSpec {
+            system: System::Skiff,
+            binary: binary.into(),
+            members: 3,
+            dir: dir.path().to_path_buf(),
+            etcd_timing: EtcdTiming { heartbeat_ms: 40, election_timeout_ms: 200 },
+            extra_args: Vec::new(),
+            skiff_subcommand: "apiserver",
+        };
+        let cluster = Cluster::launch(spec).await.unwrap();
+        let endpoints = cluster.endpoints();
+        let config = HollowConfig {
+            nodes: 3,
+            zones: 2,
+            lease_interval: Duration::from_millis(300),
+            status_writers: 4,
+            mark_running: true,
+        };
+        let hollow = Hollow::start(&endpoints, &config).await.unwrap();
+        let client = Client::new(&endpoints).unwrap();
+        let node = client.get(info(Kind::Node), "", &node_name(2)).await.unwrap();
+        assert_eq!(node["metadata"]["labels"][ZONE_LABEL], "zone-0");
+        assert_eq!(node["status"]["allocatable"]["cpu"], "4000m");
+
+        let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "m-0"},
+                         "spec": {"containers": [{"name": "c", "image": "pause"}]}});
+        client.create(info(Kind::Pod), "default", &pod).await.unwrap();
+        client.bind("default", "m-0", &node_name(1)).await.unwrap();
+        eventually("the binding seen", || async { hollow.bound("default", "m") == 1 }).await;
+        eventually("the pod Running", || async {
+            let pod = client.get(info(Kind::Pod), "default", "m-0").await.unwrap();
+            pod["status"]["phase"] == "Running"
+        })
+        .await;
+
+        // A bound pod's delete waits for its kubelet: the hollow node finishes it.
+        let deleted = client.delete(info(Kind::Pod), "default", "m-0", &DeleteParams::default()).await.unwrap();
+        assert!(!deleted["metadata"]["deletionTimestamp"].is_null(), "a graceful deletion: {deleted}");
+        eventually("the pod gone", || async {
+            client.get(info(Kind::Pod), "default", "m-0").await.is_err_and(|e| e.is(Reason::NotFound))
+        })
+        .await;
+        assert_eq!(hollow.pods.deleted.load(Ordering::Relaxed), 1);
+
+        eventually("every Lease renewed", || async { hollow.lease_counts().0 >= 6 }).await;
+        let lease = client.get(info(Kind::Lease), LEASE_NAMESPACE, &node_name(0)).await.unwrap();
+        assert_eq!(lease["spec"]["holderIdentity"], node_name(0));
+        assert_eq!(hollow.lease_counts().1, 0, "no renewal failed");
+    }
 
     #[test]
     fn nodes_carry_hostname_and_zone_labels_spread_round_robin() {
