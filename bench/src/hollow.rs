@@ -45,7 +45,7 @@ pub const HOSTNAME_LABEL: &str = "kubernetes.io/hostname";
 pub const ZONE_LABEL: &str = "topology.kubernetes.io/zone";
 const LEASE_NAMESPACE: &str = "kube-node-lease";
 /// Node registrations (create, status, Lease) in flight at most.
-const REGISTER_INFLIGHT: usize = 64;
+pub const REGISTER_INFLIGHT: usize = 64;
 /// Lease renewals in flight at most; a renewal due while all are busy waits
 /// (and is counted late).
 const RENEW_INFLIGHT: usize = 64;

@@ -483,7 +483,8 @@ pub struct SchedulerReport {
     pub lease_run: String,
     pub settings: Vec<String>,
     pub notes: Vec<String>,
-    /// `skiff_scheduler_*` lines of the scheduler's `/metrics` at the end.
+    /// The scheduler's own lines of its `/metrics` at the end (names with
+    /// `schedul` in them; no histogram buckets, no zeros).
     pub metrics: Vec<String>,
 }
 
@@ -798,7 +799,7 @@ pub async fn run(config: &SchedulerConfig) -> Result<SchedulerReport> {
         hollow::NODE_MEMORY,
         config.hollow.zones,
         registering.elapsed().as_secs_f64(),
-        64
+        hollow::REGISTER_INFLIGHT
     ));
     let priority = priority_mode(&client).await?;
     if priority == Priority::Direct {
@@ -919,7 +920,7 @@ pub async fn run(config: &SchedulerConfig) -> Result<SchedulerReport> {
         let offset = scheduler_pid.is_some() as usize;
         let members: Vec<String> = cpu.members[offset..].iter().map(|s| format!("{s:.1}")).collect();
         detail.push(format!(
-            "CPU s over the {:.1} s window: {}members {} (leader first: member {}), harness {:.1}",
+            "CPU s over the {:.1} s window: {}members {} (member {} leads), harness {:.1}",
             cpu.wall,
             scheduler_pid.map(|_| format!("scheduler {:.1}, ", cpu.members[0])).unwrap_or_default(),
             members.join(" / "),
@@ -970,7 +971,9 @@ pub async fn run(config: &SchedulerConfig) -> Result<SchedulerReport> {
                 let _ = std::fs::write(config.dir.join("scheduler.metrics"), &body);
                 report.metrics = body
                     .lines()
-                    .filter(|l| l.starts_with("skiff_scheduler") && !l.ends_with(" 0") && !l.contains("_bucket"))
+                    .filter(|l| {
+                        !l.starts_with('#') && l.contains("schedul") && !l.ends_with(" 0") && !l.contains("_bucket")
+                    })
                     .take(40)
                     .map(str::to_string)
                     .collect();
