@@ -8,7 +8,7 @@ BIN := $(CARGO_TARGET_DIR)/release
 CARGO ?= cargo
 SHELL := /bin/bash
 
-.PHONY: deps build up test chaos lint fmt clean-up bench bench-deps bench-objects bench-controllers
+.PHONY: deps build up test chaos lint fmt clean-up bench bench-deps bench-objects bench-controllers bench-scheduler
 
 # libclang-dev: bindgen for RocksDB's bindings; etcd-client: etcdctl for the
 # compatibility tests; iproute2: network namespaces for the chaos suite
@@ -111,3 +111,17 @@ bench-controllers: deps bench-deps
 	$(CARGO) build --release --manifest-path bench/Cargo.toml
 	$(BIN)/skiff-bench controllers --skiff $(BIN)/skiff \
 		--readme bench/README.md --command-line "make bench-controllers $(BENCH_CONTROLLERS_ARGS)" $(BENCH_CONTROLLERS_ARGS)
+
+# The scheduler on 5,000 hollow nodes (kwok-style: Node objects renewing their
+# Leases, pods marked Running once bound) in the manner of scheduler_perf:
+# basic pods, required anti-affinity, pod affinity, topology spread,
+# preemption, then a fill to 50,000 pods for the scheduler's memory (issue 22).
+# A fresh 3-member Skiff without a scheduler and one `skiff scheduler` process
+# of its own. Writes its own section of bench/README.md. BENCH_SCHEDULER_ARGS
+# passes flags to `skiff-bench scheduler` (e.g. --nodes 500 --pods 1000
+# --skip-fill for a quick run; --stand-in to test the harness without a scheduler).
+bench-scheduler: deps bench-deps
+	$(CARGO) build --release --workspace --bins
+	$(CARGO) build --release --manifest-path bench/Cargo.toml
+	$(BIN)/skiff-bench scheduler --skiff $(BIN)/skiff \
+		--readme bench/README.md --command-line "make bench-scheduler $(BENCH_SCHEDULER_ARGS)" $(BENCH_SCHEDULER_ARGS)

@@ -118,6 +118,10 @@ pub struct ClusterSpec {
     pub etcd_timing: EtcdTiming,
     /// Extra flags for every member.
     pub extra_args: Vec<String>,
+    /// The `skiff` subcommand a member runs: `apiserver` (Raft, store and
+    /// APIs only) or `server` (with the controller manager and scheduler,
+    /// unless flags in `extra_args` leave them out). Unused for etcd.
+    pub skiff_subcommand: &'static str,
 }
 
 struct Member {
@@ -206,7 +210,7 @@ impl Cluster {
         let mut cmd = Command::new(&self.spec.binary);
         match self.spec.system {
             System::Skiff => {
-                cmd.arg("apiserver")
+                cmd.arg(self.spec.skiff_subcommand)
                     .args(["--id", &member.id.to_string()])
                     .arg("--data-dir")
                     .arg(&member.data_dir)

@@ -192,6 +192,7 @@ pub async fn run(config: &ControllersConfig) -> Result<ControllersReport> {
         dir: config.dir.clone(),
         etcd_timing: EtcdTiming { heartbeat_ms: 40, election_timeout_ms: 200 },
         extra_args: Vec::new(),
+        skiff_subcommand: "apiserver",
     };
     eprintln!("== Skiff: starting 3 members and 2 controller managers in {}", config.dir.display());
     let cluster = Cluster::launch(spec).await?;
@@ -521,7 +522,7 @@ async fn scrape_metrics(managers: &[Manager], client: &Client) -> Vec<String> {
         .collect()
 }
 
-async fn http_get(addr: &str, path: &str) -> Result<String> {
+pub(crate) async fn http_get(addr: &str, path: &str) -> Result<String> {
     let mut stream = tokio::net::TcpStream::connect(addr).await?;
     stream.write_all(format!("GET {path} HTTP/1.0\r\nHost: {addr}\r\nConnection: close\r\n\r\n").as_bytes()).await?;
     let mut body = String::new();

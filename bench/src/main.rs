@@ -9,6 +9,8 @@
 //! - `failover`: leader SIGKILL to first successful write.
 //! - `objects`: Skiff's resource API: pod creates, LISTs, memory, pod watch fan-out.
 //! - `controllers`: the controller manager: Deployment, rollout, Job, namespace deletion, failover.
+//! - `hollow`: hollow nodes (Node objects, Lease renewals, pods marked Running), as kwok does.
+//! - `scheduler`: the scheduler's throughput on hollow nodes, in the manner of `scheduler_perf`.
 //! - `suite`: every scenario against both systems (`make bench`).
 //! - `report`: the comparison table and bench/README.md.
 
@@ -19,10 +21,12 @@ mod cluster;
 mod controllers;
 mod cpu;
 mod failover;
+mod hollow;
 mod latency;
 mod load;
 mod objects;
 mod report;
+mod scheduler;
 mod suite;
 mod watch;
 
@@ -86,6 +90,8 @@ enum Command {
     Objects(Box<ObjectsArgs>),
     /// The controller manager on a fresh 3-member cluster: Deployment, rollout, Job, namespace deletion, failover.
     Controllers(Box<ControllersArgs>),
+    /// The scheduler on hollow nodes: basic pods, anti-affinity, affinity, spreading, preemption.
+    Scheduler(Box<SchedulerArgs>),
 }
 
 #[derive(Args)]
@@ -357,6 +363,101 @@ struct ControllersArgs {
     command_line: Option<String>,
 }
 
+#[derive(Args)]
+struct SchedulerArgs {
+    /// The `skiff` executable (with the `scheduler` subcommand).
+    #[arg(long)]
+    skiff: PathBuf,
+    /// Parent directory for data and logs (default: the system temp dir).
+    #[arg(long)]
+    dir: Option<PathBuf>,
+    /// Keep the cluster's data directories and logs after a successful run.
+    #[arg(long)]
+    keep: bool,
+    /// What the masters run: `apiserver` (no scheduler, no controller manager) or
+    /// `server` (with `--disable-scheduler --controllers '*,-nodelifecycle'`).
+    #[arg(long, value_enum, default_value = "apiserver")]
+    masters: scheduler::Masters,
+    /// An extra flag for every master (repeatable).
+    #[arg(long = "skiff-arg", allow_hyphen_values = true)]
+    skiff_args: Vec<String>,
+    /// Hollow nodes.
+    #[arg(long, default_value_t = 5000)]
+    nodes: usize,
+    /// Zones the nodes are spread over (`topology.kubernetes.io/zone`).
+    #[arg(long, default_value_t = 10)]
+    zones: usize,
+    /// How often each hollow node renews its Lease (0s: never).
+    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
+    lease_interval: Duration,
+    /// Pod status writes (Running) and deletions the hollow nodes have in flight at most.
+    #[arg(long, default_value_t = 64)]
+    status_writers: usize,
+    /// The hollow nodes write no pod status (bound pods stay Pending): the
+    /// kubelets' share of the apiservers' load, left out.
+    #[arg(long)]
+    no_mark_running: bool,
+    /// Workloads to run, in order.
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "basic,anti-affinity,affinity,spread,preemption")]
+    workloads: Vec<scheduler::WorkloadKind>,
+    /// Measured basic pods; the other workloads' default sizes follow from it.
+    #[arg(long, default_value_t = 10_000)]
+    pods: usize,
+    /// Basic warm-up pods (default: --pods / 2).
+    #[arg(long)]
+    warmup_pods: Option<usize>,
+    /// Measured anti-affinity pods, after as many initial ones (default: min(--pods / 10, nodes / 5)).
+    #[arg(long)]
+    anti_affinity_pods: Option<usize>,
+    /// Measured pod-affinity pods (default: --pods / 2).
+    #[arg(long)]
+    affinity_pods: Option<usize>,
+    /// Measured topology-spread pods (default: --pods / 2).
+    #[arg(long)]
+    spread_pods: Option<usize>,
+    /// Measured high-priority pods, each preempting a low one (default: --pods / 10).
+    #[arg(long)]
+    preemption_pods: Option<usize>,
+    /// Basic pods of the final fill step, left in place for the scheduler's memory.
+    #[arg(long, default_value_t = 50_000)]
+    fill_to: usize,
+    /// Skip the fill step.
+    #[arg(long)]
+    skip_fill: bool,
+    /// Concurrent pod creates.
+    #[arg(long, default_value_t = 64)]
+    create_clients: usize,
+    /// Fail when no pod of a workload is bound within this long.
+    #[arg(long, default_value = "60s", value_parser = humantime::parse_duration)]
+    bind_timeout: Duration,
+    /// Stop waiting for a workload's pods after this long without a new binding.
+    #[arg(long, default_value = "60s", value_parser = humantime::parse_duration)]
+    stall_timeout: Duration,
+    /// How long the Lease renewals alone are measured before the workloads.
+    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
+    idle_window: Duration,
+    /// Bind pods from the harness (round robin, no constraints) instead of
+    /// running `skiff scheduler`: tests the harness, and measures the
+    /// apiservers' ceiling for create + bind + status.
+    #[arg(long)]
+    stand_in: bool,
+    /// Run the scheduler with leader election.
+    #[arg(long)]
+    scheduler_leader_elect: bool,
+    /// The scheduler's --percentage-of-nodes-to-score (default: its own).
+    #[arg(long)]
+    percentage_of_nodes_to_score: Option<u32>,
+    /// An extra flag for `skiff scheduler` (repeatable).
+    #[arg(long = "scheduler-arg", allow_hyphen_values = true)]
+    scheduler_args: Vec<String>,
+    /// Write the scheduler results section of this README (bench/README.md).
+    #[arg(long)]
+    readme: Option<PathBuf>,
+    /// How the run is described in the README (default: this command line).
+    #[arg(long)]
+    command_line: Option<String>,
+}
+
 async fn run(cli: Cli) -> Result<()> {
     match cli.command {
         Command::Put { load, key_space } => {
@@ -383,6 +484,7 @@ async fn run(cli: Cli) -> Result<()> {
                 dir: dir.path().to_path_buf(),
                 etcd_timing,
                 extra_args: cluster.extra_args(system),
+                skiff_subcommand: "apiserver",
             };
             let mut running = Cluster::launch(spec).await?;
             let result = failover::run(&mut running, &failover.config()).await?;
@@ -446,6 +548,7 @@ async fn run(cli: Cli) -> Result<()> {
         }
         Command::Objects(args) => run_objects(&args).await?,
         Command::Controllers(args) => run_controllers(&args).await?,
+        Command::Scheduler(args) => run_scheduler(&args).await?,
     }
     Ok(())
 }
@@ -541,6 +644,67 @@ async fn run_controllers(args: &ControllersArgs) -> Result<()> {
             "Latest results: the controller manager",
             &section,
         )?;
+        eprintln!("results written to {}", readme.display());
+    }
+    Ok(())
+}
+
+async fn run_scheduler(args: &SchedulerArgs) -> Result<()> {
+    let mut machine = report::machine_facts();
+    machine.push(("Skiff".into(), format!("{} (commit {})", version(&args.skiff), commit())));
+    let command = args
+        .command_line
+        .as_deref()
+        .map(|c| c.trim().to_string())
+        .unwrap_or_else(|| std::env::args().collect::<Vec<_>>().join(" "));
+    let date = humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string();
+    let parent = args.dir.clone().unwrap_or_else(std::env::temp_dir);
+    std::fs::create_dir_all(&parent).with_context(|| format!("creating {}", parent.display()))?;
+    let dir = tempfile::Builder::new()
+        .prefix("skiff-bench-scheduler-")
+        .tempdir_in(&parent)
+        .with_context(|| format!("creating a directory under {}", parent.display()))?;
+    let config = scheduler::SchedulerConfig {
+        skiff: args.skiff.clone(),
+        dir: dir.path().to_path_buf(),
+        masters: args.masters,
+        skiff_args: args.skiff_args.clone(),
+        hollow: hollow::HollowConfig {
+            nodes: args.nodes,
+            zones: args.zones,
+            lease_interval: args.lease_interval,
+            status_writers: args.status_writers,
+            mark_running: !args.no_mark_running,
+        },
+        workloads: args.workloads.clone(),
+        pods: args.pods,
+        warmup_pods: args.warmup_pods,
+        anti_affinity_pods: args.anti_affinity_pods,
+        affinity_pods: args.affinity_pods,
+        spread_pods: args.spread_pods,
+        preemption_pods: args.preemption_pods,
+        fill_to: if args.skip_fill { 0 } else { args.fill_to },
+        create_clients: args.create_clients,
+        bind_timeout: args.bind_timeout,
+        stall_timeout: args.stall_timeout,
+        idle_window: args.idle_window,
+        stand_in: args.stand_in,
+        scheduler_leader_elect: args.scheduler_leader_elect,
+        percentage_of_nodes_to_score: args.percentage_of_nodes_to_score,
+        scheduler_args: args.scheduler_args.clone(),
+    };
+    let result = match scheduler::run(&config).await {
+        Ok(result) => result,
+        Err(e) => return Err(e.context(format!("logs kept in {}", dir.keep().display()))),
+    };
+    if args.keep {
+        eprintln!("logs and data kept in {}", dir.keep().display());
+    }
+    machine.push(("load average after the run".into(), report::load_average()));
+    println!("\n{}", result.table());
+    if let Some(readme) = &args.readme {
+        let section = result.markdown(&date, &command, &machine);
+        report::write_section(readme, scheduler::BEGIN, scheduler::END, "Latest results: the scheduler", &section)?;
         eprintln!("results written to {}", readme.display());
     }
     Ok(())

@@ -281,6 +281,7 @@ pub async fn run(config: &ObjectsConfig) -> Result<ObjectsReport> {
         // Unused: only Skiff runs here.
         etcd_timing: EtcdTiming { heartbeat_ms: 40, election_timeout_ms: 200 },
         extra_args: config.skiff_args.clone(),
+        skiff_subcommand: "apiserver",
     };
     eprintln!("== Skiff: starting 3 members in {}", config.dir.display());
     let mut cluster = Cluster::launch(spec).await?;
@@ -680,7 +681,7 @@ fn footprints(cluster: &Cluster) -> Result<Vec<Footprint>> {
 }
 
 /// `VmRSS` of process `pid`, in bytes.
-fn rss_bytes(pid: u32) -> Result<u64> {
+pub(crate) fn rss_bytes(pid: u32) -> Result<u64> {
     let path = format!("/proc/{pid}/status");
     let status = std::fs::read_to_string(&path).with_context(|| format!("reading {path}"))?;
     status

@@ -159,6 +159,7 @@ async fn launch(system: System, config: &SuiteConfig) -> Result<Running> {
             System::Skiff => config.skiff_args.clone(),
             System::Etcd => config.etcd_args.clone(),
         },
+        skiff_subcommand: "apiserver",
     };
     eprintln!("== {}: starting 3 members in {}", system.name(), dir.path().display());
     match Cluster::launch(spec).await {
