@@ -134,7 +134,8 @@ fn tolerate_gpu() -> Value {
 async fn pods_land_only_where_selectors_affinity_taints_ports_and_spreading_allow() {
     let s = Setup::new().await;
     s.node("n1", "2", json!({"zone": "a", "disk": "ssd"}), json!([])).await;
-    s.node("n2", "2", json!({"zone": "b"}), json!([{"key": "dedicated", "value": "gpu", "effect": "NoSchedule"}])).await;
+    s.node("n2", "2", json!({"zone": "b"}), json!([{"key": "dedicated", "value": "gpu", "effect": "NoSchedule"}]))
+        .await;
     s.node("n3", "4", json!({"zone": "c"}), json!([])).await;
     s.kubectl(&["create", "namespace", "place"]);
 
@@ -256,10 +257,8 @@ async fn a_high_priority_pod_preempts_a_lower_priority_one() {
     s.must_bind("prio", &["low-1", "low-2"]).await;
     s.apply(&pod("prio", "urgent", json!({}), "1", json!({"priorityClassName": "high"})));
     assert_eq!(s.must_bind("prio", &["urgent"]).await, ["only"]);
-    let left: Vec<bool> = [s.node_of("prio", "low-1").await, s.node_of("prio", "low-2").await]
-        .iter()
-        .map(Option::is_some)
-        .collect();
+    let left: Vec<bool> =
+        [s.node_of("prio", "low-1").await, s.node_of("prio", "low-2").await].iter().map(Option::is_some).collect();
     assert_eq!(left.iter().filter(|l| **l).count(), 1, "exactly one low-priority pod was evicted: {left:?}");
     let events = s.kubectl(&["get", "events", "-n", "prio", "--field-selector", "reason=Preempted"]);
     assert!(events.contains("Preempted by pod prio/urgent on node only"), "{events}");
@@ -342,12 +341,14 @@ async fn killing_the_active_scheduler_with_1000_pods_pending_binds_each_once_wit
     .await;
     let active = s.schedulers.iter().position(|c| c.identity == holder).unwrap();
     s.schedulers[active].kill();
+    let bound_at_kill = ledger.lock().unwrap().node_of.len();
     s.must_eventually("all 1,000 pods are bound", Duration::from_secs(90), || async {
         (ledger.lock().unwrap().node_of.len() == 1000).then_some(())
     })
     .await;
     let now = s.active();
     assert!(!now.is_empty() && now != holder, "the standby took the lease over: {now:?}");
+    assert!(bound_at_kill < 1000, "the kill came while pods were pending ({bound_at_kill} bound)");
     watching.abort();
     let ledger = ledger.lock().unwrap();
     assert!(ledger.rebound.is_empty(), "pods bound twice: {:?}", ledger.rebound);

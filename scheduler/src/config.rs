@@ -103,7 +103,8 @@ impl ProfileFile {
     /// Reads and parses the file at `path`.
     pub fn load(path: &Path) -> Result<ProfileFile, ProfileFileError> {
         let shown = path.display().to_string();
-        let text = std::fs::read_to_string(path).map_err(|source| ProfileFileError::Read { path: shown.clone(), source })?;
+        let text =
+            std::fs::read_to_string(path).map_err(|source| ProfileFileError::Read { path: shown.clone(), source })?;
         ProfileFile::parse(&text).map_err(|reason| ProfileFileError::Parse { path: shown, reason })
     }
 

@@ -49,8 +49,8 @@ mod testkit;
 
 pub use algorithm::{schedule, FitError, Placement, Profile, Weights};
 pub use cluster::Cluster;
+pub use config::SchedulerConfig;
 pub use framework::{NodeInfo, PodInfo};
 pub use preemption::{failure_message, preempt, Preemption};
 pub use resources::{parse_quantity, QuantityError, Resources};
-pub use config::SchedulerConfig;
 pub use run::{run, RunError};

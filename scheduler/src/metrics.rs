@@ -4,7 +4,9 @@
 
 use std::sync::OnceLock;
 
-use prometheus::{exponential_buckets, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts};
+use prometheus::{
+    exponential_buckets, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts,
+};
 
 /// The scheduler's series, registered in `registry`.
 pub struct Metrics {
@@ -52,9 +54,8 @@ pub fn metrics() -> &'static Metrics {
         let algorithm_latency =
             latency("scheduler_scheduling_algorithm_duration_seconds", "One scheduling decision.", 0.00001);
         let binding_latency = latency("scheduler_binding_duration_seconds", "One pods/binding write.", 0.0001);
-        let pending =
-            IntGaugeVec::new(Opts::new("scheduler_pending_pods", "Pods waiting, by queue."), &["queue"])
-                .expect("valid metric");
+        let pending = IntGaugeVec::new(Opts::new("scheduler_pending_pods", "Pods waiting, by queue."), &["queue"])
+            .expect("valid metric");
         let preemption_attempts =
             IntCounter::new("scheduler_preemption_attempts_total", "Preemptions carried out.").expect("valid metric");
         let preemption_victims =

@@ -290,7 +290,9 @@ impl Scheduler {
     fn namespace_changed(&mut self, change: Change<Namespace>) {
         let name = change.object().metadata.name.clone().unwrap_or_default();
         match change {
-            Change::Applied(ns) => self.cache.set_namespace_labels(&name, ns.metadata.labels.clone().unwrap_or_default()),
+            Change::Applied(ns) => {
+                self.cache.set_namespace_labels(&name, ns.metadata.labels.clone().unwrap_or_default())
+            }
             Change::Deleted(_) => self.cache.remove_namespace(&name),
         }
     }
@@ -299,7 +301,8 @@ impl Scheduler {
     /// selector spreading score spreads.
     fn spreader_changed<K>(&mut self, change: Change<K>, selector: fn(&K) -> Option<Selector>)
     where
-        K: k8s_openapi::Resource + k8s_openapi::Metadata<Ty = k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta>,
+        K: k8s_openapi::Resource
+            + k8s_openapi::Metadata<Ty = k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta>,
     {
         let meta = change.object().metadata();
         let namespace = meta.namespace.clone().unwrap_or_default();

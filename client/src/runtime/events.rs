@@ -68,6 +68,17 @@ impl Recorder {
     }
 }
 
+/// `<object>.<hex>`, as client-go names Events: the object's name and the
+/// time in nanoseconds, plus a per-process count so two Events in the same
+/// nanosecond differ. (A `generateName` of `<object>.` is not a valid
+/// prefix: a name may not end in a dot.)
+fn unique_name(object: &str) -> String {
+    static SEQUENCE: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
+    let n = SEQUENCE.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    format!("{object}.{:x}", nanos.wrapping_add(n))
+}
+
 /// A core/v1 Event about `regarding`, as `kubectl describe` lists them.
 pub fn event_for(component: &str, regarding: &Value, type_: &str, reason: &str, message: &str, now: &str) -> Value {
     let name = meta::name(regarding).unwrap_or_default();
@@ -76,7 +87,7 @@ pub fn event_for(component: &str, regarding: &Value, type_: &str, reason: &str, 
     json!({
         "apiVersion": "v1",
         "kind": "Event",
-        "metadata": {"generateName": format!("{name}."), "namespace": namespace},
+        "metadata": {"name": unique_name(name), "namespace": namespace},
         "involvedObject": {
             "apiVersion": regarding["apiVersion"],
             "kind": regarding["kind"],
@@ -128,6 +139,11 @@ mod tests {
             "metadata": {"name": "web-1", "namespace": "shop", "uid": "u1", "resourceVersion": "7"}});
         let ev = event_for("replicaset-controller", &pod, "Warning", "FailedCreate", "quota", "2026-01-01T00:00:00Z");
         assert_eq!(ev["metadata"]["namespace"], "shop");
+        let name = ev["metadata"]["name"].as_str().unwrap();
+        assert!(name.starts_with("web-1.") && name.len() > "web-1.".len(), "{name}");
+        let again =
+            event_for("replicaset-controller", &pod, "Warning", "FailedCreate", "quota", "2026-01-01T00:00:00Z");
+        assert_ne!(again["metadata"]["name"], ev["metadata"]["name"], "every Event has a name of its own");
         assert_eq!(ev["involvedObject"]["uid"], "u1");
         assert_eq!(ev["involvedObject"]["kind"], "Pod");
         let node = json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1", "uid": "u2"}});
