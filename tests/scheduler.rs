@@ -19,7 +19,8 @@ use support::*;
 
 /// A cluster with two schedulers.
 struct Setup {
-    cluster: Cluster,
+    /// Held for its processes and data, which go with it.
+    _cluster: Cluster,
     schedulers: Vec<Component>,
     http: String,
     client: Client,
@@ -34,7 +35,7 @@ impl Setup {
             (1..=2).map(|i| Component::scheduler(cluster.root.path(), &servers, &format!("sched-{i}"), &[])).collect();
         let endpoints: Vec<String> = servers.split(',').map(str::to_string).collect();
         let client = Client::new(&endpoints).unwrap();
-        Setup { cluster, schedulers, http, client }
+        Setup { _cluster: cluster, schedulers, http, client }
     }
 
     fn kubectl(&self, args: &[&str]) -> String {
