@@ -30,9 +30,36 @@ pub struct ControllerFlags {
     /// How often candidates try to acquire and the leader to renew.
     #[arg(long, default_value = "2s", value_parser = parse_duration)]
     pub leader_elect_retry_period: Duration,
-    /// Workers of each workload controller (Kubernetes' `--concurrent-*-syncs`).
+    /// Workers of each controller not given a number of its own below.
     #[arg(long, default_value_t = 16)]
     pub concurrent_syncs: usize,
+    /// Deployments reconciled at once.
+    #[arg(long)]
+    pub concurrent_deployment_syncs: Option<usize>,
+    /// ReplicaSets reconciled at once.
+    #[arg(long)]
+    pub concurrent_replicaset_syncs: Option<usize>,
+    /// ReplicationControllers reconciled at once.
+    #[arg(long)]
+    pub concurrent_rc_syncs: Option<usize>,
+    /// Jobs reconciled at once.
+    #[arg(long)]
+    pub concurrent_job_syncs: Option<usize>,
+    /// DaemonSets reconciled at once.
+    #[arg(long)]
+    pub concurrent_daemonset_syncs: Option<usize>,
+    /// Namespaces emptied at once.
+    #[arg(long)]
+    pub concurrent_namespace_syncs: Option<usize>,
+    /// Garbage collector workers.
+    #[arg(long)]
+    pub concurrent_gc_syncs: Option<usize>,
+    /// Services whose Endpoints are reconciled at once.
+    #[arg(long)]
+    pub concurrent_endpoint_syncs: Option<usize>,
+    /// Services whose EndpointSlices are reconciled at once.
+    #[arg(long)]
+    pub concurrent_service_endpoint_syncs: Option<usize>,
     /// Writes per second to the apiserver; 0 leaves them unthrottled.
     #[arg(long, default_value_t = 0.0)]
     pub kube_api_qps: f64,
@@ -112,6 +139,26 @@ impl ControllerFlags {
             return Err("--concurrent-syncs must be at least 1".into());
         }
         config.concurrent_syncs = self.concurrent_syncs;
+        let own = [
+            ("deployment", "deployment", self.concurrent_deployment_syncs),
+            ("replicaset", "replicaset", self.concurrent_replicaset_syncs),
+            ("replicationcontroller", "rc", self.concurrent_rc_syncs),
+            ("job", "job", self.concurrent_job_syncs),
+            ("daemonset", "daemonset", self.concurrent_daemonset_syncs),
+            ("namespace", "namespace", self.concurrent_namespace_syncs),
+            ("garbagecollector", "gc", self.concurrent_gc_syncs),
+            ("endpoint", "endpoint", self.concurrent_endpoint_syncs),
+            ("endpointslice", "service-endpoint", self.concurrent_service_endpoint_syncs),
+        ];
+        for (controller, flag, workers) in own {
+            match workers {
+                Some(0) => return Err(format!("--concurrent-{flag}-syncs must be at least 1")),
+                Some(n) => {
+                    config.concurrent_syncs_of.insert(controller, n);
+                }
+                None => {}
+            }
+        }
         if self.kube_api_qps.is_nan() || self.kube_api_qps < 0.0 {
             return Err("--kube-api-qps must be 0 (unlimited) or positive".into());
         }

@@ -2,7 +2,7 @@
 //! takes it on its command line (Kubernetes' flag names where Kubernetes
 //! has one).
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
 use std::time::Duration;
 
@@ -106,9 +106,11 @@ pub struct ControllerManagerConfig {
     pub leader_election: LeaderElection,
     /// `/metrics` and `/healthz`; `None` serves neither.
     pub http: Option<SocketAddr>,
-    /// Workers per controller (Kubernetes' `--concurrent-*-syncs`, one
-    /// knob here for the workload controllers).
+    /// Workers of every controller without a number of its own.
     pub concurrent_syncs: usize,
+    /// Workers of one controller, by its `--controllers` name
+    /// (Kubernetes' `--concurrent-deployment-syncs` and the like).
+    pub concurrent_syncs_of: BTreeMap<&'static str, usize>,
     /// Client-side write limit; 0 = unlimited. The default is far above
     /// what the benchmark targets need, unlike Kubernetes' 20.
     pub kube_api_qps: f64,
@@ -125,6 +127,11 @@ pub struct ControllerManagerConfig {
 }
 
 impl ControllerManagerConfig {
+    /// How many keys `controller` reconciles at once.
+    pub fn workers(&self, controller: &str) -> usize {
+        self.concurrent_syncs_of.get(controller).copied().unwrap_or(self.concurrent_syncs).max(1)
+    }
+
     pub fn new(servers: Vec<String>, identity: impl Into<String>) -> ControllerManagerConfig {
         ControllerManagerConfig {
             servers,
@@ -133,6 +140,7 @@ impl ControllerManagerConfig {
             leader_election: LeaderElection::default(),
             http: None,
             concurrent_syncs: 16,
+            concurrent_syncs_of: BTreeMap::new(),
             kube_api_qps: 0.0,
             kube_api_burst: 0,
             cluster_cidr: "10.244.0.0/16".into(),
@@ -147,6 +155,15 @@ impl ControllerManagerConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_controller_without_its_own_worker_count_gets_the_common_one() {
+        let mut config = ControllerManagerConfig::new(vec![], "me");
+        config.concurrent_syncs = 8;
+        config.concurrent_syncs_of.insert("garbagecollector", 20);
+        assert_eq!(config.workers("garbagecollector"), 20);
+        assert_eq!(config.workers("deployment"), 8);
+    }
 
     #[test]
     fn star_turns_every_controller_on_and_minus_turns_one_off() {

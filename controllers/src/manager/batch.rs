@@ -56,7 +56,7 @@ pub(super) fn jobs(ctx: &Arc<Context>, shutdown: &Shutdown) {
         })
         .await
     };
-    let workers = ctx.config.concurrent_syncs;
+    let workers = ctx.config.workers("job");
     let stop = shutdown.clone();
     shutdown.spawn(controller.run(reconcile, shared, workers, stop));
 }
@@ -129,7 +129,7 @@ pub(super) fn daemon_sets(ctx: &Arc<Context>, shutdown: &Shutdown) {
         })
         .await
     };
-    let workers = ctx.config.concurrent_syncs;
+    let workers = ctx.config.workers("daemonset");
     let stop = shutdown.clone();
     shutdown.spawn(controller.run(reconcile, shared, workers, stop));
 }

@@ -59,7 +59,7 @@ pub(super) fn namespaces(ctx: &Arc<Context>, shutdown: &Shutdown) {
         let reconciled = Reconciled { actions, requeue_after: left.then_some(NAMESPACE_RECHECK) };
         drive_about(&shared.ctx, "namespace", started, reconciled, ns.as_ref(), |_, _| {}).await
     };
-    let workers = ctx.config.concurrent_syncs;
+    let workers = ctx.config.workers("namespace");
     let stop = shutdown.clone();
     shutdown.spawn(controller.run(reconcile, shared, workers, stop));
 }
@@ -152,7 +152,7 @@ pub(super) fn garbage_collector(ctx: &Arc<Context>, shutdown: &Shutdown) {
             queue.shut_down();
         });
     }
-    for _ in 0..ctx.config.concurrent_syncs.max(1) {
+    for _ in 0..ctx.config.workers("garbagecollector") {
         let (ctx, graph, queue) = (ctx.clone(), graph.clone(), queue.clone());
         shutdown.spawn(async move {
             while let Some(uid) = queue.next().await {

@@ -75,7 +75,7 @@ pub(super) fn endpoints(ctx: &Arc<Context>, shutdown: &Shutdown) {
         let actions = endpoints::reconcile(request.object.as_deref(), &pods, current.as_deref());
         drive(&shared.0, "endpoint", started, Reconciled { actions, requeue_after: None }, |_, _| {}).await
     };
-    let workers = ctx.config.concurrent_syncs;
+    let workers = ctx.config.workers("endpoint");
     let stop = shutdown.clone();
     shutdown.spawn(controller.run(reconcile, shared, workers, stop));
 }
@@ -103,7 +103,7 @@ pub(super) fn endpoint_slices(ctx: &Arc<Context>, shutdown: &Shutdown) {
         let actions = endpointslice::reconcile(request.object.as_deref(), &pods, &slices);
         drive(&shared.0, "endpointslice", started, Reconciled { actions, requeue_after: None }, |_, _| {}).await
     };
-    let workers = ctx.config.concurrent_syncs;
+    let workers = ctx.config.workers("endpointslice");
     let stop = shutdown.clone();
     shutdown.spawn(controller.run(reconcile, shared, workers, stop));
 }

@@ -143,7 +143,7 @@ fn replicated<O: Resource>(
         })
         .await
     };
-    let workers = ctx.config.concurrent_syncs;
+    let workers = ctx.config.workers(name);
     let stop = shutdown.clone();
     shutdown.spawn(controller.run(reconcile, shared, workers, stop));
 }
@@ -219,7 +219,7 @@ pub(super) fn deployments(ctx: &Arc<Context>, shutdown: &Shutdown) {
         let reconciled = deployment::reconcile(&d, &sets, &pods, Utc::now());
         drive_about(&shared.ctx, "deployment", started, reconciled, d.as_ref(), |_, _| {}).await
     };
-    let workers = ctx.config.concurrent_syncs;
+    let workers = ctx.config.workers("deployment");
     let stop = shutdown.clone();
     shutdown.spawn(controller.run(reconcile, shared, workers, stop));
 }
