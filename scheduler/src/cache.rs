@@ -23,12 +23,15 @@ pub struct Cache {
     cluster: Cluster,
     /// Pods counted on a node by decision, not yet by the watch: their node.
     assumed: HashMap<ObjectKey, String>,
+    /// Pending pods that preempted on a node, counted there so that no
+    /// other pod takes the room their victims leave: their node.
+    nominated: HashMap<ObjectKey, String>,
 }
 
 impl Cache {
     /// An empty cache.
     pub fn new() -> Cache {
-        Cache { cluster: Cluster::new(), assumed: HashMap::new() }
+        Cache { cluster: Cluster::new(), assumed: HashMap::new(), nominated: HashMap::new() }
     }
 
     /// What decisions read.
@@ -55,11 +58,13 @@ impl Cache {
         let bound = pod.spec.as_ref().and_then(|s| s.node_name.as_deref()).is_some_and(|n| !n.is_empty());
         if bound && !is_terminal(&pod) {
             self.assumed.remove(&key);
+            self.nominated.remove(&key);
             self.cluster.add_pod(Arc::new(PodInfo::new(pod)));
-        } else if !bound && self.assumed.contains_key(&key) {
-            // The binding is still on its way.
+        } else if !bound && (self.assumed.contains_key(&key) || self.nominated.contains_key(&key)) {
+            // The binding is still on its way, or the room is held.
         } else {
             self.assumed.remove(&key);
+            self.nominated.remove(&key);
             self.cluster.remove_pod(&key);
         }
     }
@@ -67,6 +72,7 @@ impl Cache {
     /// A pod the watch shows deleted.
     pub fn remove_pod(&mut self, key: &ObjectKey) {
         self.assumed.remove(key);
+        self.nominated.remove(key);
         self.cluster.remove_pod(key);
     }
 
@@ -76,6 +82,28 @@ impl Cache {
         self.assumed.insert(info.key.clone(), node.to_string());
         self.cluster.add_pod(info.clone());
         info
+    }
+
+    /// Holds `pod`'s room on `node`, where it has just preempted, until it
+    /// is tried again ([`release_nomination`](Cache::release_nomination)),
+    /// bound or deleted. Kubernetes counts a nominated pod only against
+    /// pods of lower or equal priority; here it counts against every pod,
+    /// and preemption never picks it as a victim.
+    pub fn nominate(&mut self, pod: &PodInfo, node: &str) {
+        self.nominated.insert(pod.key.clone(), node.to_string());
+        self.cluster.add_pod(Arc::new(pod.bound_to(node)));
+    }
+
+    /// Gives up `key`'s held room, before the pod is tried again.
+    pub fn release_nomination(&mut self, key: &ObjectKey) {
+        if self.nominated.remove(key).is_some() {
+            self.cluster.remove_pod(key);
+        }
+    }
+
+    /// Whether `key` holds room on a node without being bound there.
+    pub fn is_nominated(&self, key: &ObjectKey) -> bool {
+        self.nominated.contains_key(key)
     }
 
     /// Undoes [`assume`](Cache::assume) after a failed binding; a pod the
@@ -116,6 +144,8 @@ impl Cache {
     /// keeping the assumptions whose pods are still unbound and alive.
     pub fn rebuild(&mut self, nodes: &[Arc<Node>], pods: &[Arc<Pod>]) {
         let assumed = std::mem::take(&mut self.assumed);
+        // Held room is given up: its pods are tried again after a resync.
+        self.nominated.clear();
         let mut kept: Vec<(Arc<PodInfo>, String)> = Vec::new();
         for (key, node) in &assumed {
             if let Some(info) = self.cluster.node(node).and_then(|n| n.pods.iter().find(|p| &p.key == key)) {
@@ -220,6 +250,26 @@ mod tests {
         assert_eq!(requested_cpu(&cache, "n1"), 2000);
         cache.remove_pod(&ObjectKey::new("default", "b"));
         assert_eq!(requested_cpu(&cache, "n1"), 0);
+    }
+
+    #[test]
+    fn a_nominated_pod_holds_its_room_through_its_own_updates_until_released() {
+        let mut cache = Cache::new();
+        cache.upsert_node(node("n1", "4"));
+        let p = pod("a", None, "3");
+        let key = ObjectKey::new("default", "a");
+        cache.nominate(&PodInfo::new(Arc::new(p.clone())), "n1");
+        assert_eq!(requested_cpu(&cache, "n1"), 3000);
+        assert!(cache.is_nominated(&key) && !cache.is_assumed(&key), "held, not assumed: it is still queued");
+        // Its nominatedNodeName being written comes back through the watch.
+        cache.observe_pod(Arc::new(p.clone()));
+        assert_eq!(requested_cpu(&cache, "n1"), 3000);
+        cache.release_nomination(&key);
+        assert_eq!(requested_cpu(&cache, "n1"), 0);
+        cache.nominate(&PodInfo::new(Arc::new(p)), "n1");
+        cache.observe_pod(Arc::new(pod("a", Some("n1"), "3")));
+        assert!(!cache.is_nominated(&key), "bound: the room is its own now");
+        assert_eq!(requested_cpu(&cache, "n1"), 3000);
     }
 
     #[test]

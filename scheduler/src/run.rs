@@ -371,6 +371,9 @@ impl Scheduler {
             self.queue.done(&queued.key);
             return;
         }
+        // Room it held since preempting is its own to take again, not an
+        // obstacle to itself.
+        self.cache.release_nomination(&queued.key);
         let info = crate::framework::PodInfo::new(pod.clone());
         let started = Instant::now();
         let decision = algorithm::schedule(&info, self.cache.cluster(), &self.profile, &mut self.next_start);
@@ -384,10 +387,17 @@ impl Scheduler {
             }
             Err(mut fit) => {
                 metrics().attempts.with_label_values(&["unschedulable"]).inc();
+                let cluster = self.cache.cluster();
                 let preemption = match preempts(&pod) {
-                    true => preemption::preempt(&info, self.cache.cluster(), &self.profile, &fit),
+                    true => preemption::preempt(&info, cluster, &self.profile, &fit),
                     false => None,
                 };
+                // A pending pod holding room is not on the node to evict;
+                // without it the eviction would not make room, so none.
+                let preemption = preemption.filter(|p| !p.victims.iter().any(|v| self.cache.is_nominated(&v.key)));
+                if let Some(p) = &preemption {
+                    self.cache.nominate(&info, &p.node);
+                }
                 if preemption.is_none() && preempts(&pod) {
                     fit.post_filter = Some(preemption::failure_message(&fit));
                 }
