@@ -12,6 +12,7 @@
 //! ```
 
 pub mod discovery;
+pub mod openapi;
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -125,8 +126,12 @@ enum Target<'a> {
         group: &'a str,
         version: &'a str,
     },
+    /// `/openapi/v3`.
     OpenApiRoot,
+    /// `/openapi/v3/<gv>`.
     OpenApi(String),
+    /// `/openapi/v2`.
+    OpenApiV2,
     /// A collection, an object or a subresource.
     Object {
         group: &'a str,
@@ -145,6 +150,7 @@ fn parse_path(path: &str) -> Option<Target<'_>> {
         ["api"] => return Some(Target::Groups { core: true }),
         ["apis"] => return Some(Target::Groups { core: false }),
         ["apis", g] => return Some(Target::Group(g)),
+        ["openapi", "v2"] => return Some(Target::OpenApiV2),
         ["openapi", "v3"] => return Some(Target::OpenApiRoot),
         ["openapi", "v3", gv @ ..] => return Some(Target::OpenApi(gv.join("/"))),
         ["api", v] => return Some(Target::Resources { group: "", version: v }),
@@ -223,11 +229,11 @@ async fn route(
         Target::Resources { group, version } => {
             get_only(discovery::resource_list(group, version).ok_or_else(not_found_path)?)
         }
-        Target::OpenApiRoot => get_only(discovery::openapi_root()),
-        Target::OpenApi(gv) => {
-            let mut r = get_only(discovery::openapi_doc(&gv).ok_or_else(not_found_path)?)?;
-            r.headers_mut().insert(header::CACHE_CONTROL, HeaderValue::from_static("public, immutable"));
-            Ok(r)
+        Target::OpenApiRoot | Target::OpenApi(_) | Target::OpenApiV2 => {
+            if method != Method::GET {
+                return Err(ApiError::method_not_allowed(format!("{method} is not supported here")));
+            }
+            openapi_response(&target, uri, headers)
         }
         Target::Object { group, version, namespace, resource, name, sub } => {
             if version != "v1" {
@@ -253,6 +259,74 @@ async fn route(
             request.serve(method, body).await
         }
     }
+}
+
+/// An OpenAPI document, as kube-apiserver serves it: a v3 document asked
+/// for with its current `?hash=` may be cached for good, one with a stale
+/// hash is redirected to the current one; every answer has an `ETag` and
+/// `If-None-Match` is honoured. `/openapi/v2` is JSON only: kubectl asks
+/// for protobuf alone and gets 406, on which it falls back (to its
+/// compiled-in types for strategic-merge patches; validation and explain
+/// use v3).
+fn openapi_response(target: &Target<'_>, uri: &Uri, headers: &HeaderMap) -> Result<Response, ApiError> {
+    let docs = openapi::documents();
+    let mut immutable = false;
+    let served = match target {
+        Target::OpenApiRoot => &docs.index,
+        Target::OpenApi(gv) => {
+            let served = docs.v3.get(gv.as_str()).ok_or_else(not_found_path)?;
+            match query(uri).get("hash") {
+                Some(h) if *h != served.hash => {
+                    let mut r = Response::new(Body::empty());
+                    *r.status_mut() = StatusCode::MOVED_PERMANENTLY;
+                    let url = docs.url(gv).expect("every served document has a URL");
+                    r.headers_mut().insert(header::LOCATION, HeaderValue::from_str(url).expect("URLs are ASCII"));
+                    r.headers_mut().insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache, private"));
+                    return Ok(r);
+                }
+                Some(_) => immutable = true,
+                None => {}
+            }
+            served
+        }
+        _ => {
+            if !accepts_json(headers) {
+                return Err(ApiError::new(
+                    Reason::NotAcceptable,
+                    "only application/json is served at /openapi/v2, not the protobuf encoding",
+                ));
+            }
+            &docs.v2
+        }
+    };
+    let etag = served.etag();
+    let matched = headers
+        .get(header::IF_NONE_MATCH)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.split(',').any(|t| t.trim() == etag || t.trim() == "*"));
+    let mut r = if matched {
+        let mut r = Response::new(Body::empty());
+        *r.status_mut() = StatusCode::NOT_MODIFIED;
+        r
+    } else {
+        json_response(StatusCode::OK, served.body.clone())
+    };
+    let h = r.headers_mut();
+    h.insert(header::ETAG, HeaderValue::from_str(&etag).expect("hex hashes are ASCII"));
+    let cache = if immutable { "public, immutable" } else { "no-cache, private" };
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static(cache));
+    Ok(r)
+}
+
+/// Whether an `Accept` header admits JSON (no header admits anything).
+fn accepts_json(headers: &HeaderMap) -> bool {
+    let Some(accept) = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()) else {
+        return true;
+    };
+    accept.split(',').any(|range| {
+        let media = range.split(';').next().unwrap_or_default().trim();
+        matches!(media, "application/json" | "application/*" | "*/*" | "")
+    })
 }
 
 /// `POST selfsubjectaccessreviews` (kubectl auth can-i) and
