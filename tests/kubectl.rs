@@ -249,7 +249,9 @@ async fn kubectl_explain_and_strict_validation_read_the_served_schemas() {
     }
 
     let out = ok(kubectl(&server, &["explain", "service", "--recursive"]));
-    for expected in ["KIND:       Service", "spec\t<ServiceSpec>", "ports\t<[]ServicePort>", "targetPort\t<IntOrString>"] {
+    for expected in
+        ["KIND:       Service", "spec\t<ServiceSpec>", "ports\t<[]ServicePort>", "targetPort\t<IntOrString>"]
+    {
         assert!(out.contains(expected), "{expected:?} missing from:\n{out}");
     }
     let err = fails(kubectl(&server, &["explain", "pod.spec.colour"]));
@@ -257,7 +259,8 @@ async fn kubectl_explain_and_strict_validation_read_the_served_schemas() {
 
     // Strict validation: the v3 PATCH operation carries fieldValidation, so
     // kubectl sends fieldValidation=Strict and the server refuses.
-    let pod = "apiVersion: v1\nkind: Pod\nmetadata: {name: strict}\nspec:\n  containers:\n  - {name: web, image: nginx}\n";
+    let pod =
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: strict}\nspec:\n  containers:\n  - {name: web, image: nginx}\n";
     let unknown = pod.replace("image: nginx}", "image: nginx, colour: blue}");
     let err = fails(kubectl_stdin(&server, &["apply", "--validate=strict", "-f", "-"], &unknown));
     assert!(err.contains("unknown field") && err.contains("colour"), "{err}");

@@ -24,7 +24,9 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::LazyLock;
 
-use k8s_openapi::api::{apps, authentication, authorization, autoscaling, batch, coordination, core, discovery, scheduling};
+use k8s_openapi::api::{
+    apps, authentication, authorization, autoscaling, batch, coordination, core, discovery, scheduling,
+};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1 as meta;
 use k8s_openapi::schemars::gen::{SchemaGenerator, SchemaSettings};
 use k8s_openapi::schemars::JsonSchema;
@@ -221,10 +223,8 @@ fn generate() -> Map<String, Value> {
         schemas.insert(named.list_schema(), list_schema(named));
     }
     // DeleteOptions is sent to every group.
-    let versions: Vec<Value> = groups()
-        .into_iter()
-        .map(|g| json!({"group": g, "version": "v1", "kind": "DeleteOptions"}))
-        .collect();
+    let versions: Vec<Value> =
+        groups().into_iter().map(|g| json!({"group": g, "version": "v1", "kind": "DeleteOptions"})).collect();
     if let Some(schema) = schemas.get_mut(DELETE_OPTIONS) {
         schema["x-kubernetes-group-version-kind"] = json!(versions);
     }
@@ -346,7 +346,12 @@ const MARKERS: &[Marker] = &[
     marker("NamespaceStatus", "conditions", MERGE_BY_TYPE, TYPE),
     marker("ReplicationControllerStatus", "conditions", MERGE_BY_TYPE, TYPE),
     marker("NodeSelector", "nodeSelectorTerms", None, ListType::Atomic),
-    marker("io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta", "ownerReferences", Some(("merge", Some("uid"))), ListType::Map(&["uid"])),
+    marker(
+        "io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta",
+        "ownerReferences",
+        Some(("merge", Some("uid"))),
+        ListType::Map(&["uid"]),
+    ),
     marker("io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta", "finalizers", Some(("merge", None)), ListType::Set),
     marker("io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta", "managedFields", None, ListType::Atomic),
     marker("io.k8s.apimachinery.pkg.apis.meta.v1.LabelSelector", "matchExpressions", None, ListType::Atomic),
@@ -628,7 +633,14 @@ fn resource_operations(
     };
     let one = format!("{scope}/{{name}}");
     let list = kind.list_schema();
-    let make = |path: &str, action: Action, verb: &str, suffix: &str, kind: &Named, request: bool, response: &str, params: &[&'static str]| Operation {
+    let make = |path: &str,
+                action: Action,
+                verb: &str,
+                suffix: &str,
+                kind: &Named,
+                request: bool,
+                response: &str,
+                params: &[&'static str]| Operation {
         path: path.to_string(),
         action,
         kind: kind.clone(),
@@ -742,11 +754,11 @@ fn v3_document(ops: &[Operation], schemas: &Map<String, Value>) -> Value {
         let item = paths.entry(op.path.clone()).or_insert_with(|| json!({}));
         item[op.action.method()] = v3_operation(op);
     }
-    let roots = ops
-        .iter()
-        .flat_map(|op| [Some(op.response.clone()), op.request.clone()])
-        .flatten()
-        .chain([STATUS.to_string(), DELETE_OPTIONS.to_string(), PATCH.to_string()]);
+    let roots = ops.iter().flat_map(|op| [Some(op.response.clone()), op.request.clone()]).flatten().chain([
+        STATUS.to_string(),
+        DELETE_OPTIONS.to_string(),
+        PATCH.to_string(),
+    ]);
     let mut components = Map::new();
     for name in reachable(roots, schemas) {
         let mut schema = schemas[&name].clone();
@@ -776,7 +788,9 @@ fn v2_path_items(ops: &[Operation]) -> Vec<(String, Value)> {
             .collect();
         for name in op.action.parameters() {
             let (ty, description) = parameter(name);
-            parameters.push(json!({"name": name, "in": "query", "type": ty, "uniqueItems": true, "description": description}));
+            parameters.push(
+                json!({"name": name, "in": "query", "type": ty, "uniqueItems": true, "description": description}),
+            );
         }
         let body = match op.action {
             Action::Patch => Some(PATCH),
@@ -850,10 +864,7 @@ mod tests {
         assert_eq!(containers["x-kubernetes-patch-merge-key"], "name");
         assert_eq!(containers["x-kubernetes-patch-strategy"], "merge");
         let container = resolve(&doc, &containers["items"]);
-        assert_eq!(
-            container["description"],
-            "A single application container that you want to run within a pod."
-        );
+        assert_eq!(container["description"], "A single application container that you want to run within a pod.");
         assert!(container["required"].as_array().unwrap().contains(&json!("name")));
         let ports = &container["properties"]["ports"];
         assert_eq!(ports["x-kubernetes-list-map-keys"], json!(["containerPort", "protocol"]));
@@ -861,7 +872,10 @@ mod tests {
         assert_eq!(port["properties"]["containerPort"]["format"], "int32");
         let meta = resolve(&doc, &pod["properties"]["metadata"]);
         assert_eq!(meta["properties"]["finalizers"]["x-kubernetes-list-type"], "set");
-        assert_eq!(meta["properties"]["creationTimestamp"]["allOf"][0]["$ref"], format!("{V3_REFS}io.k8s.apimachinery.pkg.apis.meta.v1.Time"));
+        assert_eq!(
+            meta["properties"]["creationTimestamp"]["allOf"][0]["$ref"],
+            format!("{V3_REFS}io.k8s.apimachinery.pkg.apis.meta.v1.Time")
+        );
     }
 
     fn every_ref_resolves(doc: &Value, prefix: &str, holder: &str) {
@@ -946,7 +960,10 @@ mod tests {
         assert_eq!(spec["properties"]["strategy"]["x-kubernetes-patch-strategy"], "retainKeys");
         assert!(spec["properties"]["strategy"]["allOf"].is_array());
         let scale = &doc["paths"]["/apis/apps/v1/namespaces/{namespace}/deployments/{name}/scale"]["patch"];
-        assert_eq!(scale["x-kubernetes-group-version-kind"], json!({"group": "autoscaling", "version": "v1", "kind": "Scale"}));
+        assert_eq!(
+            scale["x-kubernetes-group-version-kind"],
+            json!({"group": "autoscaling", "version": "v1", "kind": "Scale"})
+        );
         assert!(doc["components"]["schemas"]["io.k8s.api.autoscaling.v1.Scale"].is_object());
         assert!(doc["components"]["schemas"].get("io.k8s.api.core.v1.Pod").is_none(), "only what apps reaches");
     }
