@@ -927,7 +927,7 @@ mod tests {
             let list_ref = list["get"]["responses"]["200"]["content"]["application/json"]["schema"]["$ref"].as_str();
             assert_eq!(list_ref.unwrap(), format!("{V3_REFS}{}List", schema_name_of(&doc, &gvk)));
         }
-        assert!(documents().v3.get("apis/widgets/v1").is_none());
+        assert!(!documents().v3.contains_key("apis/widgets/v1"));
     }
 
     fn schema_name_of(doc: &Value, gvk: &Value) -> String {
