@@ -3,10 +3,20 @@
 //! Container Runtime Interface (containerd, runc and CNI underneath).
 //!
 //! # Layout
+//! - [`config`]: what `skiff node` takes.
+//! - [`host`]: the host's CPUs, memory, disk and pids, and nodeInfo facts.
+//! - [`node_status`]: the Node as registered, capacity and allocatable, conditions.
+//! - [`heartbeat`]: registration, the node Lease, the NodeStatus loop.
+//! - [`static_pods`]: pods from `--manifest-dir` and `--manifest-url`, and their mirrors.
 //! - [`runtime`]: the `Runtime` trait, CRI-shaped, in Skiff's own types;
 //!   `runtime::fake` is an in-memory runtime for tests with paused time.
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod config;
+pub mod heartbeat;
+pub mod host;
+pub mod node_status;
 pub mod runtime;
+pub mod static_pods;
