@@ -42,11 +42,11 @@ pub struct ReservedError {
     pub reason: String,
 }
 
+/// Amounts by resource name, as a Node's status carries them.
+pub type ResourceList = BTreeMap<String, Quantity>;
+
 /// Capacity and allocatable for cpu, memory, ephemeral-storage and pods.
-pub fn resources(
-    config: &NodeConfig,
-    host: &HostFigures,
-) -> Result<(BTreeMap<String, Quantity>, BTreeMap<String, Quantity>), ReservedError> {
+pub fn resources(config: &NodeConfig, host: &HostFigures) -> Result<(ResourceList, ResourceList), ReservedError> {
     // In thousandths of the unit, as `parse_quantity` gives them.
     let mut capacity: BTreeMap<&str, i128> = BTreeMap::new();
     capacity.insert("cpu", i128::from(host.cpus) * 1000);
@@ -63,7 +63,7 @@ pub fn resources(
         let slot = allocatable.get_mut(name.as_str()).ok_or_else(|| refuse("unknown resource"))?;
         *slot = (*slot - reserved).max(0);
     }
-    let render = |m: BTreeMap<&str, i128>| -> BTreeMap<String, Quantity> {
+    let render = |m: BTreeMap<&str, i128>| -> ResourceList {
         m.into_iter().map(|(k, v)| (k.to_string(), Quantity(format_quantity(k, v)))).collect()
     };
     Ok((render(capacity), render(allocatable)))
