@@ -8,6 +8,8 @@
 //! - [`node_status`]: the Node as registered, capacity and allocatable, conditions.
 //! - [`heartbeat`]: registration, the node Lease, the NodeStatus loop.
 //! - [`static_pods`]: pods from `--manifest-dir` and `--manifest-url`, and their mirrors.
+//! - [`logs`]: CRI log lines and `kubectl logs`' selection (tail, since, timestamps).
+//! - [`server`]: the agent's HTTP API: container logs, exec, `/stats/summary`, `/metrics`.
 //! - [`runtime`]: the `Runtime` trait, CRI-shaped, in Skiff's own types;
 //!   `runtime::fake` is an in-memory runtime for tests with paused time.
 
@@ -17,6 +19,8 @@
 pub mod config;
 pub mod heartbeat;
 pub mod host;
+pub mod logs;
 pub mod node_status;
 pub mod runtime;
+pub mod server;
 pub mod static_pods;
