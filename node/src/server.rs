@@ -288,7 +288,7 @@ async fn follow(
         if !grew {
             checks += 1;
             // Every second without growth, ask whether the container still runs.
-            if checks % 10 == 0 {
+            if checks.is_multiple_of(10) {
                 match runtime.container_status(&id).await {
                     Ok(c) if c.state == ContainerState::Running => {}
                     _ => return,
