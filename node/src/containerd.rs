@@ -136,14 +136,14 @@ root = {root}
 state = {state}
 # The built-in plugins only; none loaded from a shared directory.
 plugin_dir = ""
-# Snapshotters and runtimes this node never uses (overlayfs and runc v2
-# are), and containerd's own monitoring endpoints.
+# Snapshotters this node never uses (overlayfs is its one) and tracing.
+# (The legacy io.containerd.runtime.v1.linux stays: the tasks service, and
+# so the CRI plugin, refuses to load without it.)
 disabled_plugins = [
   "io.containerd.snapshotter.v1.aufs",
   "io.containerd.snapshotter.v1.btrfs",
   "io.containerd.snapshotter.v1.devmapper",
   "io.containerd.snapshotter.v1.zfs",
-  "io.containerd.runtime.v1.linux",
   "io.containerd.tracing.processor.v1.otlp",
   "io.containerd.internal.v1.tracing",
 ]
@@ -170,7 +170,10 @@ disabled_plugins = [
   stream_server_port = "{stream_port}"
   enable_selinux = false
   disable_apparmor = true
-  restrict_oom_score_adj = false
+  # No OOM score below containerd's own: lowering it needs
+  # CAP_SYS_RESOURCE, which containers in containers (and some VMs) lack,
+  # and runc fails outright without it.
+  restrict_oom_score_adj = true
   netns_mounts_under_state_dir = true
 
 [{cri}.containerd]
@@ -273,8 +276,11 @@ impl Containerd {
             let _ = std::fs::remove_file(stale);
         }
         let mut child = spawn(&config)?;
-        if let Err(why) = wait_ready(&config, &mut child).await {
+        if let Err(mut why) = wait_ready(&config, &mut child).await {
             terminate(&mut child).await;
+            if let Some(line) = last_error_line(&config.log_path()) {
+                why = format!("{why}; its last error: {line}");
+            }
             return Err(ContainerdError::NotReady {
                 socket: config.socket().display().to_string(),
                 why,
@@ -349,6 +355,16 @@ async fn wait_ready(config: &ContainerdConfig, child: &mut Child) -> Result<(), 
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+}
+
+/// The last error containerd logged, for a start failure's message.
+fn last_error_line(log: &Path) -> Option<String> {
+    let text = std::fs::read_to_string(log).ok()?;
+    let line = text
+        .lines()
+        .rev()
+        .find(|l| l.contains("level=error") || l.contains("level=fatal") || l.contains("failed to load plugin"))?;
+    Some(line.chars().take(400).collect())
 }
 
 /// SIGTERM, then SIGKILL after [`STOP_GRACE`].
