@@ -17,6 +17,8 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use skiff_shutdown::Shutdown;
@@ -264,6 +266,8 @@ pub fn next_restart_delay(previous: Option<Duration>, ran_for: Duration) -> Dura
 pub struct Containerd {
     config: ContainerdConfig,
     shutdown: Shutdown,
+    /// The running process's id, 0 while none runs.
+    pid: Arc<AtomicU32>,
 }
 
 impl Containerd {
@@ -289,8 +293,9 @@ impl Containerd {
         }
         tracing::info!(socket = %config.socket().display(), "containerd is ready");
         let shutdown = shutdown.child();
-        shutdown.spawn(supervise(config.clone(), child, shutdown.clone()));
-        Ok(Containerd { config, shutdown })
+        let pid = Arc::new(AtomicU32::new(child.id().unwrap_or(0)));
+        shutdown.spawn(supervise(config.clone(), child, shutdown.clone(), pid.clone()));
+        Ok(Containerd { config, shutdown, pid })
     }
 
     /// The CRI endpoint, `unix://<socket>`.
@@ -306,6 +311,11 @@ impl Containerd {
     /// The config it runs with.
     pub fn config(&self) -> &ContainerdConfig {
         &self.config
+    }
+
+    /// The running containerd's process id, `None` while it is down.
+    pub fn pid(&self) -> Option<u32> {
+        Some(self.pid.load(Ordering::Relaxed)).filter(|pid| *pid != 0)
     }
 
     /// Stops containerd (SIGTERM, SIGKILL after 10 s) and waits for it.
@@ -381,7 +391,7 @@ async fn terminate(child: &mut Child) {
 
 /// Restarts containerd whenever it exits (or could not be started), with
 /// back-off, until the shutdown.
-async fn supervise(config: ContainerdConfig, child: Child, shutdown: Shutdown) {
+async fn supervise(config: ContainerdConfig, child: Child, shutdown: Shutdown, pid: Arc<AtomicU32>) {
     let mut child = Some(child);
     let mut delay = None;
     loop {
@@ -390,10 +400,11 @@ async fn supervise(config: ContainerdConfig, child: Child, shutdown: Shutdown) {
             tokio::select! {
                 _ = shutdown.cancelled() => {
                     terminate(running).await;
+                    pid.store(0, Ordering::Relaxed);
                     tracing::info!("containerd stopped");
                     return;
                 }
-                status = running.wait() => match status {
+                status = running.wait() => match status.inspect(|_| pid.store(0, Ordering::Relaxed)) {
                     Ok(status) => tracing::warn!(%status, log = %config.log_path().display(), "containerd exited"),
                     Err(e) => tracing::warn!(error = %e, "waiting for containerd failed"),
                 },
@@ -407,7 +418,10 @@ async fn supervise(config: ContainerdConfig, child: Child, shutdown: Shutdown) {
             _ = tokio::time::sleep(wait) => {}
         }
         child = match spawn(&config) {
-            Ok(next) => Some(next),
+            Ok(next) => {
+                pid.store(next.id().unwrap_or(0), Ordering::Relaxed);
+                Some(next)
+            }
             Err(e) => {
                 tracing::error!(error = %e, "restarting containerd failed");
                 None

@@ -234,6 +234,26 @@ async fn a_private_containerd_runs_a_pod_from_skiffs_own_images() {
     let answer = answer.expect("httpd answers on the pod IP");
     assert!(answer.starts_with("HTTP/1."), "{answer}");
 
+    // containerd dies; its supervisor starts it again, and the pod, kept
+    // by its shims, still serves.
+    let first_pid = containerd.pid().expect("containerd runs");
+    let killed = std::process::Command::new("kill").args(["-9", &first_pid.to_string()]).status().expect("kill");
+    assert!(killed.success());
+    let mut restarted = None;
+    for _ in 0..100 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        if containerd.pid().is_some_and(|pid| pid != first_pid) {
+            if let Ok(again) = CriRuntime::connect(&containerd.endpoint()).await {
+                restarted = Some(again);
+                break;
+            }
+        }
+    }
+    let runtime = restarted.expect("containerd is restarted after it dies");
+    let status = runtime.container_status(&web).await.expect("status after the restart");
+    assert_eq!(status.state, ContainerState::Running);
+    assert!(http_get(&address).await.expect("httpd still answers").starts_with("HTTP/1."));
+
     let exec = runtime.exec_sync(&web, &["echo".into(), "hi".into()], Duration::from_secs(5)).await.expect("exec");
     assert_eq!((String::from_utf8_lossy(&exec.stdout).trim(), exec.exit_code), ("hi", 0));
 
