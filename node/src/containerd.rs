@@ -23,6 +23,7 @@ use std::time::Duration;
 
 use skiff_shutdown::Shutdown;
 use tokio::process::{Child, Command};
+use tokio::time::Instant;
 
 use crate::runtime::cri::CriRuntime;
 use crate::runtime::{LabelFilter, Runtime, RuntimeError, LABEL_NODE};
@@ -348,13 +349,13 @@ fn spawn(config: &ContainerdConfig) -> Result<Child, ContainerdError> {
 /// timeout passes.
 async fn wait_ready(config: &ContainerdConfig, child: &mut Child) -> Result<(), String> {
     let endpoint = config.endpoint();
-    let deadline = tokio::time::Instant::now() + config.start_timeout;
+    let deadline = Instant::now() + config.start_timeout;
     let mut last = String::from("no answer yet");
     loop {
         if let Ok(Some(status)) = child.try_wait() {
             return Err(format!("containerd exited ({status})"));
         }
-        if tokio::time::Instant::now() >= deadline {
+        if Instant::now() >= deadline {
             return Err(format!("no CRI answer within {:?}; last error: {last}", config.start_timeout));
         }
         if config.socket().exists() {
@@ -389,44 +390,105 @@ async fn terminate(child: &mut Child) {
     let _ = child.kill().await;
 }
 
-/// Restarts containerd whenever it exits (or could not be started), with
-/// back-off, until the shutdown.
+/// Where the supervisor of one containerd is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SupervisorState {
+    /// containerd runs, started at `since`; `last_delay` is the delay
+    /// before this start (`None`: the first start).
+    Running {
+        /// When it was started.
+        since: Instant,
+        /// The delay before this start.
+        last_delay: Option<Duration>,
+    },
+    /// containerd is down and is started again at `until`.
+    Waiting {
+        /// When to start it.
+        until: Instant,
+        /// How long this wait is.
+        delay: Duration,
+    },
+    /// The supervisor has stopped containerd for good.
+    Stopped,
+}
+
+/// What happened to the supervised containerd.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SupervisorEvent {
+    /// It exited (or could not be waited for).
+    Exited,
+    /// It was started again.
+    Started,
+    /// Starting it again failed.
+    StartFailed,
+    /// The shutdown began (and containerd was stopped).
+    Shutdown,
+}
+
+/// The supervisor's next state after `event` at `now`.
+pub fn step(state: SupervisorState, event: SupervisorEvent, now: Instant) -> SupervisorState {
+    use SupervisorEvent as E;
+    use SupervisorState as S;
+    match (state, event) {
+        (_, E::Shutdown) | (S::Stopped, _) => S::Stopped,
+        (S::Running { since, last_delay }, E::Exited) => {
+            let delay = next_restart_delay(last_delay, now.saturating_duration_since(since));
+            S::Waiting { until: now + delay, delay }
+        }
+        (S::Waiting { delay, .. }, E::Started) => S::Running { since: now, last_delay: Some(delay) },
+        (S::Waiting { delay, .. }, E::StartFailed) => {
+            let delay = next_restart_delay(Some(delay), Duration::ZERO);
+            S::Waiting { until: now + delay, delay }
+        }
+        (state, _) => state,
+    }
+}
+
+/// Runs the supervisor's states: waits on containerd while it runs,
+/// restarts it when its wait is over, until the shutdown.
 async fn supervise(config: ContainerdConfig, child: Child, shutdown: Shutdown, pid: Arc<AtomicU32>) {
     let mut child = Some(child);
-    let mut delay = None;
+    let mut state = SupervisorState::Running { since: Instant::now(), last_delay: None };
     loop {
-        let started = tokio::time::Instant::now();
-        if let Some(running) = child.as_mut() {
-            tokio::select! {
+        let event = match (state, child.as_mut()) {
+            (SupervisorState::Stopped, _) => return,
+            (SupervisorState::Running { .. }, Some(running)) => tokio::select! {
                 _ = shutdown.cancelled() => {
                     terminate(running).await;
-                    pid.store(0, Ordering::Relaxed);
                     tracing::info!("containerd stopped");
-                    return;
+                    SupervisorEvent::Shutdown
                 }
-                status = running.wait() => match status.inspect(|_| pid.store(0, Ordering::Relaxed)) {
-                    Ok(status) => tracing::warn!(%status, log = %config.log_path().display(), "containerd exited"),
-                    Err(e) => tracing::warn!(error = %e, "waiting for containerd failed"),
-                },
-            }
-        }
-        let wait = next_restart_delay(delay, started.elapsed());
-        delay = Some(wait);
-        tracing::info!(restart_in = ?wait, "restarting containerd");
-        tokio::select! {
-            _ = shutdown.cancelled() => return,
-            _ = tokio::time::sleep(wait) => {}
-        }
-        child = match spawn(&config) {
-            Ok(next) => {
-                pid.store(next.id().unwrap_or(0), Ordering::Relaxed);
-                Some(next)
-            }
-            Err(e) => {
-                tracing::error!(error = %e, "restarting containerd failed");
-                None
+                status = running.wait() => {
+                    match status {
+                        Ok(status) => tracing::warn!(%status, log = %config.log_path().display(), "containerd exited"),
+                        Err(e) => tracing::warn!(error = %e, "waiting for containerd failed"),
+                    }
+                    SupervisorEvent::Exited
+                }
+            },
+            (SupervisorState::Running { .. }, None) => SupervisorEvent::Exited,
+            (SupervisorState::Waiting { until, delay }, _) => {
+                tracing::info!(restart_in = ?delay, "restarting containerd");
+                tokio::select! {
+                    _ = shutdown.cancelled() => SupervisorEvent::Shutdown,
+                    _ = tokio::time::sleep_until(until) => match spawn(&config) {
+                        Ok(next) => {
+                            child = Some(next);
+                            SupervisorEvent::Started
+                        }
+                        Err(e) => {
+                            tracing::error!(error = %e, "restarting containerd failed");
+                            SupervisorEvent::StartFailed
+                        }
+                    },
+                }
             }
         };
+        if matches!(event, SupervisorEvent::Exited | SupervisorEvent::Shutdown) {
+            child = None;
+        }
+        pid.store(child.as_ref().and_then(Child::id).unwrap_or(0), Ordering::Relaxed);
+        state = step(state, event, Instant::now());
     }
 }
 
@@ -501,6 +563,37 @@ mod tests {
         assert_eq!(second, FIRST_RESTART_DELAY * 2);
         assert_eq!(next_restart_delay(Some(MAX_RESTART_DELAY), Duration::ZERO), MAX_RESTART_DELAY);
         assert_eq!(next_restart_delay(Some(second), STABLE_AFTER), FIRST_RESTART_DELAY);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_supervisor_waits_longer_after_each_quick_death_and_stops_on_shutdown() {
+        let start = Instant::now();
+        let mut state = SupervisorState::Running { since: start, last_delay: None };
+        state = step(state, SupervisorEvent::Exited, start + Duration::from_secs(1));
+        assert_eq!(
+            state,
+            SupervisorState::Waiting { until: start + Duration::from_secs(2), delay: FIRST_RESTART_DELAY }
+        );
+        state = step(state, SupervisorEvent::StartFailed, start + Duration::from_secs(2));
+        assert_eq!(
+            state,
+            SupervisorState::Waiting { until: start + Duration::from_secs(4), delay: FIRST_RESTART_DELAY * 2 }
+        );
+        state = step(state, SupervisorEvent::Started, start + Duration::from_secs(4));
+        assert_eq!(
+            state,
+            SupervisorState::Running {
+                since: start + Duration::from_secs(4),
+                last_delay: Some(FIRST_RESTART_DELAY * 2)
+            }
+        );
+        // Died quickly again: four seconds; after a long run: one again.
+        let quick = step(state, SupervisorEvent::Exited, start + Duration::from_secs(5));
+        assert!(matches!(quick, SupervisorState::Waiting { delay, .. } if delay == FIRST_RESTART_DELAY * 4));
+        let late = step(state, SupervisorEvent::Exited, start + STABLE_AFTER * 2);
+        assert!(matches!(late, SupervisorState::Waiting { delay, .. } if delay == FIRST_RESTART_DELAY));
+        assert_eq!(step(quick, SupervisorEvent::Shutdown, start), SupervisorState::Stopped);
+        assert_eq!(step(SupervisorState::Stopped, SupervisorEvent::Started, start), SupervisorState::Stopped);
     }
 
     #[tokio::test]
