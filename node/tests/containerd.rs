@@ -20,14 +20,17 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 const NODE: &str = "skiff-cri-test";
 const POD_CIDR: &str = "10.244.250.0/24";
+/// A second node on the same host, with its own containerd and bridge.
+const NODE2: &str = "skiff-cri-test-2";
+const POD_CIDR2: &str = "10.244.251.0/24";
 const CGROUP_PARENT: &str = "/skiff-cri-test";
 
-/// Removes what the test made even when it panics: the node's sandboxes
-/// (through containerd, which still runs while the test's runtime is
-/// being dropped), the bridge, the cgroup parent.
+/// Removes what the test made even when it panics: the nodes' sandboxes
+/// (through their containerds, which still run while the test's runtime
+/// is being dropped), their bridges, the cgroup parent.
 struct Cleanup {
-    endpoint: String,
-    bridge: String,
+    /// Each node's name and CRI endpoint.
+    nodes: Vec<(&'static str, String)>,
     /// Blackhole routes this test added (not those already there).
     routes: Vec<&'static str>,
     armed: bool,
@@ -35,13 +38,15 @@ struct Cleanup {
 
 impl Cleanup {
     async fn run(&self) {
-        if let Ok(runtime) = CriRuntime::connect(&self.endpoint).await {
-            if let Err(e) = teardown(&runtime, NODE).await {
-                eprintln!("cleanup: teardown failed: {e}");
+        for (node, endpoint) in &self.nodes {
+            if let Ok(runtime) = CriRuntime::connect(endpoint).await {
+                if let Err(e) = teardown(&runtime, node).await {
+                    eprintln!("cleanup: teardown of {node} failed: {e}");
+                }
             }
-        }
-        if let Err(e) = cni::delete_bridge(&self.bridge).await {
-            eprintln!("cleanup: {e}");
+            if let Err(e) = cni::delete_bridge(&cni::bridge_name(node)).await {
+                eprintln!("cleanup: {e}");
+            }
         }
         if let Err(e) = cni::delete_blackhole_routes(&self.routes).await {
             eprintln!("cleanup: {e}");
@@ -55,12 +60,7 @@ impl Drop for Cleanup {
         if !self.armed {
             return;
         }
-        let cleanup = Cleanup {
-            endpoint: self.endpoint.clone(),
-            bridge: self.bridge.clone(),
-            routes: self.routes.clone(),
-            armed: false,
-        };
+        let cleanup = Cleanup { nodes: self.nodes.clone(), routes: self.routes.clone(), armed: false };
         // Drop cannot await; a runtime of its own on another thread can.
         let _ = std::thread::spawn(move || {
             if let Ok(rt) = tokio::runtime::Builder::new_current_thread().enable_all().build() {
@@ -97,21 +97,21 @@ fn is_root() -> bool {
         .unwrap_or(false)
 }
 
-fn labels(pod: &str, uid: &str) -> BTreeMap<String, String> {
+fn labels(node: &str, pod: &str, uid: &str) -> BTreeMap<String, String> {
     BTreeMap::from([
-        (LABEL_NODE.to_string(), NODE.to_string()),
+        (LABEL_NODE.to_string(), node.to_string()),
         (LABEL_POD_NAME.to_string(), pod.to_string()),
         (LABEL_POD_NAMESPACE.to_string(), "default".to_string()),
         (LABEL_POD_UID.to_string(), uid.to_string()),
     ])
 }
 
-fn container(name: &str, command: &[&str], memory: i64) -> ContainerSpec {
+fn container(node: &str, name: &str, command: &[&str], memory: i64) -> ContainerSpec {
     ContainerSpec {
         name: name.to_string(),
         image: BUSYBOX_IMAGE.to_string(),
         command: command.iter().map(|s| s.to_string()).collect(),
-        labels: BTreeMap::from([(LABEL_NODE.to_string(), NODE.to_string())]),
+        labels: BTreeMap::from([(LABEL_NODE.to_string(), node.to_string())]),
         log_path: format!("{name}/0.log"),
         resources: ContainerResources { memory_limit_in_bytes: memory, ..Default::default() },
         ..Default::default()
@@ -158,9 +158,11 @@ async fn a_private_containerd_runs_a_pod_from_skiffs_own_images() {
     let data = dir.path().join("cd");
     let config = ContainerdConfig::new(&data);
     let bridge = cni::bridge_name(NODE);
+    let config2 = ContainerdConfig::new(&dir.path().join("cd2"));
     let ranges = [cni::CLUSTER_CIDR, cni::SERVICE_CIDR];
     let routes = ranges.into_iter().filter(|r| !has_blackhole(r)).collect();
-    let mut cleanup = Cleanup { endpoint: config.endpoint(), bridge: bridge.clone(), routes, armed: true };
+    let nodes = vec![(NODE, config.endpoint()), (NODE2, config2.endpoint())];
+    let mut cleanup = Cleanup { nodes, routes, armed: true };
 
     // Images and network first: containerd's CRI plugin reads the CNI dir.
     let images_dir = dir.path().join("images");
@@ -178,13 +180,20 @@ async fn a_private_containerd_runs_a_pod_from_skiffs_own_images() {
     assert!(failed.is_empty(), "imports failed: {failed:?}");
     assert_eq!(imported.len(), 2);
 
-    // A second node's containerd on the same host, beside the first.
-    let other = Containerd::start(ContainerdConfig::new(&dir.path().join("cd2")), &shutdown)
-        .await
-        .expect("a second containerd starts beside the first");
-    let other_runtime = CriRuntime::connect(&other.endpoint()).await.expect("second CRI client");
-    assert!(other_runtime.list_images().await.expect("images").is_empty(), "the second containerd shares images");
-    other.stop().await;
+    // A second node's containerd on the same host, beside the first,
+    // sharing nothing with it.
+    let cni2 = CniConfig {
+        node_name: NODE2.to_string(),
+        pod_cidr: POD_CIDR2.to_string(),
+        ipam_data_dir: config2.data_dir.join("cni/ipam"),
+    };
+    cni2.write(&config2.cni_conf_dir).expect("second CNI config");
+    let other =
+        Containerd::start(config2.clone(), &shutdown).await.expect("a second containerd starts beside the first");
+    let runtime2 = CriRuntime::connect(&other.endpoint()).await.expect("second CRI client");
+    assert!(runtime2.list_images().await.expect("images").is_empty(), "the second containerd shares images");
+    let (imported, _) = ImageImporter::new(&images_dir, Path::new("ctr"), &other.socket()).scan().await.expect("scan");
+    assert_eq!(imported.len(), 2);
 
     let runtime = CriRuntime::connect(&containerd.endpoint()).await.expect("CRI client");
     let version = runtime.version().await.expect("version");
@@ -202,7 +211,7 @@ async fn a_private_containerd_runs_a_pod_from_skiffs_own_images() {
         uid: "u1".into(),
         hostname: "web".into(),
         log_directory: logs.to_string_lossy().into_owned(),
-        labels: labels("web", "u1"),
+        labels: labels(NODE, "web", "u1"),
         cgroup_parent: CGROUP_PARENT.into(),
         ..Default::default()
     };
@@ -213,7 +222,7 @@ async fn a_private_containerd_runs_a_pod_from_skiffs_own_images() {
     assert!(ip.starts_with("10.244.250."), "pod IP {ip} is not in {POD_CIDR}");
 
     let web = runtime
-        .create_container(&sandbox_id, &container("web", &["httpd", "-f", "-p", "8080"], 0), &sandbox)
+        .create_container(&sandbox_id, &container(NODE, "web", &["httpd", "-f", "-p", "8080"], 0), &sandbox)
         .await
         .expect("create web");
     runtime.start_container(&web).await.expect("start web");
@@ -254,12 +263,46 @@ async fn a_private_containerd_runs_a_pod_from_skiffs_own_images() {
     assert_eq!(status.state, ContainerState::Running);
     assert!(http_get(&address).await.expect("httpd still answers").starts_with("HTTP/1."));
 
+    // A pod of the second node reaches the first one's on its IP, across
+    // the two bridges.
+    let client = SandboxSpec {
+        name: "client".into(),
+        namespace: "default".into(),
+        uid: "u2".into(),
+        hostname: "client".into(),
+        log_directory: dir.path().join("logs/default_client_u2").to_string_lossy().into_owned(),
+        labels: labels(NODE2, "client", "u2"),
+        cgroup_parent: CGROUP_PARENT.into(),
+        ..Default::default()
+    };
+    let client_sandbox = runtime2.run_sandbox(&client).await.expect("second node's sandbox runs");
+    let client_ip = runtime2.sandbox_status(&client_sandbox).await.expect("status").ip.expect("pod IP");
+    assert!(client_ip.starts_with("10.244.251."), "pod IP {client_ip} is not in {POD_CIDR2}");
+    let sleeper = runtime2
+        .create_container(&client_sandbox, &container(NODE2, "client", &["sleep", "3600"], 0), &client)
+        .await
+        .expect("create client");
+    runtime2.start_container(&sleeper).await.expect("start client");
+    let request = format!("printf 'GET / HTTP/1.0\\r\\n\\r\\n' | nc -w 3 {ip} 8080");
+    let fetched = runtime2
+        .exec_sync(&sleeper, &["sh".into(), "-c".into(), request], Duration::from_secs(10))
+        .await
+        .expect("exec in the second node's pod");
+    let answer = String::from_utf8_lossy(&fetched.stdout);
+    assert!(
+        answer.starts_with("HTTP/1."),
+        "from the other node: {answer:?} {:?}",
+        String::from_utf8_lossy(&fetched.stderr)
+    );
+    assert_eq!(teardown(&runtime2, NODE2).await.expect("teardown of the second node"), 1);
+    other.stop().await;
+
     let exec = runtime.exec_sync(&web, &["echo".into(), "hi".into()], Duration::from_secs(5)).await.expect("exec");
     assert_eq!((String::from_utf8_lossy(&exec.stdout).trim(), exec.exit_code), ("hi", 0));
 
     // A container that writes a line and exits: its log holds it.
     let hello = runtime
-        .create_container(&sandbox_id, &container("hello", &["echo", "hello-log"], 0), &sandbox)
+        .create_container(&sandbox_id, &container(NODE, "hello", &["echo", "hello-log"], 0), &sandbox)
         .await
         .expect("create hello");
     runtime.start_container(&hello).await.expect("start hello");
@@ -274,7 +317,7 @@ async fn a_private_containerd_runs_a_pod_from_skiffs_own_images() {
     let hog = runtime
         .create_container(
             &sandbox_id,
-            &container("hog", &["dd", "if=/dev/zero", "of=/dev/null", "bs=64M", "count=1"], 16 << 20),
+            &container(NODE, "hog", &["dd", "if=/dev/zero", "of=/dev/null", "bs=64M", "count=1"], 16 << 20),
             &sandbox,
         )
         .await
@@ -302,5 +345,7 @@ async fn a_private_containerd_runs_a_pod_from_skiffs_own_images() {
     cleanup.armed = false;
     cleanup.run().await;
     let links = std::process::Command::new("ip").args(["-br", "link"]).output().expect("ip link");
-    assert!(!String::from_utf8_lossy(&links.stdout).contains(&bridge), "the bridge {bridge} is still there");
+    for bridge in [bridge, cni::bridge_name(NODE2)] {
+        assert!(!String::from_utf8_lossy(&links.stdout).contains(&bridge), "the bridge {bridge} is still there");
+    }
 }
