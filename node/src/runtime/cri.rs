@@ -77,10 +77,11 @@ impl CriRuntime {
             runtime: RuntimeServiceClient::new(channel.clone()).max_decoding_message_size(64 << 20),
             images: ImageServiceClient::new(channel).max_decoding_message_size(64 << 20),
         };
-        match runtime.version().await {
-            Ok(_) => Ok(runtime),
-            Err(RuntimeError::Failed(why)) => Err(unreachable(format!("does not speak CRI v1: {why}"))),
-            Err(e) => Err(unreachable(e.to_string())),
+        match tokio::time::timeout(CONNECT_TIMEOUT, runtime.version()).await {
+            Ok(Ok(_)) => Ok(runtime),
+            Ok(Err(RuntimeError::Failed(why))) => Err(unreachable(format!("does not speak CRI v1: {why}"))),
+            Ok(Err(e)) => Err(unreachable(e.to_string())),
+            Err(_) => Err(unreachable(format!("no answer to CRI Version in {CONNECT_TIMEOUT:?}"))),
         }
     }
 
