@@ -13,6 +13,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
+pub mod cri;
+
 /// Label on every sandbox and container: the pod's name.
 pub const LABEL_POD_NAME: &str = "io.kubernetes.pod.name";
 /// Label on every sandbox and container: the pod's namespace.
