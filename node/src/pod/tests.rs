@@ -1,0 +1,1 @@
+//! Pod worker tests with paused time and the fake runtime.
