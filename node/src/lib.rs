@@ -5,6 +5,9 @@
 //! # Layout
 //! - [`runtime`]: the `Runtime` trait, CRI-shaped, in Skiff's own types;
 //!   `runtime::fake` is an in-memory runtime for tests with paused time.
+//! - [`pod`]: the pod workers: one task per pod syncing its spec to the
+//!   runtime (sandbox, images, init/sidecar/main containers, probes,
+//!   hooks, restarts, termination) and reporting status and events.
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]

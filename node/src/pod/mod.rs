@@ -144,6 +144,9 @@ impl PodResources for NoResources {
 }
 
 /// What the workers tell the agent.
+// The status is carried inline, as the agent's interface asks; a few
+// outputs per pod per change do not make the size matter.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, PartialEq)]
 pub enum WorkerOutput {
     /// The pod's status changed; write it through `pods/status`.

@@ -302,7 +302,7 @@ pub fn pod_status(pod: &Pod, observed: &Observed, view: &WorkerView<'_>, previou
             if is_sidecar(c) {
                 s.started != Some(true)
             } else {
-                !state.terminated.is_some_and(|t| t.exit_code == 0)
+                state.terminated.is_none_or(|t| t.exit_code != 0)
             }
         })
         .map(|(s, _)| s.name.as_str())
