@@ -338,3 +338,41 @@ mod tests {
         assert_eq!(second, Err("HTTP probe failed with statuscode: 503".to_string()));
     }
 }
+
+#[cfg(test)]
+mod handler_tests {
+    use super::*;
+
+    fn must_container(value: serde_json::Value) -> Container {
+        match serde_json::from_value(value) {
+            Ok(c) => c,
+            Err(e) => panic!("{e}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn tcp_probes_connect_to_a_named_port_and_fail_on_a_closed_one() {
+        let listener = match tokio::net::TcpListener::bind("127.0.0.1:0").await {
+            Ok(l) => l,
+            Err(e) => panic!("bind: {e}"),
+        };
+        let port = listener.local_addr().map(|a| a.port()).unwrap_or(0);
+        let c = must_container(serde_json::json!({"name": "web", "ports": [{"name": "http", "containerPort": port}]}));
+        let probe: Probe = match serde_json::from_value(serde_json::json!({"tcpSocket": {"port": "http"}})) {
+            Ok(p) => p,
+            Err(e) => panic!("{e}"),
+        };
+        let handler = probe_handler(&probe, &c, "127.0.0.1");
+        assert_eq!(handler, Ok(Handler::Tcp { host: "127.0.0.1".into(), port }));
+        let runtime = crate::runtime::fake::FakeRuntime::new();
+        let Ok(handler) = handler else { return };
+        assert_eq!(run(&runtime, "c", &handler, Duration::from_secs(1)).await, Ok(()));
+        drop(listener);
+        assert!(run(&runtime, "c", &handler, Duration::from_secs(1)).await.is_err());
+        let unknown: Probe = match serde_json::from_value(serde_json::json!({"httpGet": {"port": "nope"}})) {
+            Ok(p) => p,
+            Err(e) => panic!("{e}"),
+        };
+        assert_eq!(probe_handler(&unknown, &c, "127.0.0.1"), Err("couldn't find port nope in container web".into()));
+    }
+}

@@ -906,3 +906,81 @@ fn status_phase_and_conditions_for_representative_cases() {
     let again = pod_status(&pod, &Observed::default(), &view, Some(&pending));
     assert_eq!(again, pending);
 }
+
+#[tokio::test(start_paused = true)]
+async fn failed_runtime_calls_are_reported_and_retried() {
+    let mut h = Harness::new();
+    h.fake.add_image("app:1");
+    h.fake.fail_next("run_sandbox", crate::runtime::RuntimeError::Unavailable("socket gone".into()));
+    h.workers.update(Arc::new(must_pod("p", json!({"containers": [container("web")]}))));
+    h.run_for(Duration::from_secs(3)).await;
+    assert!(h.has_event(
+        "FailedCreatePodSandBox",
+        "Failed to create pod sandbox: container runtime unavailable: socket gone"
+    ));
+    assert_eq!(h.status("p").phase.as_deref(), Some("Running"));
+
+    h.fake.fail_next("create_container", crate::runtime::RuntimeError::Failed("no such binary".into()));
+    h.workers.update(Arc::new(must_pod("q", json!({"containers": [container("web")]}))));
+    h.run_for(Duration::from_secs(2)).await;
+    assert!(h.has_event("Failed", "Error: no such binary"));
+    assert_eq!(waiting_reason(&h.status("q"), "web").as_deref(), Some("CreateContainerError"));
+    h.run_for(Duration::from_secs(10)).await;
+    assert_eq!(h.status("q").phase.as_deref(), Some("Running"), "retried after the back-off");
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_oom_killed_container_shows_its_reason_in_last_state() {
+    let mut h = Harness::new();
+    h.fake.add_image("app:1");
+    h.workers.update(Arc::new(must_pod("p", json!({"containers": [container("web")]}))));
+    h.run_for(Duration::from_secs(2)).await;
+    assert!(h.fake.exit_container("p", "web", 137, "OOMKilled"));
+    h.run_for(Duration::from_secs(2)).await;
+    let web = main_status(&h.status("p"), "web");
+    assert_eq!(web.restart_count, 1);
+    let last = web.last_state.and_then(|s| s.terminated).map(|t| (t.exit_code, t.reason));
+    assert_eq!(last, Some((137, Some("OOMKilled".into()))));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_failing_post_start_hook_kills_the_container_and_a_sleep_pre_stop_delays_the_stop() {
+    let mut h = Harness::new();
+    h.fake.add_image("app:1");
+    h.fake.set_exec_result(&["hook"], failing());
+    let hooked = json!({"name": "web", "image": "app:1", "lifecycle": {"postStart": {"exec": {"command": ["hook"]}}}});
+    h.workers.update(Arc::new(must_pod("p", json!({"containers": [hooked]}))));
+    h.run_for(Duration::from_secs(3)).await;
+    assert!(h.has_event("FailedPostStartHook", "PostStartHook failed: command [\"hook\"] exited with 1"));
+    assert!(h.has_event("Killing", "FailedPostStartHook"));
+    assert!(h.starts("web").len() >= 2, "restarted per restartPolicy Always");
+
+    let sleepy = json!({"name": "db", "image": "app:1", "lifecycle": {"preStop": {"sleep": {"seconds": 5}}}});
+    let pod = must_pod("q", json!({"terminationGracePeriodSeconds": 12, "containers": [sleepy]}));
+    h.workers.update(Arc::new(pod.clone()));
+    h.run_for(Duration::from_secs(2)).await;
+    let deleted_at = Instant::now();
+    h.workers.update(Arc::new(must_deleted(pod, 12)));
+    h.run_for(Duration::from_secs(10)).await;
+    let stop = h.fake.calls().into_iter().find(|c| c.method == "stop_container" && c.target == "db");
+    let stop = stop.map(|c| (c.at.duration_since(deleted_at).as_secs(), c.detail));
+    assert_eq!(stop, Some((5, "timeout=7".to_string())), "stopped after the 5 s sleep with the 7 s left");
+}
+
+#[tokio::test(start_paused = true)]
+async fn adoption_ignores_what_another_node_made() {
+    let fake = Arc::new(FakeRuntime::new());
+    let other = crate::runtime::SandboxSpec {
+        name: "theirs".into(),
+        labels: BTreeMap::from([
+            (crate::runtime::LABEL_NODE.to_string(), "node-2".to_string()),
+            (crate::runtime::LABEL_POD_UID.to_string(), "uid-theirs".to_string()),
+        ]),
+        ..crate::runtime::SandboxSpec::default()
+    };
+    assert!(fake.run_sandbox(&other).await.is_ok());
+    let h = Harness::with_runtime(fake.clone(), 8);
+    assert_eq!(h.workers.adopt().await, Ok(vec![]));
+    assert_eq!(h.workers.forget_unknown().await, Ok(vec![]));
+    assert_eq!(fake.sandboxes().len(), 1, "another agent's sandbox is left alone");
+}

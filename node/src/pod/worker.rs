@@ -588,6 +588,11 @@ impl Worker {
         }
         self.next_backoff = plan.back_off.iter().map(|b| b.3).min();
         for (name, id, delay, _) in &plan.back_off {
+            if id.is_empty() {
+                // A failed create or start waits with its own reason
+                // (CreateContainerError, RunContainerError).
+                continue;
+            }
             let (_, pod_name, uid) = pod_identity(&self.pod);
             let ns = &self.key.namespace;
             self.waiting.insert(
