@@ -984,3 +984,20 @@ async fn adoption_ignores_what_another_node_made() {
     assert_eq!(h.workers.forget_unknown().await, Ok(vec![]));
     assert_eq!(fake.sandboxes().len(), 1, "another agent's sandbox is left alone");
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_probe_slower_than_its_timeout_fails() {
+    let mut h = Harness::new();
+    h.fake.add_image("app:1");
+    h.fake.set_exec_delay(&["slow"], Duration::from_secs(3));
+    let web =
+        json!({"name": "web", "image": "app:1", "readinessProbe": exec_probe("slow", json!({"timeoutSeconds": 2}))});
+    let fast =
+        json!({"name": "web", "image": "app:1", "readinessProbe": exec_probe("slow", json!({"timeoutSeconds": 4}))});
+    h.workers.update(Arc::new(must_pod("p", json!({"containers": [web]}))));
+    h.workers.update(Arc::new(must_pod("q", json!({"containers": [fast]}))));
+    h.run_for(Duration::from_secs(12)).await;
+    assert_eq!(condition(&h.status("p"), "Ready"), "False");
+    assert!(h.has_event("Unhealthy", "Readiness probe failed"));
+    assert_eq!(condition(&h.status("q"), "Ready"), "True", "within its 4 s timeout");
+}

@@ -462,8 +462,12 @@ impl Worker {
     }
 
     async fn send(&self, output: WorkerOutput) {
-        // A closed channel means the agent is going away.
-        let _ = self.shared.out.send(output).await;
+        // A closed channel means the agent is going away; at shutdown a
+        // full one must not hold the worker.
+        tokio::select! {
+            _ = self.shared.out.send(output) => {}
+            _ = self.shared.shutdown.cancelled() => {}
+        }
     }
 
     async fn event(&self, type_: &str, reason: &str, message: String) {

@@ -63,6 +63,7 @@ struct State {
     pullable: BTreeSet<String>,
     failures: HashMap<&'static str, VecDeque<RuntimeError>>,
     exec_results: HashMap<Vec<String>, ExecResult>,
+    exec_delays: HashMap<Vec<String>, Duration>,
     exit_on_start: HashMap<String, Exit>,
     ignore_sigterm: BTreeSet<String>,
     calls: Vec<Call>,
@@ -135,6 +136,13 @@ impl FakeRuntime {
     pub fn set_exec_result(&self, cmd: &[&str], result: ExecResult) {
         let cmd = cmd.iter().map(|s| s.to_string()).collect();
         self.lock().exec_results.insert(cmd, result);
+    }
+
+    /// `exec_sync` of `cmd` takes `delay` (past its timeout it fails with
+    /// `DeadlineExceeded`).
+    pub fn set_exec_delay(&self, cmd: &[&str], delay: Duration) {
+        let cmd = cmd.iter().map(|s| s.to_string()).collect();
+        self.lock().exec_delays.insert(cmd, delay);
     }
 
     /// Containers named `container` exit with `code` and `reason` as soon
@@ -449,9 +457,16 @@ impl Runtime for FakeRuntime {
             .collect())
     }
 
-    async fn exec_sync(&self, id: &str, cmd: &[String], _timeout: Duration) -> Result<ExecResult, RuntimeError> {
+    async fn exec_sync(&self, id: &str, cmd: &[String], timeout: Duration) -> Result<ExecResult, RuntimeError> {
         let name = self.container_name(id);
         self.enter("exec_sync", &name, cmd.join(" "))?;
+        let delay = self.lock().exec_delays.get(cmd).copied();
+        if let Some(delay) = delay {
+            tokio::time::sleep(delay.min(timeout)).await;
+            if delay > timeout {
+                return Err(RuntimeError::DeadlineExceeded(format!("exec {cmd:?}")));
+            }
+        }
         let state = self.lock();
         match state.containers.get(id) {
             Some(c) if c.status.state == ContainerState::Running => {}
