@@ -18,6 +18,17 @@ use crate::runtime::{
 
 /// Annotation on every container: how many times it restarted before.
 pub const ANNOTATION_RESTART_COUNT: &str = "io.kubernetes.container.restartCount";
+/// Annotation on every container: a hash of its spec, so a changed spec
+/// (a new image) restarts it.
+pub const ANNOTATION_HASH: &str = "io.kubernetes.container.hash";
+
+/// A stable hash of a container's spec (FNV-1a over its JSON form, whose
+/// field order is fixed).
+pub fn container_hash(container: &Container) -> String {
+    let json = serde_json::to_string(container).unwrap_or_default();
+    let hash = json.bytes().fold(0xcbf29ce484222325u64, |h, b| (h ^ b as u64).wrapping_mul(0x100000001b3));
+    format!("{hash:016x}")
+}
 
 /// Why a container's spec could not be made; the container waits with
 /// reason `CreateContainerConfigError` and this as its message.
@@ -207,7 +218,10 @@ pub fn container_spec(
         |args: &Option<Vec<String>>| -> Vec<String> { args.iter().flatten().map(|a| expand(a, &[&vars])).collect() };
     let mut labels = pod_labels(inputs.config, pod);
     labels.insert(LABEL_CONTAINER_NAME.to_string(), container.name.clone());
-    let mut annotations = BTreeMap::from([(ANNOTATION_RESTART_COUNT.to_string(), inputs.attempt.to_string())]);
+    let mut annotations = BTreeMap::from([
+        (ANNOTATION_RESTART_COUNT.to_string(), inputs.attempt.to_string()),
+        (ANNOTATION_HASH.to_string(), container_hash(container)),
+    ]);
     if let Some(path) = &container.termination_message_path {
         annotations.insert("io.kubernetes.container.terminationMessagePath".to_string(), path.clone());
     }

@@ -1001,3 +1001,24 @@ async fn a_probe_slower_than_its_timeout_fails() {
     assert!(h.has_event("Unhealthy", "Readiness probe failed"));
     assert_eq!(condition(&h.status("q"), "Ready"), "True", "within its 4 s timeout");
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_changed_image_restarts_the_container_with_it() {
+    let mut h = Harness::new();
+    h.fake.add_image("app:1");
+    h.fake.add_image("app:2");
+    let pod = must_pod("p", json!({"restartPolicy": "Never", "containers": [container("web")]}));
+    h.workers.update(Arc::new(pod.clone()));
+    h.run_for(Duration::from_secs(3)).await;
+    let mut changed = pod;
+    if let Some(spec) = changed.spec.as_mut() {
+        spec.containers[0].image = Some("app:2".into());
+    }
+    h.workers.update(Arc::new(changed));
+    h.run_for(Duration::from_secs(3)).await;
+    assert!(h.has_event("Killing", "Container web definition changed, will be restarted"));
+    let web = main_status(&h.status("p"), "web");
+    assert_eq!((web.image.as_str(), web.restart_count), ("app:2", 1));
+    assert!(web.state.and_then(|s| s.running).is_some());
+    assert_eq!(h.starts("web").len(), 2, "once, not again on the next syncs");
+}

@@ -289,7 +289,24 @@ pub fn plan(pod: &Pod, observed: &Observed, memory: &Memory<'_>) -> Plan {
             None => start_or_back_off(&mut plan, &c.name, None),
             Some(latest) => match latest.state {
                 ContainerState::Running => {
-                    probe_kill(&mut plan, c, latest);
+                    let hash = latest.annotations.get(spec::ANNOTATION_HASH);
+                    if hash.is_some_and(|h| *h != spec::container_hash(c)) {
+                        // The kubelet restarts a container whose spec
+                        // changed (e.g. its image) whatever the policy.
+                        plan.kill.push(Kill {
+                            id: latest.id.clone(),
+                            name: c.name.clone(),
+                            message: format!("Container {} definition changed, will be restarted", c.name),
+                            grace: None,
+                        });
+                        plan.start.push(Start {
+                            name: c.name.clone(),
+                            attempt: latest.attempt + 1,
+                            restart_since: None,
+                        });
+                    } else {
+                        probe_kill(&mut plan, c, latest);
+                    }
                 }
                 ContainerState::Exited => {
                     let restart = match policy {
