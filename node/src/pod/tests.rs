@@ -1022,3 +1022,16 @@ async fn a_changed_image_restarts_the_container_with_it() {
     assert!(web.state.and_then(|s| s.running).is_some());
     assert_eq!(h.starts("web").len(), 2, "once, not again on the next syncs");
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_pod_recorded_as_succeeded_is_never_run_again() {
+    let mut h = Harness::new();
+    h.fake.add_image("app:1");
+    let mut pod = must_pod("done", json!({"restartPolicy": "OnFailure", "containers": [container("web")]}));
+    pod.status = Some(PodStatus { phase: Some("Succeeded".into()), ..PodStatus::default() });
+    h.workers.update(Arc::new(pod));
+    h.run_for(Duration::from_secs(5)).await;
+    assert!(h.fake.sandboxes().is_empty());
+    let statuses = h.outputs.iter().filter(|(_, o)| matches!(o, WorkerOutput::Status { .. })).count();
+    assert_eq!(statuses, 0, "no status that would take the phase back");
+}

@@ -149,6 +149,11 @@ fn restart_policy(pod: &Pod) -> &str {
     pod.spec.as_ref().and_then(|s| s.restart_policy.as_deref()).unwrap_or("Always")
 }
 
+/// Whether the pod's recorded phase is Succeeded or Failed.
+pub fn is_terminal(pod: &Pod) -> bool {
+    matches!(pod.status.as_ref().and_then(|s| s.phase.as_deref()), Some("Succeeded" | "Failed"))
+}
+
 /// Whether an init container is a sidecar (`restartPolicy: Always`).
 pub fn is_sidecar(c: &Container) -> bool {
     c.restart_policy.as_deref() == Some("Always")
@@ -171,6 +176,13 @@ pub fn plan(pod: &Pod, observed: &Observed, memory: &Memory<'_>) -> Plan {
     let policy = restart_policy(pod);
     let inits = spec.init_containers.clone().unwrap_or_default();
     let mut plan = Plan::default();
+    // A pod the apiserver already records as done never runs again, even
+    // if the runtime lost its containers (the phase must not go back).
+    if is_terminal(pod) {
+        plan.finished = true;
+        plan.initialized = true;
+        return plan;
+    }
 
     let all_succeeded = |observed: &Observed| {
         spec.containers
@@ -1003,6 +1015,10 @@ impl Worker {
             start_time: self.start_time.clone(),
         };
         let status = pod_status(&self.pod, observed, &view, self.last_status.as_ref());
+        let regressed = is_terminal(&self.pod) && !matches!(status.phase.as_deref(), Some("Succeeded" | "Failed"));
+        if regressed {
+            return;
+        }
         if self.last_status.as_ref() != Some(&status) {
             self.last_status = Some(status.clone());
             self.send(WorkerOutput::Status { key: self.key.clone(), uid: self.uid.clone(), status }).await;
