@@ -1035,3 +1035,26 @@ async fn a_pod_recorded_as_succeeded_is_never_run_again() {
     let statuses = h.outputs.iter().filter(|(_, o)| matches!(o, WorkerOutput::Status { .. })).count();
     assert_eq!(statuses, 0, "no status that would take the phase back");
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_force_delete_during_a_graceful_one_cuts_the_grace_short() {
+    let mut h = Harness::new();
+    h.fake.add_image("app:1");
+    h.fake.ignore_sigterm("web");
+    let pod = must_pod("p", json!({"containers": [container("web")]}));
+    h.workers.update(Arc::new(pod.clone()));
+    h.run_for(Duration::from_secs(2)).await;
+    let deleted_at = Instant::now();
+    h.workers.update(Arc::new(must_deleted(pod.clone(), 60)));
+    h.run_for(Duration::from_secs(5)).await;
+    h.workers.update(Arc::new(must_deleted(pod, 0)));
+    h.run_for(Duration::from_secs(10)).await;
+    let terminated_at =
+        h.outputs.iter().find_map(|(at, o)| matches!(o, WorkerOutput::Terminated { .. }).then_some(*at));
+    let took = terminated_at.map(|t| t.duration_since(deleted_at).as_secs());
+    assert!(took.is_some_and(|s| (5..=8).contains(&s)), "took {took:?}, not the 60 s grace");
+    let timeouts: Vec<String> =
+        h.fake.calls().into_iter().filter(|c| c.method == "stop_container").map(|c| c.detail).collect();
+    assert_eq!(timeouts, vec!["timeout=60", "timeout=2"], "the second stop has the 2 s floor");
+    assert!(h.fake.containers().is_empty());
+}

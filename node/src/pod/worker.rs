@@ -437,14 +437,16 @@ impl Worker {
             self.take_pending();
             match self.state {
                 State::Syncing => self.sync().await,
-                State::Terminating { grace } => match self.terminate(grace).await {
-                    Ok(()) => {
+                State::Terminating { grace } => match self.terminate_unless_shortened(grace).await {
+                    // A deletion with a shorter grace came: start again with it.
+                    None => continue,
+                    Some(Ok(())) => {
                         self.state = step(self.state, Input::TornDown);
                         self.send(WorkerOutput::Terminated { key: self.key.clone(), uid: self.uid.clone() }).await;
                         torn_down = true;
                         break;
                     }
-                    Err(e) => {
+                    Some(Err(e)) => {
                         tracing::warn!(pod = %self.key.name, error = %e, "tearing the pod down failed; will retry")
                     }
                 },
@@ -460,6 +462,33 @@ impl Worker {
             }
         }
         self.shared.finish(&self.uid, &self.key, torn_down);
+    }
+
+    /// Tears the pod down with `grace`, unless a version of the pod with
+    /// a shorter deletion grace (a force delete) arrives meanwhile: then
+    /// `None`, and the loop starts over with the shorter grace.
+    async fn terminate_unless_shortened(&mut self, grace: Duration) -> Option<Result<(), RuntimeError>> {
+        let slot = self.slot.clone();
+        let (_, placeholder) = mpsc::channel(1);
+        let mut wake = std::mem::replace(&mut self.wake, placeholder);
+        let shortened = async {
+            loop {
+                if wake.recv().await.is_none() {
+                    std::future::pending::<()>().await;
+                }
+                let newer =
+                    lock_pending(&slot).pod.as_ref().map(|p| step(State::Terminating { grace }, Input::Desired(p)));
+                if matches!(newer, Some(State::Terminating { grace: shorter }) if shorter < grace) {
+                    return;
+                }
+            }
+        };
+        let outcome = tokio::select! {
+            result = self.terminate(grace) => Some(result),
+            () = shortened => None,
+        };
+        self.wake = wake;
+        outcome
     }
 
     fn take_pending(&mut self) {
