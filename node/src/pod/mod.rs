@@ -14,11 +14,13 @@
 //! - [`volumes`]: volumes materialized under the pod's directory; mounts.
 //! - [`backoff`]: CrashLoopBackOff and ImagePullBackOff delays.
 //! - [`probe`]: probe and hook handlers; probe thresholds.
-//! - [`worker`]: one pod's task: `State` + `step`, the sync plan, the
-//!   executor, termination.
+//! - [`plan`]: one sync's decisions, a pure function (computePodActions).
+//! - [`worker`]: one pod's task: `State` + `step`, the executor of the
+//!   plan, probes, status reports, termination.
 //! - [`status`]: PodStatus from what the runtime reports.
 
 pub mod backoff;
+pub mod plan;
 pub mod probe;
 pub mod spec;
 pub mod status;
