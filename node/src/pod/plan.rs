@@ -281,3 +281,103 @@ pub fn plan(pod: &Pod, observed: &Observed, memory: &Memory<'_>) -> Plan {
     }
     plan
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+    use crate::runtime::SandboxStatus;
+
+    fn must_pod(spec: serde_json::Value) -> Pod {
+        match serde_json::from_value(serde_json::json!({"metadata": {"name": "p", "uid": "u"}, "spec": spec})) {
+            Ok(p) => p,
+            Err(e) => panic!("{e}"),
+        }
+    }
+
+    fn container(id: &str, name: &str, state: ContainerState, exit_code: i32) -> ContainerStatus {
+        ContainerStatus {
+            id: id.into(),
+            sandbox_id: "sb".into(),
+            name: name.into(),
+            attempt: 0,
+            state,
+            created_at: 1,
+            started_at: 1,
+            finished_at: 0,
+            exit_code,
+            reason: String::new(),
+            message: String::new(),
+            image: String::new(),
+            image_ref: String::new(),
+            labels: BTreeMap::new(),
+            annotations: BTreeMap::new(),
+            log_path: String::new(),
+        }
+    }
+
+    fn sandbox(state: SandboxState) -> SandboxStatus {
+        SandboxStatus { id: "sb".into(), state, ip: None, created_at: 1, attempt: 2, labels: BTreeMap::new() }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_plan_follows_sandbox_init_liveness_and_restart_policy_without_io() {
+        let backoff = Backoff::new(Duration::from_secs(10), Duration::from_secs(300));
+        let (exit_seen, start_failed) = (HashMap::new(), HashMap::new());
+        let mut probes = HashMap::new();
+        macro_rules! memory {
+            ($probes:expr) => {
+                Memory {
+                    backoff: &backoff,
+                    exit_seen: &exit_seen,
+                    start_failed: &start_failed,
+                    probes: $probes,
+                    now: Instant::now(),
+                }
+            };
+        }
+        let pod = must_pod(serde_json::json!({
+            "initContainers": [{"name": "init"}],
+            "containers": [{"name": "web", "livenessProbe": {"exec": {"command": ["x"]}, "failureThreshold": 1}}],
+        }));
+
+        // A dead sandbox: a new one with the next attempt.
+        let dead = Observed { sandboxes: vec![sandbox(SandboxState::NotReady)], containers: vec![] };
+        assert_eq!(plan(&pod, &dead, &memory!(&probes)).create_sandbox, Some(3));
+
+        // Init not run yet: only it starts.
+        let fresh = Observed { sandboxes: vec![sandbox(SandboxState::Ready)], containers: vec![] };
+        let p = plan(&pod, &fresh, &memory!(&probes));
+        assert_eq!(p.start.iter().map(|s| s.name.as_str()).collect::<Vec<_>>(), vec!["init"]);
+        assert!(!p.initialized);
+
+        // Init done, web running with a failed liveness probe: kill it.
+        let running = Observed {
+            sandboxes: vec![sandbox(SandboxState::Ready)],
+            containers: vec![
+                container("i", "init", ContainerState::Exited, 0),
+                container("w", "web", ContainerState::Running, 0),
+            ],
+        };
+        let probe = match serde_json::from_value(serde_json::json!({"failureThreshold": 1})) {
+            Ok(p) => p,
+            Err(e) => panic!("{e}"),
+        };
+        let mut liveness = ProbeState::new(ProbeKind::Liveness, &probe, "w", Instant::now());
+        liveness.record(false, Instant::now());
+        probes.insert(("web".to_string(), ProbeKind::Liveness), liveness);
+        let p = plan(&pod, &running, &memory!(&probes));
+        assert!(p.initialized);
+        assert_eq!(p.kill.iter().map(|k| k.id.as_str()).collect::<Vec<_>>(), vec!["w"]);
+
+        // Under Never, an exited web is final: the pod is finished.
+        let never = must_pod(serde_json::json!({"restartPolicy": "Never", "containers": [{"name": "web"}]}));
+        let exited = Observed {
+            sandboxes: vec![sandbox(SandboxState::Ready)],
+            containers: vec![container("w", "web", ContainerState::Exited, 1)],
+        };
+        let p = plan(&never, &exited, &memory!(&probes));
+        assert!(p.finished && p.start.is_empty());
+    }
+}
