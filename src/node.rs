@@ -133,7 +133,8 @@ impl NodeArgs {
         node.manifest_url = self.manifest_url;
         node.pod_cidr = self.pod_cidr;
         node.node_labels = pairs(&self.node_labels, "node-labels")?;
-        node.register_with_taints = self.register_with_taints.iter().map(|t| parse_taint(t)).collect::<Result<_, _>>()?;
+        node.register_with_taints =
+            self.register_with_taints.iter().map(|t| parse_taint(t)).collect::<Result<_, _>>()?;
         node.system_reserved = pairs(&self.system_reserved, "system-reserved")?;
         node.max_pods = self.max_pods;
         node.lease_renew_interval = self.node_lease_renew_interval;

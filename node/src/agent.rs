@@ -124,7 +124,10 @@ pub fn service_env(services: &[Arc<Service>], namespace: &str) -> Vec<(String, S
         env.push((format!("{prefix}_SERVICE_PORT"), first.port.to_string()));
         for p in ports {
             if let Some(port_name) = p.name.as_deref().filter(|n| !n.is_empty()) {
-                env.push((format!("{prefix}_SERVICE_PORT_{}", port_name.to_uppercase().replace('-', "_")), p.port.to_string()));
+                env.push((
+                    format!("{prefix}_SERVICE_PORT_{}", port_name.to_uppercase().replace('-', "_")),
+                    p.port.to_string(),
+                ));
             }
         }
         let proto = first.protocol.as_deref().unwrap_or("TCP");
@@ -198,7 +201,13 @@ pub async fn run(
     let node_uid = node.metadata.uid.clone().unwrap_or_default();
     let (posted_tx, mut posted) = watch::channel::<Option<Node>>(Some(node));
     shutdown.spawn(heartbeat::lease_loop(client.clone(), config.clone(), node_uid, shutdown.clone()));
-    shutdown.spawn(heartbeat::status_loop(client.clone(), config.clone(), runtime.clone(), posted_tx, shutdown.clone()));
+    shutdown.spawn(heartbeat::status_loop(
+        client.clone(),
+        config.clone(),
+        runtime.clone(),
+        posted_tx,
+        shutdown.clone(),
+    ));
 
     let informers = Informers::new(client.clone(), shutdown.clone());
     let pods = informers.informer_with::<Pod>(WatcherConfig {
@@ -214,7 +223,7 @@ pub async fn run(
     let pod_store = pods.store();
 
     let (out_tx, mut outputs) = mpsc::channel(OUTPUT_BUFFER);
-    let worker_config = WorkerConfig::for_node(&config);
+    let worker_config = worker_config(&config);
     let workers = PodWorkers::new(runtime.clone(), worker_config, lookups, out_tx, shutdown.clone());
     if let Err(e) = workers.adopt().await {
         tracing::warn!(error = %e, "listing the runtime's containers at start failed; nothing adopted");
@@ -236,7 +245,7 @@ pub async fn run(
     for _ in 0..STATUS_WRITERS {
         shutdown.spawn(write_statuses(client.clone(), statuses.clone(), shutdown.clone()));
     }
-    let recorder = Recorder::new("kubelet");
+    let recorder = Arc::new(Recorder::new("kubelet"));
     let mut network_cidr: Option<String> = None;
     configure_network(&config, posted.borrow().as_ref(), network.as_ref(), &mut network_cidr);
 
@@ -299,7 +308,7 @@ pub async fn run(
                 let Some(dir) = manifests.as_mut() else {
                     if !synced && informer_is_ready {
                         synced = true;
-                        workers.forget_unknown();
+                        forget_unknown(&workers).await;
                     }
                     continue;
                 };
@@ -337,8 +346,9 @@ pub async fn run(
                 statics = now;
                 if !synced && informer_is_ready {
                     synced = true;
-                    workers.forget_unknown();
+                    forget_unknown(&workers).await;
                 }
+                metrics().running_pods.set(workers.len() as i64);
             }
             out = outputs.recv() => match out {
                 None => break,
@@ -372,11 +382,46 @@ pub async fn run(
     Ok(())
 }
 
+/// Once every source was read: what runs here that no pod wants goes.
+async fn forget_unknown(workers: &PodWorkers) {
+    match workers.forget_unknown().await {
+        Ok(removed) if !removed.is_empty() => tracing::info!(pods = ?removed, "removed containers no pod wants"),
+        Ok(_) => {}
+        Err(e) => tracing::warn!(error = %e, "listing the runtime's containers to remove orphans"),
+    }
+}
+
+/// The workers' settings from the agent's and the host's.
+fn worker_config(config: &NodeConfig) -> WorkerConfig {
+    let host = host::figures(&config.data_dir);
+    let resolv = std::fs::read_to_string("/etc/resolv.conf").unwrap_or_default();
+    WorkerConfig {
+        node_name: config.name.clone(),
+        pod_log_dir: config.pod_log_dir(),
+        pods_dir: config.pods_dir(),
+        host_ip: config.node_ip.clone(),
+        cluster_dns: config.cluster_dns.clone(),
+        cluster_domain: config.cluster_domain.clone(),
+        host_dns: crate::pod::parse_resolv_conf(&resolv),
+        // Several agents may share a host: each has its own cgroup subtree.
+        cgroup_root: format!("/skiff/{}", config.name),
+        node_cpu_cores: host.cpus as f64,
+        node_memory_bytes: host.memory_total,
+        node_ephemeral_storage_bytes: host.disk_total,
+        ..WorkerConfig::default()
+    }
+}
+
 fn node_ref(name: &str) -> serde_json::Value {
     json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "uid": name}})
 }
 
-fn configure_network(config: &NodeConfig, node: Option<&Node>, network: &dyn NodeNetwork, current: &mut Option<String>) {
+fn configure_network(
+    config: &NodeConfig,
+    node: Option<&Node>,
+    network: &dyn NodeNetwork,
+    current: &mut Option<String>,
+) {
     let cidr = config
         .pod_cidr
         .clone()

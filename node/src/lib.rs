@@ -20,10 +20,18 @@
 //!   containerd, so pods run without a registry.
 //! - [`cni`]: the node's CNI config (bridge, host-local, portmap) and the
 //!   host routes and links around it.
+//! - [`pod`]: the pod workers: one task per pod syncing its spec to the
+//!   runtime (sandbox, images, init/sidecar/main containers, probes,
+//!   hooks, restarts, termination) and reporting status and events.
+//! - [`agent`]: `run`: registration, heartbeats, pod sources, the workers,
+//!   and what they report written back to the apiserver.
+//! - [`process`]: `skiff node` as one process: containerd, images, CNI, the agent.
+//! - [`metrics`]: the agent's metrics.
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod agent;
 pub mod cni;
 pub mod config;
 pub mod containerd;
@@ -31,7 +39,10 @@ pub mod heartbeat;
 pub mod host;
 pub mod images;
 pub mod logs;
+pub mod metrics;
 pub mod node_status;
+pub mod pod;
+pub mod process;
 pub mod runtime;
 pub mod server;
 pub mod static_pods;

@@ -26,7 +26,9 @@ pub fn metrics() -> &'static Metrics {
             &["result"],
         )
         .expect("valid metric");
-        for m in [Box::new(running_pods.clone()) as Box<dyn prometheus::core::Collector>, Box::new(status_writes.clone())] {
+        for m in
+            [Box::new(running_pods.clone()) as Box<dyn prometheus::core::Collector>, Box::new(status_writes.clone())]
+        {
             registry.register(m).expect("metric registered once");
         }
         Metrics { registry, running_pods, status_writes }

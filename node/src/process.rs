@@ -80,8 +80,11 @@ struct CniNetwork {
 
 impl NodeNetwork for CniNetwork {
     fn configure(&self, pod_cidr: &str) -> Result<(), String> {
-        let config =
-            CniConfig { node_name: self.node.clone(), pod_cidr: pod_cidr.to_string(), ipam_data_dir: self.ipam_dir.clone() };
+        let config = CniConfig {
+            node_name: self.node.clone(),
+            pod_cidr: pod_cidr.to_string(),
+            ipam_data_dir: self.ipam_dir.clone(),
+        };
         config.write(&self.conf_dir).map(|_| ()).map_err(|e| e.to_string())
     }
 }
@@ -138,11 +141,8 @@ async fn serve(
         tracing::warn!(error = %e, "blackhole routes for the cluster and service ranges");
     }
     let name = options.node.name.clone();
-    let network = Arc::new(CniNetwork {
-        node: name.clone(),
-        conf_dir,
-        ipam_dir: options.node.data_dir.join("cni").join("ipam"),
-    });
+    let network =
+        Arc::new(CniNetwork { node: name.clone(), conf_dir, ipam_dir: options.node.data_dir.join("cni").join("ipam") });
     let outcome = agent::run(options.node.clone(), runtime.clone(), network, shutdown.child()).await;
     shutdown.cancel();
     importer_shutdown.stop().await;

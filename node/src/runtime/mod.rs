@@ -345,3 +345,5 @@ pub trait Runtime: Send + Sync + 'static {
     /// Every image the runtime holds.
     async fn list_images(&self) -> Result<Vec<ImageInfo>, RuntimeError>;
 }
+
+pub mod fake;
