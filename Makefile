@@ -45,7 +45,8 @@ deps:
 build: deps
 	$(CARGO) build --release --workspace --bins
 
-# A 3-master cluster on 127.0.0.1 (client ports 2379/2389/2399), foreground; Ctrl-C stops it.
+# A 3-master cluster on 127.0.0.1 (client ports 2379/2389/2399) with 2 worker
+# nodes (each its own containerd; needs root), foreground; Ctrl-C stops it.
 up: build
 	$(BIN)/skiff up --masters 3 --dir .skiff/up
 

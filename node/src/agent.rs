@@ -251,6 +251,7 @@ pub async fn run(
 
     let mut manifests = config.manifest_dir.as_deref().map(ManifestDir::new);
     let mut statics: BTreeMap<String, Arc<Pod>> = BTreeMap::new();
+    let mut url_pods: Option<Vec<Pod>> = None;
     let mut last_full_read = tokio::time::Instant::now() - static_pods::RESYNC;
     let mut manifest_tick = tokio::time::interval(MANIFEST_POLL);
     let mut synced = false;
@@ -305,45 +306,53 @@ pub async fn run(
                 }
             },
             _ = manifest_tick.tick() => {
-                let Some(dir) = manifests.as_mut() else {
-                    if !synced && informer_is_ready {
-                        synced = true;
-                        forget_unknown(&workers).await;
-                    }
-                    continue;
-                };
                 let due = last_full_read.elapsed() >= static_pods::RESYNC;
-                if !(due || dir.changed() || !synced) {
-                    continue;
-                }
-                last_full_read = tokio::time::Instant::now();
-                let reading = dir.read(&config.name);
-                for bad in &reading.bad {
-                    tracing::warn!(manifest = %bad.source, reason = %bad.reason, "static pod manifest refused");
-                    let regarding = node_ref(&config.name);
-                    recorder.record(&client, &regarding, "Warning", "FailedStaticPod", &format!("{}: {}", bad.source, bad.reason)).await;
-                }
-                let now: BTreeMap<String, Arc<Pod>> = reading
-                    .pods
-                    .into_iter()
-                    .map(|p| (p.metadata.name.clone().unwrap_or_default(), Arc::new(p)))
-                    .collect();
-                for (name, old) in &statics {
-                    if now.get(name).and_then(|p| p.metadata.uid.clone()) != old.metadata.uid {
-                        if let Some(uid) = old.metadata.uid.as_deref() {
-                            workers.remove(uid);
+                let dir_changed = manifests.as_ref().is_some_and(ManifestDir::changed);
+                let has_sources = manifests.is_some() || config.manifest_url.is_some();
+                if has_sources && (due || dir_changed || !synced) {
+                    let mut reading = manifests.as_mut().map(|d| d.read(&config.name)).unwrap_or_default();
+                    if let Some(url) = &config.manifest_url {
+                        if due || url_pods.is_none() {
+                            // A failed read keeps the last good one, as the kubelet does.
+                            match static_pods::fetch(url, &config.name).await {
+                                Ok(pods) => url_pods = Some(pods),
+                                Err(bad) => reading.bad.push(bad),
+                            }
                         }
-                        if !now.contains_key(name) {
-                            delete_mirror(&client, old).await;
+                        reading.pods.extend(url_pods.clone().unwrap_or_default());
+                    }
+                    if due {
+                        last_full_read = tokio::time::Instant::now();
+                    }
+                    for bad in &reading.bad {
+                        tracing::warn!(manifest = %bad.source, reason = %bad.reason, "static pod manifest refused");
+                        let regarding = node_ref(&config.name);
+                        let message = format!("{}: {}", bad.source, bad.reason);
+                        recorder.record(&client, &regarding, "Warning", "FailedStaticPod", &message).await;
+                    }
+                    let now: BTreeMap<String, Arc<Pod>> = reading
+                        .pods
+                        .into_iter()
+                        .map(|p| (p.metadata.name.clone().unwrap_or_default(), Arc::new(p)))
+                        .collect();
+                    for (name, old) in &statics {
+                        if now.get(name).and_then(|p| p.metadata.uid.clone()) != old.metadata.uid {
+                            if let Some(uid) = old.metadata.uid.as_deref() {
+                                workers.remove(uid);
+                            }
+                            if !now.contains_key(name) {
+                                delete_mirror(&client, old).await;
+                            }
                         }
                     }
+                    for pod in now.values() {
+                        workers.update(pod.clone());
+                        let (ns, name) = (pod.metadata.namespace.as_deref(), pod.metadata.name.as_deref());
+                        let mirror = pod_store.get_named(ns.unwrap_or(""), name.unwrap_or(""));
+                        ensure_mirror(&client, pod, mirror.as_deref()).await;
+                    }
+                    statics = now;
                 }
-                for pod in now.values() {
-                    workers.update(pod.clone());
-                    let mirror = pod_store.get_named(pod.metadata.namespace.as_deref().unwrap_or(""), pod.metadata.name.as_deref().unwrap_or(""));
-                    ensure_mirror(&client, pod, mirror.as_deref()).await;
-                }
-                statics = now;
                 if !synced && informer_is_ready {
                     synced = true;
                     forget_unknown(&workers).await;

@@ -275,6 +275,12 @@ impl Containerd {
     /// Writes the config, starts containerd and waits until its CRI plugin
     /// answers `Version`; then supervises it on a child of `shutdown`.
     pub async fn start(config: ContainerdConfig, shutdown: &Shutdown) -> Result<Containerd, ContainerdError> {
+        // An agent killed with SIGKILL leaves its containerd behind; a new
+        // one on the same data dir cannot start beside it.
+        for pid in stale_instances(&config.config_path()) {
+            tracing::warn!(pid, "stopping a containerd left running on this data dir");
+            stop_pid(pid).await;
+        }
         config.write()?;
         // A socket left by a killed instance would make containerd fail.
         for stale in [config.socket(), config.data_dir.join("containerd.sock.ttrpc")] {
@@ -379,6 +385,41 @@ fn last_error_line(log: &Path) -> Option<String> {
 }
 
 /// SIGTERM, then SIGKILL after [`STOP_GRACE`].
+/// Processes running containerd with `config` (found through /proc).
+fn stale_instances(config: &Path) -> Vec<i32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else { return Vec::new() };
+    let wanted = config.as_os_str().as_encoded_bytes();
+    entries
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| {
+            let Ok(cmdline) = std::fs::read(format!("/proc/{pid}/cmdline")) else { return false };
+            is_instance_of(&cmdline, wanted)
+        })
+        .collect()
+}
+
+/// Whether a NUL-separated command line runs containerd with `--config <config>`.
+fn is_instance_of(cmdline: &[u8], config: &[u8]) -> bool {
+    let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
+    let is_containerd = args.first().is_some_and(|a| a.ends_with(b"containerd"));
+    is_containerd && args.windows(2).any(|w| w[0] == b"--config" && w[1] == config)
+}
+
+/// SIGTERM, then SIGKILL after the grace, to a process that is not our child.
+async fn stop_pid(pid: i32) {
+    let Some(p) = rustix::process::Pid::from_raw(pid) else { return };
+    let _ = rustix::process::kill_process(p, rustix::process::Signal::TERM);
+    let deadline = tokio::time::Instant::now() + STOP_GRACE;
+    while tokio::time::Instant::now() < deadline {
+        if !Path::new(&format!("/proc/{pid}")).exists() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let _ = rustix::process::kill_process(p, rustix::process::Signal::KILL);
+}
+
 async fn terminate(child: &mut Child) {
     if let Some(pid) = child.id().and_then(|id| rustix::process::Pid::from_raw(id as i32)) {
         let _ = rustix::process::kill_process(pid, rustix::process::Signal::TERM);
@@ -514,6 +555,16 @@ pub async fn teardown(runtime: &dyn Runtime, node: &str) -> Result<usize, Runtim
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_stale_instance_is_recognised_by_its_config_path_only() {
+        let config = b"/data/n1/containerd/config.toml";
+        assert!(is_instance_of(b"containerd\0--config\0/data/n1/containerd/config.toml\0", config));
+        assert!(is_instance_of(b"/usr/bin/containerd\0--config\0/data/n1/containerd/config.toml", config));
+        assert!(!is_instance_of(b"containerd\0--config\0/data/n2/containerd/config.toml\0", config));
+        assert!(!is_instance_of(b"vim\0--config\0/data/n1/containerd/config.toml\0", config));
+        assert!(!is_instance_of(b"containerd-shim-runc-v2\0--config\0/data/n1/containerd/config.toml", config));
+    }
 
     #[test]
     fn the_config_keeps_every_path_of_the_instance_under_its_data_dir() {

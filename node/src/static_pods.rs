@@ -142,6 +142,35 @@ impl ManifestDir {
     }
 }
 
+/// How long a manifest URL has to answer.
+const FETCH_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Reads the static pods a manifest URL serves (`http://` only).
+pub async fn fetch(url: &str, node: &str) -> Result<Vec<Pod>, BadManifest> {
+    use http_body_util::BodyExt;
+    let bad = |reason: String| BadManifest { source: url.to_string(), reason };
+    if !url.starts_with("http://") {
+        return Err(bad("only http:// manifest URLs are supported".into()));
+    }
+    let uri: hyper::Uri = url.parse().map_err(|e| bad(format!("not a URL: {e}")))?;
+    let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+        .build_http::<http_body_util::Empty<bytes::Bytes>>();
+    let answer = tokio::time::timeout(FETCH_TIMEOUT, client.get(uri))
+        .await
+        .map_err(|_| bad("no answer within 10 s".into()))?
+        .map_err(|e| bad(e.to_string()))?;
+    if !answer.status().is_success() {
+        return Err(bad(format!("answered {}", answer.status())));
+    }
+    let body = tokio::time::timeout(FETCH_TIMEOUT, answer.into_body().collect())
+        .await
+        .map_err(|_| bad("body not read within 10 s".into()))?
+        .map_err(|e| bad(e.to_string()))?
+        .to_bytes();
+    let text = String::from_utf8(body.to_vec()).map_err(|_| bad("not UTF-8".into()))?;
+    parse(&text, url, "http", node)
+}
+
 fn is_manifest(path: &Path) -> bool {
     let hidden = path.file_name().and_then(|n| n.to_str()).is_none_or(|n| n.starts_with('.'));
     let ext = path.extension().and_then(|e| e.to_str()).unwrap_or("");
@@ -192,6 +221,28 @@ mod tests {
         assert!(!is_mirror(&pod));
         assert_eq!(mirror.metadata.uid, None);
         assert_eq!(mirror.metadata.name, pod.metadata.name);
+    }
+
+    #[tokio::test]
+    async fn a_manifest_url_is_read_and_bad_ones_say_why() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        tokio::spawn(async move {
+            use tokio::io::{AsyncReadExt, AsyncWriteExt};
+            while let Ok((mut stream, _)) = listener.accept().await {
+                let mut buf = [0u8; 1024];
+                let _ = stream.read(&mut buf).await;
+                let reply =
+                    format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{WEB}", WEB.len());
+                let _ = stream.write_all(reply.as_bytes()).await;
+            }
+        });
+        let pods = fetch(&format!("http://{addr}/pods.yaml"), "n").await.expect("read");
+        assert_eq!(pods[0].metadata.name.as_deref(), Some("web-n"));
+        assert_eq!(pods[0].metadata.annotations.as_ref().expect("annotations")[CONFIG_SOURCE], "http");
+        assert!(fetch("https://example.invalid/x", "n").await.expect_err("refused").reason.contains("http://"));
+        let closed = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind").local_addr().expect("addr");
+        assert!(fetch(&format!("http://{closed}/x"), "n").await.is_err());
     }
 
     #[test]

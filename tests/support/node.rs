@@ -72,8 +72,8 @@ impl NodeAgent {
     /// Starts the agent again on the same data dir.
     pub fn restart(&mut self) {
         self.kill();
-        // A killed agent leaves its containerd running; the new one starts its own.
-        kill_containerd_of(&self.data_dir);
+        // The killed agent's containerd still runs: the new agent stops it
+        // and starts its own, which finds the running containers.
         self.spawn();
     }
 
@@ -97,8 +97,8 @@ impl NodeAgent {
     }
 }
 
-/// Kills the containerd whose config lives under `data_dir`, and its
-/// shims' containers, as a last resort after a test.
+/// Kills the containerd whose config lives under `data_dir`, as a last
+/// resort after a test (the agent stops its own on a clean exit).
 fn kill_containerd_of(data_dir: &Path) {
     let config = data_dir.join("containerd").join("config.toml");
     let _ = Command::new("pkill").args(["-f", &format!("containerd --config {}", config.display())]).status();
