@@ -24,6 +24,7 @@ pub mod history;
 pub mod meta;
 pub mod patch;
 pub mod protobuf;
+pub mod quantity;
 pub mod resources;
 pub mod selector;
 pub mod status;

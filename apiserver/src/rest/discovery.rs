@@ -50,6 +50,9 @@ pub(super) fn subresource_kind(info: &ResourceInfo, sub: &str) -> (String, Strin
     match sub {
         "scale" => ("autoscaling".into(), "v1".into(), "Scale".into()),
         "binding" => (String::new(), "v1".into(), "Binding".into()),
+        "exec" => (String::new(), "v1".into(), "PodExecOptions".into()),
+        "attach" => (String::new(), "v1".into(), "PodAttachOptions".into()),
+        "portforward" => (String::new(), "v1".into(), "PodPortForwardOptions".into()),
         _ => (info.group.into(), info.version.into(), info.kind.into()),
     }
 }
@@ -58,6 +61,7 @@ fn subresource_verbs(sub: &str) -> Vec<&'static str> {
     match sub {
         "binding" => vec!["create"],
         "log" => vec!["get"],
+        "exec" | "attach" | "portforward" => vec!["create", "get"],
         "finalize" => vec!["update"],
         _ => vec!["get", "patch", "update"],
     }

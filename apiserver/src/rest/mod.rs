@@ -12,6 +12,7 @@
 //! ```
 
 pub mod discovery;
+pub mod node_proxy;
 pub mod openapi;
 
 use std::collections::HashMap;
@@ -178,16 +179,88 @@ fn parse_path(path: &str) -> Option<Target<'_>> {
 }
 
 /// Serves everything under the HTTP listener that is not health or metrics.
-pub async fn handle(
-    State(state): State<RestState>,
-    method: Method,
-    uri: Uri,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Response {
-    match route(&state, &method, &uri, &headers, body).await {
+pub async fn handle(State(state): State<RestState>, request: axum::extract::Request) -> Response {
+    let (mut parts, body) = request.into_parts();
+    if let Some(target) = pod_stream(parts.uri.path()) {
+        return match stream_to_node(&state, &mut parts, target).await {
+            Ok(r) => r,
+            Err(e) => error_response(&e),
+        };
+    }
+    let body = match axum::body::to_bytes(body, MAX_BODY).await {
+        Ok(b) => b,
+        Err(_) => {
+            return error_response(&ApiError::too_large(format!("Request entity too large: limit is {MAX_BODY}")))
+        }
+    };
+    match route(&state, &parts.method, &parts.uri, &parts.headers, body).await {
         Ok(r) => r,
         Err(e) => error_response(&e),
+    }
+}
+
+/// A pod subresource the node answers: (namespace, pod, subresource).
+fn pod_stream(path: &str) -> Option<(String, String, String)> {
+    match parse_path(path)? {
+        Target::Object {
+            group: "",
+            version: "v1",
+            namespace: Some(ns),
+            resource: "pods",
+            name: Some(name),
+            sub: Some(sub),
+        } if matches!(sub, "log" | "exec" | "attach" | "portforward") => {
+            Some((ns.to_string(), name.to_string(), sub.to_string()))
+        }
+        _ => None,
+    }
+}
+
+/// `pods/log` and `pods/exec`, proxied to the pod's node (`node_proxy`);
+/// `attach` and `portforward` are refused with a Status saying so.
+async fn stream_to_node(
+    state: &RestState,
+    parts: &mut axum::http::request::Parts,
+    (namespace, pod, sub): (String, String, String),
+) -> Result<Response, ApiError> {
+    let ctx = Context { user: state.registry.security().authenticate(&credentials(&parts.headers))? };
+    let pairs = node_proxy::query_pairs(parts.uri.query());
+    let container = pairs.iter().rev().find(|(k, _)| k == "container").map(|(_, v)| v.as_str());
+    match sub.as_str() {
+        "log" => {
+            if parts.method != Method::GET {
+                return Err(ApiError::method_not_allowed(format!("{} is not supported on pods/log", parts.method)));
+            }
+            let target = node_proxy::locate(&state.registry, &ctx, &namespace, &pod, container).await?;
+            node_proxy::log(&target, parts.uri.query()).await
+        }
+        "exec" => {
+            let located = node_proxy::locate(&state.registry, &ctx, &namespace, &pod, container).await;
+            let websocket = parts
+                .headers
+                .get(header::UPGRADE)
+                .and_then(|v| v.to_str().ok())
+                .is_some_and(|u| u.eq_ignore_ascii_case("websocket"));
+            if !websocket {
+                // kubectl falls back to SPDY only after the WebSocket
+                // attempt failed; tell it why, or why the pod is not there.
+                located?;
+                return Err(ApiError::bad_request(
+                    "Skiff serves exec over WebSocket (v5.channel.k8s.io) only; SPDY is not supported",
+                ));
+            }
+            let located = Ok(located?);
+            let upgrade = <axum::extract::ws::WebSocketUpgrade as axum::extract::FromRequestParts<RestState>>::from_request_parts(
+                parts, state,
+            )
+            .await
+            .map_err(|e| ApiError::bad_request(format!("WebSocket upgrade: {}", e.body_text())))?;
+            let params = node_proxy::ExecParams::parse(&pairs);
+            Ok(upgrade
+                .protocols(node_proxy::EXEC_PROTOCOLS)
+                .on_upgrade(move |socket| node_proxy::exec_session(socket, located, params)))
+        }
+        other => Err(ApiError::bad_request(format!("pods/{other} is not supported by Skiff yet"))),
     }
 }
 

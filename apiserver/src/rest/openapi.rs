@@ -688,8 +688,9 @@ fn resource_operations(
         match *sub {
             "binding" => ops.push(make(&path, Action::Post, "create", suffix, &sub_kind, true, schema, &params)),
             "finalize" => ops.push(make(&path, Action::Put, "replace", suffix, &sub_kind, true, schema, &params)),
-            // The log is text; its answer has no schema of its own.
-            "log" => {}
+            // The log is text and exec, attach and port-forward are streams
+            // (proxied to the node): no schema of their own.
+            "log" | "exec" | "attach" | "portforward" => {}
             _ => {
                 ops.push(make(&path, Action::Get, "read", suffix, &sub_kind, false, schema, &params));
                 ops.push(make(&path, Action::Put, "replace", suffix, &sub_kind, true, schema, &params));
