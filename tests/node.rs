@@ -24,10 +24,12 @@ static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 const BUSYBOX: &str = "skiff.local/busybox:1";
 
+/// Dropped in field order: the nodes stop (removing their pods) while the
+/// masters still run.
 struct Setup {
-    cluster: Cluster,
-    _components: Vec<Component>,
     nodes: Vec<NodeAgent>,
+    _components: Vec<Component>,
+    cluster: Cluster,
     /// A follower master's HTTP address: logs and exec are proxied from any.
     http: String,
 }
@@ -60,7 +62,7 @@ impl Setup {
                 NodeAgent::start(cluster.root.path(), &servers, &format!("node-{i}"), &cidr, extra)
             })
             .collect();
-        let setup = Setup { cluster, _components: components, nodes, http };
+        let setup = Setup { nodes, _components: components, cluster, http };
         for node in &setup.nodes {
             setup.wait(&format!("node {} Ready", node.name), Duration::from_secs(60), || {
                 let node = setup.json(&["get", "node", &node.name]);
@@ -259,73 +261,75 @@ async fn containers_start_restart_and_end_by_kubernetes_rules() {
     setup.apply(&format!(
         r#"
 apiVersion: v1
-kind: List
-items:
-- apiVersion: v1
-  kind: Pod
-  metadata: {{name: inits}}
-  spec:
-    restartPolicy: Never
-    volumes: [{{name: data, emptyDir: {{}}}}]
-    initContainers:
-    - {{name: one, image: {BUSYBOX}, command: ["sh", "-c", "echo -n 1 >> /data/order"], volumeMounts: [{{name: data, mountPath: /data}}]}}
-    - {{name: two, image: {BUSYBOX}, command: ["sh", "-c", "echo -n 2 >> /data/order"], volumeMounts: [{{name: data, mountPath: /data}}]}}
-    containers:
-    - {{name: main, image: {BUSYBOX}, command: ["sh", "-c", "cat /data/order; echo"], volumeMounts: [{{name: data, mountPath: /data}}]}}
-- apiVersion: v1
-  kind: Pod
-  metadata: {{name: never}}
-  spec:
-    restartPolicy: Never
-    containers: [{{name: c, image: {BUSYBOX}, command: ["sh", "-c", "exit 1"]}}]
-- apiVersion: v1
-  kind: Pod
-  metadata: {{name: onfailure}}
-  spec:
-    restartPolicy: OnFailure
-    volumes: [{{name: data, emptyDir: {{}}}}]
-    containers:
-    - name: c
-      image: {BUSYBOX}
-      command: ["sh", "-c", "if [ -f /data/ran ]; then exit 0; fi; touch /data/ran; exit 1"]
-      volumeMounts: [{{name: data, mountPath: /data}}]
-- apiVersion: v1
-  kind: Pod
-  metadata: {{name: liveness}}
-  spec:
-    containers:
-    - name: c
-      image: {BUSYBOX}
-      command: ["sh", "-c", "touch /tmp/alive; sleep 2; rm /tmp/alive; sleep 3600"]
-      livenessProbe:
-        exec: {{command: ["cat", "/tmp/alive"]}}
-        periodSeconds: 1
-        failureThreshold: 1
-        terminationGracePeriodSeconds: 1
-- apiVersion: v1
-  kind: Pod
-  metadata: {{name: hungry}}
-  spec:
-    restartPolicy: Never
-    containers:
-    - name: c
-      image: {BUSYBOX}
-      command: ["sh", "-c", "dd if=/dev/zero of=/dev/null bs=64M count=1"]
-      resources: {{limits: {{memory: 16Mi}}}}
-- apiVersion: v1
-  kind: Pod
-  metadata: {{name: graceful}}
-  spec:
-    terminationGracePeriodSeconds: 10
-    volumes: [{{name: marks, hostPath: {{path: {marks}}}}}]
-    containers:
-    - name: c
-      image: {BUSYBOX}
-      command: ["sh", "-c", "trap 'echo term >> /marks/log; exit 0' TERM; echo started >> /marks/log; while :; do sleep 1; done"]
-      volumeMounts: [{{name: marks, mountPath: /marks}}]
-      lifecycle:
-        preStop:
-          exec: {{command: ["sh", "-c", "echo prestop >> /marks/log"]}}
+kind: Pod
+metadata: {{name: inits}}
+spec:
+  restartPolicy: Never
+  volumes: [{{name: data, emptyDir: {{}}}}]
+  initContainers:
+  - {{name: one, image: {BUSYBOX}, command: ["sh", "-c", "echo -n 1 >> /data/order"], volumeMounts: [{{name: data, mountPath: /data}}]}}
+  - {{name: two, image: {BUSYBOX}, command: ["sh", "-c", "echo -n 2 >> /data/order"], volumeMounts: [{{name: data, mountPath: /data}}]}}
+  containers:
+  - {{name: main, image: {BUSYBOX}, command: ["sh", "-c", "cat /data/order; echo"], volumeMounts: [{{name: data, mountPath: /data}}]}}
+---
+apiVersion: v1
+kind: Pod
+metadata: {{name: never}}
+spec:
+  restartPolicy: Never
+  containers: [{{name: c, image: {BUSYBOX}, command: ["sh", "-c", "exit 1"]}}]
+---
+apiVersion: v1
+kind: Pod
+metadata: {{name: onfailure}}
+spec:
+  restartPolicy: OnFailure
+  volumes: [{{name: data, emptyDir: {{}}}}]
+  containers:
+  - name: c
+    image: {BUSYBOX}
+    command: ["sh", "-c", "if [ -f /data/ran ]; then exit 0; fi; touch /data/ran; exit 1"]
+    volumeMounts: [{{name: data, mountPath: /data}}]
+---
+apiVersion: v1
+kind: Pod
+metadata: {{name: liveness}}
+spec:
+  containers:
+  - name: c
+    image: {BUSYBOX}
+    command: ["sh", "-c", "touch /tmp/alive; sleep 2; rm /tmp/alive; sleep 3600"]
+    livenessProbe:
+      exec: {{command: ["cat", "/tmp/alive"]}}
+      periodSeconds: 1
+      failureThreshold: 1
+      terminationGracePeriodSeconds: 1
+---
+apiVersion: v1
+kind: Pod
+metadata: {{name: hungry}}
+spec:
+  restartPolicy: Never
+  containers:
+  - name: c
+    image: {BUSYBOX}
+    command: ["sh", "-c", "dd if=/dev/zero of=/dev/null bs=64M count=1"]
+    resources: {{limits: {{memory: 16Mi}}}}
+---
+apiVersion: v1
+kind: Pod
+metadata: {{name: graceful}}
+spec:
+  terminationGracePeriodSeconds: 10
+  volumes: [{{name: marks, hostPath: {{path: {marks}}}}}]
+  containers:
+  - name: c
+    image: {BUSYBOX}
+    command: ["sh", "-c", "trap 'echo term >> /marks/log; exit 0' TERM; echo started >> /marks/log; while :; do sleep 1; done"]
+    volumeMounts: [{{name: marks, mountPath: /marks}}]
+    lifecycle:
+      preStop:
+        exec: {{command: ["sh", "-c", "echo prestop >> /marks/log"]}}
 "#
     ));
 
@@ -351,9 +355,14 @@ items:
     });
     assert!(live["status"]["containerStatuses"][0]["lastState"]["terminated"].is_object(), "{live}");
 
-    // Over its memory limit: OOMKilled.
-    let hungry = setup.wait_phase("hungry", "Failed", Duration::from_secs(60));
-    assert_eq!(hungry["status"]["containerStatuses"][0]["state"]["terminated"]["reason"], "OOMKilled", "{hungry}");
+    // Over its memory limit: OOMKilled (containerd may report the exit
+    // before the OOM event: the reason follows within a sync or two).
+    setup.wait_phase("hungry", "Failed", Duration::from_secs(60));
+    setup.wait("hungry OOMKilled", Duration::from_secs(20), || {
+        setup.pod("hungry")["status"]["containerStatuses"][0]["state"]["terminated"]["reason"] == "OOMKilled"
+    });
+    let hungry = setup.pod("hungry");
+    assert_eq!(hungry["status"]["containerStatuses"][0]["state"]["terminated"]["exitCode"], 137, "{hungry}");
 
     // Graceful deletion: preStop, then SIGTERM, well before the grace ends, then the pod goes.
     let log = format!("{marks}/log");

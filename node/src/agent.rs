@@ -252,6 +252,7 @@ pub async fn run(
     let mut manifests = config.manifest_dir.as_deref().map(ManifestDir::new);
     let mut statics: BTreeMap<String, Arc<Pod>> = BTreeMap::new();
     let mut url_pods: Option<Vec<Pod>> = None;
+    let mut static_statuses: HashMap<String, (ObjectKey, PodStatus)> = HashMap::new();
     let mut last_full_read = tokio::time::Instant::now() - static_pods::RESYNC;
     let mut manifest_tick = tokio::time::interval(MANIFEST_POLL);
     let mut synced = false;
@@ -287,16 +288,25 @@ pub async fn run(
                 }
                 Some(Notification::Changed(Change::Applied(pod))) => {
                     if static_pods::is_mirror(&pod) {
+                        // Being deleted by a user: the static pod still runs,
+                        // so its mirror is replaced at once.
+                        let name = pod.metadata.name.clone().unwrap_or_default();
+                        if let (Some(s), true) = (statics.get(&name), pod.metadata.deletion_timestamp.is_some()) {
+                            if ensure_mirror(&client, s, Some(&pod)).await {
+                                repost_status(&statuses, &static_statuses, &name);
+                            }
+                        }
                         continue;
                     }
                     workers.update(pod);
                 }
                 Some(Notification::Changed(Change::Deleted(pod))) => {
                     if static_pods::is_mirror(&pod) {
-                        // Deleted by a user: the static pod still runs, so mirror it again.
                         let name = pod.metadata.name.clone().unwrap_or_default();
                         if let Some(s) = statics.get(&name) {
-                            ensure_mirror(&client, s, None).await;
+                            if ensure_mirror(&client, s, None).await {
+                                repost_status(&statuses, &static_statuses, &name);
+                            }
                         }
                         continue;
                     }
@@ -349,7 +359,9 @@ pub async fn run(
                         workers.update(pod.clone());
                         let (ns, name) = (pod.metadata.namespace.as_deref(), pod.metadata.name.as_deref());
                         let mirror = pod_store.get_named(ns.unwrap_or(""), name.unwrap_or(""));
-                        ensure_mirror(&client, pod, mirror.as_deref()).await;
+                        if ensure_mirror(&client, pod, mirror.as_deref()).await {
+                            repost_status(&statuses, &static_statuses, name.unwrap_or(""));
+                        }
                     }
                     statics = now;
                 }
@@ -363,7 +375,13 @@ pub async fn run(
                 None => break,
                 Some(WorkerOutput::Status { key, uid, status }) => {
                     // A static pod's status goes to its mirror.
-                    let uid = if statics.contains_key(&key.name) { String::new() } else { uid };
+                    let uid = if statics.contains_key(&key.name) {
+                        // Kept to give a recreated mirror its status at once.
+                        static_statuses.insert(key.name.clone(), (key.clone(), status.clone()));
+                        String::new()
+                    } else {
+                        uid
+                    };
                     statuses.push(key, uid, status);
                 }
                 Some(WorkerOutput::Event { key, uid, type_, reason, message }) => {
@@ -449,22 +467,36 @@ fn configure_network(
     }
 }
 
-/// Creates the mirror of a static pod, or replaces one from an older manifest.
-async fn ensure_mirror(client: &Client, pod: &Pod, existing: Option<&Pod>) {
+/// Creates the mirror of a static pod, or replaces one from an older
+/// manifest or one being deleted; whether a new mirror was created.
+async fn ensure_mirror(client: &Client, pod: &Pod, existing: Option<&Pod>) -> bool {
     let hash = pod.metadata.annotations.as_ref().and_then(|a| a.get(static_pods::CONFIG_HASH)).cloned();
     if let Some(existing) = existing {
         let mirrored = existing.metadata.annotations.as_ref().and_then(|a| a.get(static_pods::CONFIG_MIRROR)).cloned();
         if mirrored == hash && existing.metadata.deletion_timestamp.is_none() {
-            return;
+            return false;
         }
         delete_mirror(client, existing).await;
     }
     let ns = pod.metadata.namespace.clone().unwrap_or_default();
     let api: Api<Pod> = Api::namespaced(client.clone(), &ns);
     match api.create(&static_pods::mirror_of(pod)).await {
-        Ok(_) => tracing::info!(pod = ?pod.metadata.name, "mirror pod created"),
-        Err(e) if e.is(Reason::AlreadyExists) => {}
-        Err(e) => tracing::warn!(pod = ?pod.metadata.name, error = %e, "creating the mirror pod failed"),
+        Ok(_) => {
+            tracing::info!(pod = ?pod.metadata.name, "mirror pod created");
+            true
+        }
+        Err(e) if e.is(Reason::AlreadyExists) => false,
+        Err(e) => {
+            tracing::warn!(pod = ?pod.metadata.name, error = %e, "creating the mirror pod failed");
+            false
+        }
+    }
+}
+
+/// Writes a static pod's last status again, onto its new mirror.
+fn repost_status(queue: &StatusQueue, statuses: &HashMap<String, (ObjectKey, PodStatus)>, name: &str) {
+    if let Some((key, status)) = statuses.get(name) {
+        queue.push(key.clone(), String::new(), status.clone());
     }
 }
 

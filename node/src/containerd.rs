@@ -32,6 +32,8 @@ use crate::runtime::{LabelFilter, Runtime, RuntimeError, LABEL_NODE};
 const MAX_SOCKET_PATH: usize = 107;
 /// How long containerd is given to end after SIGTERM.
 const STOP_GRACE: Duration = Duration::from_secs(10);
+/// How long one runtime call may take while tearing a node down.
+const TEARDOWN_CALL: Duration = Duration::from_secs(10);
 /// The first restart delay after containerd dies.
 const FIRST_RESTART_DELAY: Duration = Duration::from_secs(1);
 /// The longest restart delay.
@@ -538,18 +540,64 @@ async fn supervise(config: ContainerdConfig, child: Child, shutdown: Shutdown, p
 /// outlives them.
 pub async fn teardown(runtime: &dyn Runtime, node: &str) -> Result<usize, RuntimeError> {
     let filter = LabelFilter([(LABEL_NODE.to_string(), node.to_string())].into_iter().collect());
+    // Every call is bounded and a failure does not stop the rest: this runs
+    // on the way out, where a stuck runtime must not keep the node alive.
+    let bounded = |what: String| move |_| RuntimeError::DeadlineExceeded(what);
+    let containers = tokio::time::timeout(TEARDOWN_CALL, runtime.list_containers(&filter))
+        .await
+        .map_err(bounded("listing containers".into()))??;
     // Containers first, quickly: a sandbox stop also kills them, but with
     // the runtime's default grace.
-    for container in runtime.list_containers(&filter).await? {
-        runtime.stop_container(&container.id, Duration::ZERO).await?;
-        runtime.remove_container(&container.id).await?;
+    for container in containers {
+        let id = container.id.clone();
+        let stopped = tokio::time::timeout(TEARDOWN_CALL, runtime.stop_container(&id, Duration::ZERO)).await;
+        let removed = tokio::time::timeout(TEARDOWN_CALL, runtime.remove_container(&id)).await;
+        if !matches!((&stopped, &removed), (Ok(Ok(())), Ok(Ok(())))) {
+            tracing::warn!(container = %id, ?stopped, ?removed, "removing a container on teardown");
+        }
     }
-    let sandboxes = runtime.list_sandboxes(&filter).await?;
+    let sandboxes = tokio::time::timeout(TEARDOWN_CALL, runtime.list_sandboxes(&filter))
+        .await
+        .map_err(bounded("listing sandboxes".into()))??;
     for sandbox in &sandboxes {
-        runtime.stop_sandbox(&sandbox.id).await?;
-        runtime.remove_sandbox(&sandbox.id).await?;
+        let stopped = tokio::time::timeout(TEARDOWN_CALL, runtime.stop_sandbox(&sandbox.id)).await;
+        let removed = tokio::time::timeout(TEARDOWN_CALL, runtime.remove_sandbox(&sandbox.id)).await;
+        if !matches!((&stopped, &removed), (Ok(Ok(())), Ok(Ok(())))) {
+            tracing::warn!(sandbox = %sandbox.id, ?stopped, ?removed, "removing a sandbox on teardown");
+        }
     }
     Ok(sandboxes.len())
+}
+
+/// Kills what the shims of the containerd listening on `socket` still run,
+/// and the shims: the last resort after a teardown the runtime did not
+/// finish, so that nothing of the node outlives it. Returns the processes
+/// killed.
+pub fn kill_shims(socket: &Path) -> usize {
+    let Ok(entries) = std::fs::read_dir("/proc") else { return 0 };
+    let address = socket.as_os_str().as_encoded_bytes();
+    let shims: Vec<i32> = entries
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| {
+            let Ok(cmdline) = std::fs::read(format!("/proc/{pid}/cmdline")) else { return false };
+            let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
+            args.first().is_some_and(|a| a.ends_with(b"containerd-shim-runc-v2"))
+                && args.windows(2).any(|w| w[0] == b"-address" && w[1] == address)
+        })
+        .collect();
+    let mut killed = 0;
+    for shim in shims {
+        let children = std::fs::read_to_string(format!("/proc/{shim}/task/{shim}/children")).unwrap_or_default();
+        for pid in children.split_whitespace().filter_map(|p| p.parse::<i32>().ok()).chain([shim]) {
+            if let Some(p) = rustix::process::Pid::from_raw(pid) {
+                if rustix::process::kill_process(p, rustix::process::Signal::KILL).is_ok() {
+                    killed += 1;
+                }
+            }
+        }
+    }
+    killed
 }
 
 #[cfg(test)]

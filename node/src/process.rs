@@ -117,6 +117,12 @@ pub async fn run(options: ProcessOptions, shutdown: Shutdown) -> Result<(), Proc
     let outcome = serve(&options, &endpoint, &images_dir, conf_dir, shutdown).await;
     if let Some(containerd) = containerd {
         containerd.stop().await;
+        if options.remove_pods_on_exit {
+            let killed = containerd::kill_shims(&containerd.socket());
+            if killed > 0 {
+                tracing::warn!(killed, "killed container processes the runtime had not removed");
+            }
+        }
     }
     runtime_shutdown.stop().await;
     outcome
