@@ -8,7 +8,7 @@
 //! wins, written off the loop), Events, and the final deletion of a pod
 //! whose containers are gone. Static pods are mirrored.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -157,27 +157,31 @@ impl PodLookup for WorkersLookup {
 /// status changes ten times while a write is in flight is written once more.
 #[derive(Default)]
 struct StatusQueue {
-    pending: Mutex<(HashMap<ObjectKey, (String, PodStatus)>, Vec<ObjectKey>)>,
+    pending: Mutex<Pending>,
     ready: Notify,
+}
+
+/// The statuses waiting to be written, oldest pod first.
+#[derive(Default)]
+struct Pending {
+    latest: HashMap<ObjectKey, (String, PodStatus)>,
+    order: VecDeque<ObjectKey>,
 }
 
 impl StatusQueue {
     fn push(&self, key: ObjectKey, uid: String, status: PodStatus) {
-        let mut guard = self.pending.lock().unwrap_or_else(|e| e.into_inner());
-        let (map, order) = &mut *guard;
-        if map.insert(key.clone(), (uid, status)).is_none() {
-            order.push(key);
+        let mut pending = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+        if pending.latest.insert(key.clone(), (uid, status)).is_none() {
+            pending.order.push_back(key);
         }
-        drop(guard);
+        drop(pending);
         self.ready.notify_one();
     }
 
     fn pop(&self) -> Option<(ObjectKey, String, PodStatus)> {
-        let mut guard = self.pending.lock().unwrap_or_else(|e| e.into_inner());
-        let (map, order) = &mut *guard;
-        while !order.is_empty() {
-            let key = order.remove(0);
-            if let Some((uid, status)) = map.remove(&key) {
+        let mut pending = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+        while let Some(key) = pending.order.pop_front() {
+            if let Some((uid, status)) = pending.latest.remove(&key) {
                 return Some((key, uid, status));
             }
         }
