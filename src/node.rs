@@ -57,6 +57,9 @@ pub struct NodeArgs {
     /// NodeStatus is posted on change and at least this often.
     #[arg(long, default_value = "10s", value_parser = parse_duration)]
     pub node_status_update_frequency: Duration,
+    /// How often CPU usage is sampled for the rates `kubectl top` shows.
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    pub housekeeping_interval: Duration,
     /// DNS servers for pods with dnsPolicy ClusterFirst, comma-separated.
     #[arg(long, value_delimiter = ',')]
     pub cluster_dns: Vec<String>,
@@ -139,10 +142,14 @@ impl NodeArgs {
         node.max_pods = self.max_pods;
         node.lease_renew_interval = self.node_lease_renew_interval;
         node.status_update_frequency = self.node_status_update_frequency;
+        node.housekeeping_interval = self.housekeeping_interval;
         node.cluster_dns = self.cluster_dns;
         node.cluster_domain = self.cluster_domain;
-        if node.lease_renew_interval.is_zero() || node.status_update_frequency.is_zero() {
-            return Err("--node-lease-renew-interval and --node-status-update-frequency must be positive".into());
+        if node.lease_renew_interval.is_zero()
+            || node.status_update_frequency.is_zero()
+            || node.housekeeping_interval.is_zero()
+        {
+            return Err("--node-lease-renew-interval, --node-status-update-frequency and --housekeeping-interval must be positive".into());
         }
         let mut options = ProcessOptions::new(node);
         options.runtime_endpoint = self.container_runtime_endpoint;

@@ -229,6 +229,42 @@ async fn a_deployment_runs_in_containers_answers_across_nodes_and_serves_logs_an
     let logs = setup.kubectl(&["logs", &name(a)]);
     assert_eq!(logs, "started\n");
 
+    // kubectl cp out of a pod: tar through exec.
+    let copied = setup.cluster.root.path().join("copied.html");
+    setup.kubectl(&["cp", &format!("{}:/www/index.html", name(a)), copied.to_str().unwrap()]);
+    let text = std::fs::read_to_string(&copied).unwrap_or_default();
+    assert_eq!(text, format!("hello-from-{}\n", name(a)));
+
+    // kubectl top, from the agents' summaries through the metrics API
+    // (rates need two housekeeping samples: wait for them).
+    let mut top = String::new();
+    setup.wait("kubectl top nodes to show both nodes", Duration::from_secs(30), || {
+        let out = kubectl(&setup.http, &["top", "nodes", "--no-headers"]);
+        top = String::from_utf8_lossy(&out.stdout).into_owned();
+        out.status.success() && top.lines().filter(|l| l.starts_with("node-") && !l.contains("<unknown>")).count() == 2
+    });
+    for line in top.lines() {
+        // NAME CPU(cores) CPU(%) MEMORY(bytes) MEMORY(%)
+        let cols: Vec<&str> = line.split_whitespace().collect();
+        assert_eq!(cols.len(), 5, "{top}");
+        assert!(cols[1].ends_with('m') && cols[3].ends_with("Mi"), "{top}");
+    }
+    setup.wait("kubectl top pods to show both web pods", Duration::from_secs(30), || {
+        let out = kubectl(&setup.http, &["top", "pods", "-l", "app=web", "--no-headers"]);
+        top = String::from_utf8_lossy(&out.stdout).into_owned();
+        out.status.success() && pods.iter().all(|p| top.contains(&name(p)))
+    });
+    let containers = setup.kubectl(&["top", "pod", &name(a), "--containers", "--no-headers"]);
+    assert!(containers.contains("httpd"), "{containers}");
+    let metrics: Value =
+        serde_json::from_str(&setup.kubectl(&["get", "--raw", "/apis/metrics.k8s.io/v1beta1/nodes/node-0"]))
+            .unwrap_or(Value::Null);
+    assert_eq!(metrics["kind"], "NodeMetrics");
+    assert!(metrics["usage"]["memory"].as_str().unwrap_or("").ends_with("Ki"), "{metrics}");
+    let missing = kubectl(&setup.http, &["top", "pod", "no-such-pod"]);
+    assert!(!missing.status.success());
+    assert!(String::from_utf8_lossy(&missing.stderr).contains("not found"), "{missing:?}");
+
     // Readiness: take the page away and the pod turns not Ready, its container still running.
     setup.kubectl(&["exec", &name(a), "--", "rm", "/www/index.html"]);
     setup.wait("pod not Ready after its readiness probe fails", Duration::from_secs(20), || {

@@ -33,6 +33,7 @@ use crate::pod::{PodResources, PodWorkers, WorkerConfig, WorkerOutput};
 use crate::runtime::Runtime;
 use crate::server::{self, PodLookup};
 use crate::static_pods::{self, ManifestDir};
+use crate::stats;
 
 /// Outputs of the workers buffered for the loop.
 const OUTPUT_BUFFER: usize = 4096;
@@ -232,17 +233,17 @@ pub async fn run(
     if let Err(e) = workers.adopt().await {
         tracing::warn!(error = %e, "listing the runtime's containers at start failed; nothing adopted");
     }
-    let bound = server::serve(
-        config.listen,
-        &config.name,
-        runtime.clone(),
-        Arc::new(WorkersLookup(workers.clone())),
-        &config.data_dir,
-        metrics().registry.clone(),
-        shutdown.clone(),
-    )
-    .await
-    .map_err(|source| RunError::Listen { addr: config.listen, source })?;
+    let api = server::Api {
+        node: config.name.clone(),
+        runtime: runtime.clone(),
+        pods: Arc::new(WorkersLookup(workers.clone())),
+        data_dir: config.data_dir.clone(),
+        registry: metrics().registry.clone(),
+        usage: stats::spawn_sampler(&config.name, runtime.clone(), config.housekeeping_interval, &shutdown),
+    };
+    let bound = server::serve(config.listen, api, shutdown.clone())
+        .await
+        .map_err(|source| RunError::Listen { addr: config.listen, source })?;
     tracing::info!(node = %config.name, %bound, "node agent serving");
 
     let statuses = Arc::new(StatusQueue::default());

@@ -31,6 +31,9 @@ pub struct NodeConfig {
     pub lease_duration: Duration,
     /// NodeStatus is posted on change and at least this often.
     pub status_update_frequency: Duration,
+    /// How often CPU usage is sampled for `/stats/summary`'s rates
+    /// (`kubectl top`), as cAdvisor's housekeeping.
+    pub housekeeping_interval: Duration,
     /// Labels added to the Node at registration (`--node-labels`).
     pub node_labels: BTreeMap<String, String>,
     /// Taints the Node registers with (`--register-with-taints`).
@@ -63,6 +66,7 @@ impl NodeConfig {
             lease_renew_interval: Duration::from_secs(10),
             lease_duration: Duration::from_secs(40),
             status_update_frequency: Duration::from_secs(10),
+            housekeeping_interval: Duration::from_secs(10),
             node_labels: BTreeMap::new(),
             register_with_taints: Vec::new(),
             system_reserved: BTreeMap::new(),

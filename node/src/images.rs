@@ -93,6 +93,7 @@ pub const BUSYBOX_APPLETS: &[&str] = &[
     "sha256sum",
     "base64",
     "dirname",
+    "tar",
     "basename",
     "readlink",
     "realpath",

@@ -10,6 +10,7 @@
 //! - [`static_pods`]: pods from `--manifest-dir` and `--manifest-url`, and their mirrors.
 //! - [`logs`]: CRI log lines and `kubectl logs`' selection (tail, since, timestamps).
 //! - [`server`]: the agent's HTTP API: container logs, exec, `/stats/summary`, `/metrics`.
+//! - [`stats`]: CPU usage rates sampled every housekeeping interval.
 //! - [`runtime`]: the `Runtime` trait, CRI-shaped, in Skiff's own types;
 //!   `runtime::fake` is an in-memory runtime for tests with paused time;
 //!   `runtime::cri` is the real one, a CRI v1 client over a unix socket.
@@ -46,3 +47,4 @@ pub mod process;
 pub mod runtime;
 pub mod server;
 pub mod static_pods;
+pub mod stats;

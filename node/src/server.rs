@@ -13,7 +13,7 @@
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::Body;
@@ -29,6 +29,7 @@ use tokio::io::{AsyncReadExt, AsyncSeekExt};
 
 use crate::logs::{self, LogOptions};
 use crate::runtime::{ContainerState, LabelFilter, Runtime, RuntimeError, LABEL_CONTAINER_NAME, LABEL_NODE};
+use crate::stats::UsageCell;
 
 /// How long an exec may run before it is cut off.
 const EXEC_TIMEOUT: Duration = Duration::from_secs(600);
@@ -42,38 +43,32 @@ pub trait PodLookup: Send + Sync + 'static {
     fn container_id(&self, namespace: &str, pod: &str, container: &str) -> Option<String>;
 }
 
+/// What the agent's API answers from.
+pub struct Api {
+    /// This node's name.
+    pub node: String,
+    /// The container runtime.
+    pub runtime: Arc<dyn Runtime>,
+    /// The agent's pods.
+    pub pods: Arc<dyn PodLookup>,
+    /// The agent's data dir (its filesystem's figures are the node's).
+    pub data_dir: PathBuf,
+    /// The agent's metrics.
+    pub registry: prometheus::Registry,
+    /// CPU rates from the housekeeping sampler.
+    pub usage: UsageCell,
+}
+
 struct Served {
-    node: String,
-    runtime: Arc<dyn Runtime>,
-    pods: Arc<dyn PodLookup>,
-    data_dir: PathBuf,
-    registry: prometheus::Registry,
+    api: Api,
     shutdown: Shutdown,
-    /// The last CPU sample, for usageNanoCores: (time, core-nanoseconds).
-    node_cpu: Mutex<Option<(std::time::Instant, u64)>>,
 }
 
 /// Serves the agent's API on `addr` until `shutdown`; the address bound.
-pub async fn serve(
-    addr: SocketAddr,
-    node: &str,
-    runtime: Arc<dyn Runtime>,
-    pods: Arc<dyn PodLookup>,
-    data_dir: &Path,
-    registry: prometheus::Registry,
-    shutdown: Shutdown,
-) -> std::io::Result<SocketAddr> {
+pub async fn serve(addr: SocketAddr, api: Api, shutdown: Shutdown) -> std::io::Result<SocketAddr> {
     let listener = tokio::net::TcpListener::bind(addr).await?;
     let bound = listener.local_addr()?;
-    let served = Arc::new(Served {
-        node: node.to_string(),
-        runtime,
-        pods,
-        data_dir: data_dir.to_path_buf(),
-        registry,
-        shutdown: shutdown.clone(),
-        node_cpu: Mutex::new(None),
-    });
+    let served = Arc::new(Served { api, shutdown: shutdown.clone() });
     let app = axum::Router::new()
         .route("/healthz", get(healthz))
         .route("/metrics", get(metrics))
@@ -115,7 +110,7 @@ async fn healthz(State(s): State<Arc<Served>>) -> impl IntoResponse {
 }
 
 async fn metrics(State(s): State<Arc<Served>>) -> impl IntoResponse {
-    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], skiff_metrics::text(&s.registry))
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], skiff_metrics::text(&s.api.registry))
 }
 
 /// Query pairs in order; keys repeat (`command`).
@@ -202,11 +197,11 @@ async fn container_logs(
         Ok(o) => o,
         Err(m) => return status(StatusCode::BAD_REQUEST, "BadRequest", m),
     };
-    let Some(id) = s.pods.container_id(&namespace, &pod, &container) else {
+    let Some(id) = s.api.pods.container_id(&namespace, &pod, &container) else {
         let message = format!("container \"{container}\" in pod \"{pod}\" is waiting to start or does not exist");
         return status(StatusCode::BAD_REQUEST, "BadRequest", message);
     };
-    let current = match s.runtime.container_status(&id).await {
+    let current = match s.api.runtime.container_status(&id).await {
         Ok(c) => c,
         Err(e) => return runtime_error(e),
     };
@@ -237,7 +232,7 @@ async fn container_logs(
     // it stops (or the client goes, which drops the stream).
     let (tx, rx) = tokio::sync::mpsc::channel::<Result<String, std::io::Error>>(16);
     let offset = text.len() as u64;
-    let runtime = s.runtime.clone();
+    let runtime = s.api.runtime.clone();
     let shutdown = s.shutdown.clone();
     s.shutdown.spawn(async move {
         if !head.is_empty() && tx.send(Ok(head)).await.is_err() {
@@ -312,11 +307,11 @@ async fn exec(
     if command.is_empty() {
         return status(StatusCode::BAD_REQUEST, "BadRequest", "you must specify at least 1 command");
     }
-    let Some(id) = s.pods.container_id(&namespace, &pod, &container) else {
+    let Some(id) = s.api.pods.container_id(&namespace, &pod, &container) else {
         let message = format!("container {container} is not valid for pod {pod}");
         return status(StatusCode::BAD_REQUEST, "BadRequest", message);
     };
-    match s.runtime.exec_sync(&id, &command, EXEC_TIMEOUT).await {
+    match s.api.runtime.exec_sync(&id, &command, EXEC_TIMEOUT).await {
         Ok(result) => {
             let b64 = base64::engine::general_purpose::STANDARD;
             let body = json!({
@@ -330,42 +325,25 @@ async fn exec(
     }
 }
 
-/// Cumulative CPU time of the host in nanoseconds, from /proc/stat.
-fn host_cpu_nanoseconds() -> u64 {
-    let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
-    parse_proc_stat(&stat)
-}
-
-fn parse_proc_stat(text: &str) -> u64 {
-    // user nice system idle iowait irq softirq steal: busy is all but idle and iowait.
-    let Some(line) = text.lines().find(|l| l.starts_with("cpu ")) else { return 0 };
-    let f: Vec<u64> = line.split_whitespace().skip(1).filter_map(|v| v.parse().ok()).collect();
-    let busy: u64 = f.iter().enumerate().filter(|(i, _)| *i != 3 && *i != 4).take(6).map(|(_, v)| v).sum();
-    // USER_HZ is 100 on Linux.
-    busy * 10_000_000
-}
-
 async fn summary(State(s): State<Arc<Served>>) -> Response {
     let now = Utc::now().to_rfc3339();
-    let host = crate::host::figures(&s.data_dir);
-    let cpu_ns = host_cpu_nanoseconds();
-    let nano_cores = {
-        let mut last = s.node_cpu.lock().unwrap_or_else(|e| e.into_inner());
-        let at = std::time::Instant::now();
-        let rate = last.and_then(|(t, ns)| {
-            let secs = at.duration_since(t).as_secs_f64();
-            (secs > 0.0).then(|| (cpu_ns.saturating_sub(ns) as f64 / secs) as u64)
-        });
-        *last = Some((at, cpu_ns));
-        rate
-    };
-    let filter = LabelFilter(BTreeMap::from([(LABEL_NODE.to_string(), s.node.clone())]));
-    let stats = match s.runtime.list_container_stats(&filter).await {
+    let host = crate::host::figures(&s.api.data_dir);
+    let usage = s.api.usage.get();
+    // The rates' window, as metrics-server reports it.
+    let window = format!("{}s", usage.window.as_secs());
+    let filter = LabelFilter(BTreeMap::from([(LABEL_NODE.to_string(), s.api.node.clone())]));
+    let stats = match s.api.runtime.list_container_stats(&filter).await {
         Ok(stats) => stats,
         Err(e) => return runtime_error(e),
     };
-    let mut pods: BTreeMap<(String, String, String), Vec<Value>> = BTreeMap::new();
-    let mut totals: BTreeMap<(String, String, String), (u64, u64)> = BTreeMap::new();
+    /// A pod's sums: CPU time, nanocores (if every container has a rate), working set.
+    #[derive(Default)]
+    struct Totals {
+        cpu_ns: u64,
+        nano_cores: Option<u64>,
+        memory: u64,
+    }
+    let mut pods: BTreeMap<(String, String, String), (Totals, Vec<Value>)> = BTreeMap::new();
     for c in &stats {
         let label = |k: &str| c.labels.get(k).cloned().unwrap_or_default();
         let key = (
@@ -373,31 +351,33 @@ async fn summary(State(s): State<Arc<Served>>) -> Response {
             label(crate::runtime::LABEL_POD_NAME),
             label(crate::runtime::LABEL_POD_UID),
         );
-        let total = totals.entry(key.clone()).or_default();
-        total.0 += c.cpu_usage_core_nanoseconds;
-        total.1 += c.memory_working_set_bytes;
-        pods.entry(key).or_default().push(json!({
+        let nano_cores = usage.containers.get(&c.id).copied();
+        let (totals, containers) =
+            pods.entry(key).or_insert_with(|| (Totals { nano_cores: Some(0), ..Totals::default() }, Vec::new()));
+        totals.cpu_ns += c.cpu_usage_core_nanoseconds;
+        totals.memory += c.memory_working_set_bytes;
+        totals.nano_cores = totals.nano_cores.zip(nano_cores).map(|(a, b)| a + b);
+        containers.push(json!({
             "name": label(LABEL_CONTAINER_NAME),
-            "cpu": {"time": now, "usageCoreNanoSeconds": c.cpu_usage_core_nanoseconds},
+            "cpu": cpu_json(&now, c.cpu_usage_core_nanoseconds, nano_cores),
             "memory": {"time": now, "workingSetBytes": c.memory_working_set_bytes},
         }));
     }
     let pods: Vec<Value> = pods
         .into_iter()
-        .map(|(key, containers)| {
-            let (cpu, memory) = totals[&key];
+        .map(|(key, (totals, containers))| {
             json!({
                 "podRef": {"namespace": key.0, "name": key.1, "uid": key.2},
-                "cpu": {"time": now, "usageCoreNanoSeconds": cpu},
-                "memory": {"time": now, "workingSetBytes": memory},
+                "cpu": cpu_json(&now, totals.cpu_ns, totals.nano_cores),
+                "memory": {"time": now, "workingSetBytes": totals.memory},
                 "containers": containers,
             })
         })
         .collect();
     let body = json!({
         "node": {
-            "nodeName": s.node,
-            "cpu": {"time": now, "usageCoreNanoSeconds": cpu_ns, "usageNanoCores": nano_cores},
+            "nodeName": s.api.node,
+            "cpu": cpu_json(&now, crate::stats::host_cpu_nanoseconds(), usage.node_nano_cores),
             "memory": {
                 "time": now,
                 "availableBytes": host.memory_available,
@@ -405,8 +385,18 @@ async fn summary(State(s): State<Arc<Served>>) -> Response {
             },
         },
         "pods": pods,
+        "window": window,
     });
     ([(header::CONTENT_TYPE, "application/json")], body.to_string()).into_response()
+}
+
+/// A summary's `cpu`: the cumulative time, and the rate once known.
+fn cpu_json(now: &str, core_nanoseconds: u64, nano_cores: Option<u64>) -> Value {
+    let mut cpu = json!({"time": now, "usageCoreNanoSeconds": core_nanoseconds});
+    if let Some(rate) = nano_cores {
+        cpu["usageNanoCores"] = json!(rate);
+    }
+    cpu
 }
 
 #[cfg(test)]
@@ -442,11 +432,5 @@ mod tests {
         }
         assert_eq!(previous_log(&dir.path().join("3.log")), Some(dir.path().join("1.log")));
         assert_eq!(previous_log(&dir.path().join("0.log")), None);
-    }
-
-    #[test]
-    fn proc_stat_busy_time_leaves_out_idle_and_iowait() {
-        let text = "cpu  100 10 50 1000 40 5 5 0 0 0\ncpu0 1 1 1 1 1 1 1 1\n";
-        assert_eq!(parse_proc_stat(text), (100 + 10 + 50 + 5 + 5) * 10_000_000);
     }
 }

@@ -50,6 +50,7 @@ impl NodeAgent {
             .arg(&self.data_dir)
             .args(["--node-ip", "127.0.0.1", "--listen", &self.listen, "--pod-cidr", &self.pod_cidr])
             .args(["--node-status-update-frequency", "2s", "--node-lease-renew-interval", "2s"])
+            .args(["--housekeeping-interval", "1s"])
             .arg("--remove-pods-on-exit")
             .args(&self.extra)
             .env("RUST_LOG", "info,skiff_node=debug")

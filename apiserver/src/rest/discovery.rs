@@ -7,6 +7,8 @@
 use serde_json::{json, Value};
 use skiff_api::resources::{catalog, ResourceInfo};
 
+use super::resource_metrics;
+
 /// The Content-Type that tells kubectl a discovery answer is aggregated.
 pub const AGGREGATED: &str = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList";
 
@@ -32,13 +34,39 @@ pub fn version() -> Value {
     })
 }
 
-/// Every group with served resources, core ("") first, then by name.
+/// Every group served at v1 (with OpenAPI documents), core ("") first, then by name.
 pub(super) fn groups() -> Vec<&'static str> {
     let mut groups: Vec<&str> = catalog().iter().map(|r| r.group).collect();
     groups.extend(REVIEWS.iter().map(|r| r.0));
     groups.sort();
     groups.dedup();
     groups
+}
+
+/// Every group discovery lists: the v1 groups and the metrics API.
+fn served_groups() -> Vec<&'static str> {
+    let mut groups = groups();
+    groups.push(resource_metrics::GROUP);
+    groups.sort();
+    groups
+}
+
+/// The one version a group is served at.
+fn version_of(group: &str) -> &'static str {
+    if group == resource_metrics::GROUP {
+        resource_metrics::VERSION
+    } else {
+        "v1"
+    }
+}
+
+/// The metrics API's resources (read only).
+fn metrics_resources(group: &str) -> &'static [(&'static str, &'static str, &'static str, bool)] {
+    if group == resource_metrics::GROUP {
+        &resource_metrics::RESOURCES
+    } else {
+        &[]
+    }
 }
 
 fn in_group(group: &str) -> impl Iterator<Item = &'static ResourceInfo> + '_ {
@@ -112,16 +140,27 @@ fn aggregated_group(group: &str) -> Value {
             "verbs": ["create"],
         }));
     }
+    for (plural, kind, singular, namespaced) in metrics_resources(group) {
+        resources.push(json!({
+            "resource": plural,
+            "responseKind": {"group": group, "version": resource_metrics::VERSION, "kind": kind},
+            "scope": if *namespaced { "Namespaced" } else { "Cluster" },
+            "singularResource": singular,
+            "verbs": ["get", "list"],
+        }));
+    }
     let mut metadata = json!({"creationTimestamp": null});
     if !group.is_empty() {
         metadata["name"] = json!(group);
     }
-    json!({"metadata": metadata, "versions": [{"version": "v1", "resources": resources, "freshness": "Current"}]})
+    let version = version_of(group);
+    json!({"metadata": metadata, "versions": [{"version": version, "resources": resources, "freshness": "Current"}]})
 }
 
 /// `/api` (core) or `/apis` (every other group), aggregated.
 pub fn aggregated(core: bool) -> Value {
-    let items: Vec<Value> = groups().into_iter().filter(|g| g.is_empty() == core).map(aggregated_group).collect();
+    let items: Vec<Value> =
+        served_groups().into_iter().filter(|g| g.is_empty() == core).map(aggregated_group).collect();
     json!({"kind": "APIGroupDiscoveryList", "apiVersion": "apidiscovery.k8s.io/v2", "metadata": {}, "items": items})
 }
 
@@ -132,24 +171,25 @@ pub fn api_versions(server_address: &str) -> Value {
 }
 
 fn api_group(group: &str) -> Value {
-    let gv = json!({"groupVersion": format!("{group}/v1"), "version": "v1"});
+    let version = version_of(group);
+    let gv = json!({"groupVersion": format!("{group}/{version}"), "version": version});
     json!({"kind": "APIGroup", "apiVersion": "v1", "name": group, "versions": [gv], "preferredVersion": gv})
 }
 
 /// Legacy `/apis`.
 pub fn api_group_list() -> Value {
-    let groups: Vec<Value> = groups().into_iter().filter(|g| !g.is_empty()).map(api_group).collect();
+    let groups: Vec<Value> = served_groups().into_iter().filter(|g| !g.is_empty()).map(api_group).collect();
     json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": groups})
 }
 
 /// Legacy `/apis/<group>`, if served.
 pub fn group(group: &str) -> Option<Value> {
-    groups().contains(&group).then(|| api_group(group)).filter(|_| !group.is_empty())
+    served_groups().contains(&group).then(|| api_group(group)).filter(|_| !group.is_empty())
 }
 
 /// Legacy `/api/v1` or `/apis/<group>/v1`, if served.
 pub fn resource_list(group: &str, version: &str) -> Option<Value> {
-    if version != "v1" || !groups().contains(&group) {
+    if version != version_of(group) || !served_groups().contains(&group) {
         return None;
     }
     let mut resources = Vec::new();
@@ -184,7 +224,11 @@ pub fn resource_list(group: &str, version: &str) -> Option<Value> {
             json!({"name": plural, "singularName": singular, "namespaced": false, "kind": kind, "verbs": ["create"]}),
         );
     }
-    let group_version = if group.is_empty() { "v1".to_string() } else { format!("{group}/v1") };
+    for (plural, kind, singular, namespaced) in metrics_resources(group) {
+        resources.push(json!({"name": plural, "singularName": singular, "namespaced": namespaced, "kind": kind,
+            "verbs": ["get", "list"]}));
+    }
+    let group_version = if group.is_empty() { "v1".to_string() } else { format!("{group}/{version}") };
     Some(json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": group_version, "resources": resources}))
 }
 
@@ -212,5 +256,24 @@ mod tests {
             .unwrap();
         let scale = deploy["subresources"].as_array().unwrap().iter().find(|s| s["subresource"] == "scale").unwrap();
         assert_eq!(scale["responseKind"], json!({"group": "autoscaling", "version": "v1", "kind": "Scale"}));
+    }
+
+    #[test]
+    fn the_metrics_api_is_discovered_at_v1beta1_as_kubectl_top_looks_for_it() {
+        let apis = aggregated(false);
+        let metrics =
+            apis["items"].as_array().unwrap().iter().find(|i| i["metadata"]["name"] == "metrics.k8s.io").unwrap();
+        assert_eq!(metrics["versions"][0]["version"], "v1beta1");
+        let kinds: Vec<&str> = metrics["versions"][0]["resources"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r["responseKind"]["kind"].as_str().unwrap())
+            .collect();
+        assert_eq!(kinds, ["NodeMetrics", "PodMetrics"]);
+        assert_eq!(group("metrics.k8s.io").unwrap()["preferredVersion"]["groupVersion"], "metrics.k8s.io/v1beta1");
+        let list = resource_list("metrics.k8s.io", "v1beta1").unwrap();
+        assert_eq!(list["resources"][1]["name"], "pods");
+        assert!(resource_list("metrics.k8s.io", "v1").is_none());
     }
 }

@@ -9,11 +9,13 @@
 //! /api/v1/<resource>[/<name>[/<subresource>]]                       core, cluster-scoped or all namespaces
 //! /api/v1/namespaces/<ns>/<resource>[/<name>[/<subresource>]]       core, namespaced
 //! /apis/<group>/v1/...                                              the same for named groups
+//! /apis/metrics.k8s.io/v1beta1/{nodes,namespaces/<ns>/pods}[/<name>] kubectl top, from the node agents
 //! ```
 
 pub mod discovery;
 pub mod node_proxy;
 pub mod openapi;
+pub mod resource_metrics;
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -307,6 +309,19 @@ async fn route(
                 return Err(ApiError::method_not_allowed(format!("{method} is not supported here")));
             }
             openapi_response(&target, uri, headers)
+        }
+        Target::Object {
+            group: resource_metrics::GROUP,
+            version: resource_metrics::VERSION,
+            namespace,
+            resource,
+            name,
+            sub,
+        } => {
+            let ctx = Context { user: state.registry.security().authenticate(&credentials(headers))? };
+            let label_selector = query(uri).remove("labelSelector").unwrap_or_default();
+            let request = resource_metrics::MetricsRequest { resource, namespace, name, sub, label_selector };
+            resource_metrics::serve(&state.registry, &ctx, method, request).await
         }
         Target::Object { group, version, namespace, resource, name, sub } => {
             if version != "v1" {

@@ -99,6 +99,13 @@ pub async fn locate(
         .filter(|n| !n.is_empty())
         .ok_or_else(|| ApiError::bad_request(format!("pod {name} does not have a host assigned")))?;
     let node = registry.get(ctx, nodes(), "", node_name, "").await?;
+    let node_url = node_url(&node)?;
+    Ok(ContainerTarget { node_url, namespace: namespace.to_string(), pod: name.to_string(), container })
+}
+
+/// `http://<InternalIP>:<agent port>` of a Node, from its status.
+pub fn node_url(node: &Value) -> Result<String, ApiError> {
+    let node_name = node["metadata"]["name"].as_str().unwrap_or_default();
     let address = node["status"]["addresses"]
         .as_array()
         .into_iter()
@@ -111,15 +118,10 @@ pub async fn locate(
         .filter(|p| *p > 0)
         .ok_or_else(|| ApiError::bad_request(format!("node {node_name} reports no agent port")))?;
     let host = if address.contains(':') { format!("[{address}]") } else { address.to_string() };
-    Ok(ContainerTarget {
-        node_url: format!("http://{host}:{port}"),
-        namespace: namespace.to_string(),
-        pod: name.to_string(),
-        container,
-    })
+    Ok(format!("http://{host}:{port}"))
 }
 
-fn client<B>() -> Client<hyper_util::client::legacy::connect::HttpConnector, B>
+pub(super) fn client<B>() -> Client<hyper_util::client::legacy::connect::HttpConnector, B>
 where
     B: hyper::body::Body + Send + 'static + Unpin,
     B::Data: Send,
