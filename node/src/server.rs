@@ -115,39 +115,7 @@ async fn metrics(State(s): State<Arc<Served>>) -> impl IntoResponse {
 
 /// Query pairs in order; keys repeat (`command`).
 fn pairs(query: &Option<String>) -> Vec<(String, String)> {
-    query
-        .as_deref()
-        .unwrap_or("")
-        .split('&')
-        .filter(|p| !p.is_empty())
-        .map(|p| {
-            let (k, v) = p.split_once('=').unwrap_or((p, ""));
-            (decode(k), decode(v))
-        })
-        .collect()
-}
-
-fn decode(s: &str) -> String {
-    let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        match bytes[i] {
-            b'+' => out.push(b' '),
-            b'%' if i + 2 < bytes.len() => {
-                match u8::from_str_radix(std::str::from_utf8(&bytes[i + 1..i + 3]).unwrap_or("zz"), 16) {
-                    Ok(b) => {
-                        out.push(b);
-                        i += 2;
-                    }
-                    Err(_) => out.push(b'%'),
-                }
-            }
-            b => out.push(b),
-        }
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
+    form_urlencoded::parse(query.as_deref().unwrap_or("").as_bytes()).into_owned().collect()
 }
 
 /// Reads `kubectl logs`' query into options; a bad value is a 400.
@@ -409,8 +377,8 @@ mod tests {
         let p = pairs(&q);
         let commands: Vec<&str> = p.iter().filter(|(k, _)| k == "command").map(|(_, v)| v.as_str()).collect();
         assert_eq!(commands, ["sh", "-c", "echo hi there"]);
-        assert_eq!(decode("100%"), "100%");
-        assert_eq!(decode("%2Ftmp%2Ffoo"), "/tmp/foo");
+        let p = pairs(&Some("a=100%&b=%2Ftmp%2Ffoo".to_string()));
+        assert_eq!(p, [("a".to_string(), "100%".to_string()), ("b".to_string(), "/tmp/foo".to_string())]);
     }
 
     #[test]

@@ -79,39 +79,7 @@ fn credentials(headers: &HeaderMap) -> Credentials {
 }
 
 fn query(uri: &Uri) -> HashMap<String, String> {
-    let mut out = HashMap::new();
-    if let Some(q) = uri.query() {
-        for pair in q.split('&').filter(|p| !p.is_empty()) {
-            let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
-            out.insert(decode_component(k), decode_component(v));
-        }
-    }
-    out
-}
-
-/// Percent-decoding of one query component (`+` is a space).
-fn decode_component(s: &str) -> String {
-    let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        match bytes[i] {
-            b'+' => out.push(b' '),
-            b'%' if i + 2 < bytes.len() => {
-                let hex = std::str::from_utf8(&bytes[i + 1..i + 3]).ok().and_then(|h| u8::from_str_radix(h, 16).ok());
-                match hex {
-                    Some(b) => {
-                        out.push(b);
-                        i += 2;
-                    }
-                    None => out.push(b'%'),
-                }
-            }
-            b => out.push(b),
-        }
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
+    form_urlencoded::parse(uri.query().unwrap_or("").as_bytes()).into_owned().collect()
 }
 
 /// What a request's path names.

@@ -174,15 +174,8 @@ pub struct ExecOutcome {
 
 /// Runs `command` in the target container through its node.
 pub async fn exec_on_node(target: &ContainerTarget, command: &[String]) -> Result<ExecOutcome, ApiError> {
-    let query: Vec<String> = command.iter().map(|c| format!("command={}", encode(c))).collect();
-    let uri = format!(
-        "{}/exec/{}/{}/{}?{}",
-        target.node_url,
-        target.namespace,
-        target.pod,
-        target.container,
-        query.join("&")
-    );
+    let query = command_query(command);
+    let uri = format!("{}/exec/{}/{}/{}?{query}", target.node_url, target.namespace, target.pod, target.container);
     let request = hyper::Request::post(uri)
         .body(Full::new(Bytes::new()))
         .map_err(|e| ApiError::internal(format!("exec request: {e}")))?;
@@ -212,13 +205,13 @@ pub async fn exec_on_node(target: &ContainerTarget, command: &[String]) -> Resul
     })
 }
 
-fn encode(s: &str) -> String {
-    s.bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => (b as char).to_string(),
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
+/// `command=<word>&...`, each word form-encoded for the node.
+fn command_query(command: &[String]) -> String {
+    let mut query = form_urlencoded::Serializer::new(String::new());
+    for word in command {
+        query.append_pair("command", word);
+    }
+    query.finish()
 }
 
 /// The Status kubectl reads from channel 3 at the end of an exec.
@@ -331,14 +324,7 @@ pub async fn exec_session(socket: WebSocket, located: Result<ContainerTarget, Ap
 
 /// Query pairs in order, decoded; keys repeat (`command`).
 pub fn query_pairs(raw: Option<&str>) -> Vec<(String, String)> {
-    raw.unwrap_or("")
-        .split('&')
-        .filter(|p| !p.is_empty())
-        .map(|p| {
-            let (k, v) = p.split_once('=').unwrap_or((p, ""));
-            (super::decode_component(k), super::decode_component(v))
-        })
-        .collect()
+    form_urlencoded::parse(raw.unwrap_or("").as_bytes()).into_owned().collect()
 }
 
 /// Query pairs as a map, last value winning.
@@ -369,8 +355,12 @@ mod tests {
     }
 
     #[test]
-    fn command_words_are_percent_encoded_for_the_node() {
-        assert_eq!(encode("echo hi/there&x=1"), "echo%20hi%2Fthere%26x%3D1");
+    fn command_words_survive_the_trip_to_the_node() {
+        let command: Vec<String> = ["sh", "-c", "echo hi/there&x=1+2 %41"].map(String::from).to_vec();
+        let query = command_query(&command);
+        assert!(!query.contains(' ') && query.matches('&').count() == 2, "{query}");
+        let back: Vec<String> = query_pairs(Some(&query)).into_iter().map(|(_, v)| v).collect();
+        assert_eq!(back, command);
     }
 
     #[test]
