@@ -402,11 +402,15 @@ impl NodeProcs {
     }
 }
 
-/// RSS in MiB and CPU ticks of a group of processes.
+/// The memory of a group of processes: `VmRSS` summed, which counts pages
+/// shared between them once per process, and PSS summed (`Pss` of
+/// `/proc/PID/smaps_rollup`: each shared page split among its sharers),
+/// which adds up.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Usage {
     pub processes: usize,
     pub rss_mib: f64,
+    pub pss_mib: f64,
 }
 
 fn usage(pids: &[u32]) -> Usage {
@@ -415,9 +419,21 @@ fn usage(pids: &[u32]) -> Usage {
         if let Ok(bytes) = crate::objects::rss_bytes(*pid) {
             u.processes += 1;
             u.rss_mib += bytes as f64 / 1024.0 / 1024.0;
+            u.pss_mib += pss_kib(*pid).unwrap_or(0) as f64 / 1024.0;
         }
     }
     u
+}
+
+/// `Pss` of process `pid`, in KiB.
+fn pss_kib(pid: u32) -> Option<u64> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup")).ok()?;
+    pss_of(&text)
+}
+
+/// The `Pss:` line of an smaps_rollup, in KiB.
+pub fn pss_of(smaps_rollup: &str) -> Option<u64> {
+    smaps_rollup.lines().find_map(|l| l.strip_prefix("Pss:")).and_then(|v| v.split_whitespace().next()?.parse().ok())
 }
 
 /// A node's footprint at one instant.
@@ -627,6 +643,29 @@ pub fn startup(label: &str, names: &[String], seen: &HashMap<String, PodTimes>) 
     s
 }
 
+/// A burst's course, in seconds from its first create sent.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Timeline {
+    pub last_create: f64,
+    /// When the first, the 25th, 50th and 75th percent, and the last pod were seen Running.
+    pub running: [f64; 5],
+}
+
+/// The course of the burst `names`.
+pub fn timeline(names: &[String], seen: &HashMap<String, PodTimes>) -> Timeline {
+    let times: Vec<&PodTimes> = names.iter().filter_map(|n| seen.get(n)).collect();
+    let Some(first) = times.iter().filter_map(|t| t.sent).min() else { return Timeline::default() };
+    let secs = |at: Instant| at.saturating_duration_since(first).as_secs_f64();
+    let last_create = times.iter().filter_map(|t| t.sent).map(secs).fold(0.0, f64::max);
+    let mut running: Vec<f64> = times.iter().filter_map(|t| t.running).map(secs).collect();
+    running.sort_by(f64::total_cmp);
+    let at = |q: f64| match running.len() {
+        0 => 0.0,
+        n => running[((n - 1) as f64 * q).round() as usize],
+    };
+    Timeline { last_create, running: [at(0.0), at(0.25), at(0.5), at(0.75), at(1.0)] }
+}
+
 /// One node's resource figures.
 #[derive(Clone, Default)]
 pub struct NodeRow {
@@ -634,6 +673,8 @@ pub struct NodeRow {
     pub pod_cidr: String,
     /// Burst pods bound to it.
     pub pods: usize,
+    /// Its burst pods' create→Running.
+    pub to_running: Latency,
     pub idle: Footprint,
     pub idle_cpu: CpuShare,
     pub burst_peak: Footprint,
@@ -653,6 +694,8 @@ pub struct NodeReport {
     pub single_delete: Latency,
     /// Each single pod's create→Running and its node, in order.
     pub single_each: Vec<String>,
+    /// When the burst's creates were sent and its pods seen Running.
+    pub burst_timeline: Timeline,
     /// Deleting the burst's pods: all deletes sent to the last one gone.
     pub burst_delete: Option<Duration>,
     pub settings: Vec<String>,
@@ -925,6 +968,8 @@ async fn steps(
     }
     if let Ok(s) = seen.lock() {
         report.single = startup(&format!("1 pod, {} times one after the other", config.single_runs), &single, &s);
+        // Pods one after the other, each deleted before the next: no rate.
+        report.single.rate = None;
     }
 
     // 3. Burst.
@@ -975,8 +1020,14 @@ async fn steps(
     if let Ok(s) = seen.lock() {
         report.burst = startup(&format!("{} pods at once on {} nodes", config.pods, config.nodes), &names, &s);
         for row in report.nodes.iter_mut() {
-            row.pods = names.iter().filter(|n| s.get(*n).is_some_and(|t| t.node == row.name)).count();
+            for t in names.iter().filter_map(|n| s.get(n)).filter(|t| t.node == row.name) {
+                row.pods += 1;
+                if let Some(d) = t.since_sent(t.running) {
+                    row.to_running.record(d);
+                }
+            }
         }
+        report.burst_timeline = timeline(&names, &s);
     }
     for ((row, cpu), peak) in report.nodes.iter_mut().zip(burst_cpu).zip(peaks) {
         row.burst_cpu = cpu;
@@ -1086,6 +1137,10 @@ fn mib(u: &Usage) -> String {
     format!("{:.0} MiB", u.rss_mib)
 }
 
+fn rss_pss(u: &Usage) -> String {
+    format!("{:.0} / {:.0} MiB", u.rss_mib, u.pss_mib)
+}
+
 fn pct(cpu: f64, wall: f64) -> String {
     format!("{:.1}%", CpuShare::percent(cpu, wall))
 }
@@ -1114,14 +1169,15 @@ impl NodeReport {
         }
         out.push_str(
             "\n| node | burst pods | agent RSS idle / burst peak / steady | agent CPU idle / burst / steady | \
-             containerd RSS steady | shims steady (RSS) | containers steady (RSS) | runtime CPU burst / steady |\n\
+             containerd steady RSS / PSS | shims steady: n, RSS / PSS | containers steady: n, RSS / PSS | \
+             runtime CPU burst / steady |\n\
              | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n",
         );
         for r in &self.nodes {
             let runtime = |c: &CpuShare| c.containerd + c.shims + c.containers;
             let _ = writeln!(
                 out,
-                "| {} | {} | {} / {} / {} | {} / {} / {} | {} | {} ({}) | {} ({}) | {} / {} |",
+                "| {} | {} | {} / {} / {} | {} / {} / {} | {} | {}, {} | {}, {} | {} / {} |",
                 r.name,
                 r.pods,
                 mib(&r.idle.agent),
@@ -1130,11 +1186,11 @@ impl NodeReport {
                 pct(r.idle_cpu.agent, r.idle_cpu.wall),
                 pct(r.burst_cpu.agent, r.burst_cpu.wall),
                 pct(r.steady_cpu.agent, r.steady_cpu.wall),
-                mib(&r.steady.containerd),
+                rss_pss(&r.steady.containerd),
                 r.steady.shims.processes,
-                mib(&r.steady.shims),
+                rss_pss(&r.steady.shims),
                 r.steady.containers.processes,
-                mib(&r.steady.containers),
+                rss_pss(&r.steady.containers),
                 pct(runtime(&r.burst_cpu), r.burst_cpu.wall),
                 pct(runtime(&r.steady_cpu), r.steady_cpu.wall),
             );
@@ -1153,6 +1209,12 @@ impl NodeReport {
             ms(self.single_delete.max_ms()),
         ));
         out.push(format!("single pods one by one, create→Running (node): {}", self.single_each.join(", ")));
+        let t = &self.burst_timeline;
+        out.push(format!(
+            "burst course (s after the first create): last create sent {:.1}; pods seen Running: first {:.1}, 25% \
+             {:.1}, half {:.1}, 75% {:.1}, last {:.1}",
+            t.last_create, t.running[0], t.running[1], t.running[2], t.running[3], t.running[4]
+        ));
         out.push(format!(
             "burst: create→bound p99 {} (max {}), create→Ready p99 {} (max {}); deleting all {} pods took {}",
             ms(self.burst.bound.quantile_ms(0.99)),
@@ -1164,11 +1226,14 @@ impl NodeReport {
         ));
         for r in &self.nodes {
             out.push(format!(
-                "{} ({}): burst window {:.1} s: agent {:.2} CPU s, containerd {:.2}, shims {:.2}, containers {:.2}, \
+                "{} ({}): {} burst pods, create→Running p50 {}, max {}; burst window {:.1} s: agent {:.2} CPU s, containerd {:.2}, shims {:.2}, containers {:.2}, \
                  peak RSS containerd {} and {} shims {}; steady window {:.0} s: agent {:.2} CPU s, containerd {:.2}, \
                  shims {:.2}, containers {:.2}; idle: containerd RSS {}, CPU {}; stopped {}",
                 r.name,
                 r.pod_cidr,
+                r.pods,
+                ms(r.to_running.quantile_ms(0.5)),
+                ms(r.to_running.max_ms()),
                 r.burst_cpu.wall,
                 r.burst_cpu.agent,
                 r.burst_cpu.containerd,
@@ -1314,6 +1379,29 @@ mod tests {
         assert!((s.to_running.max_ms() - 1000.0).abs() < 1.0);
         // Two pods Running between the first create (0) and the last Running (1100 ms).
         assert!((s.rate.unwrap() - 2.0 / 1.1).abs() < 1e-6, "{:?}", s.rate);
+    }
+
+    #[test]
+    fn the_timeline_gives_when_the_bursts_pods_came_up() {
+        let t0 = Instant::now();
+        let at = |ms| Some(t0 + Duration::from_millis(ms));
+        let seen: HashMap<String, PodTimes> = (0..5u64)
+            .map(|i| {
+                (format!("b-{i}"), PodTimes { sent: at(i * 100), running: at(1000 + i * 1000), ..Default::default() })
+            })
+            .collect();
+        let names: Vec<String> = (0..5).map(|i| format!("b-{i}")).collect();
+        let t = timeline(&names, &seen);
+        assert!((t.last_create - 0.4).abs() < 1e-9);
+        assert_eq!(t.running, [1.0, 2.0, 3.0, 4.0, 5.0]);
+        assert_eq!(timeline(&[], &seen), Timeline::default());
+    }
+
+    #[test]
+    fn pss_is_read_from_smaps_rollup() {
+        let text = "55614ce5e000-7ffc22df9000 ---p 00000000 00:00 0   [rollup]\nRss:  1808 kB\nPss:  313 kB\nPss_Dirty: 116 kB\n";
+        assert_eq!(pss_of(text), Some(313));
+        assert_eq!(pss_of("Rss: 1 kB\n"), None);
     }
 
     #[test]
