@@ -56,7 +56,7 @@ use skiff_client::resources::{DeleteParams, ListParams, WatchParams};
 use skiff_client::{Client, ClientError};
 
 use crate::cluster::{Cluster, ClusterSpec, EtcdTiming, System};
-use crate::cpu::{clock_ticks_per_second, cpu_ticks};
+use crate::cpu::clock_ticks_per_second;
 use crate::hollow::{ensure_namespace, info, timed};
 use crate::latency::Latency;
 
@@ -489,12 +489,61 @@ impl CpuShare {
     }
 }
 
+/// utime + stime + cutime + cstime of the process whose `stat` file is at
+/// `path`, in clock ticks: with the children it waited for, so the
+/// short-lived helpers count (runc under a shim, CNI plugins and `shim
+/// start` under containerd, `ip`, `iptables` and `ctr` under the agent).
+pub fn cpu_ticks_with_children(path: &str) -> Result<u64> {
+    let stat = std::fs::read_to_string(path).with_context(|| format!("reading {path}"))?;
+    ticks_of(&stat).with_context(|| format!("no CPU times in {path}"))
+}
+
+/// Fields 14 to 17 of a `/proc/PID/stat` line, summed.
+pub fn ticks_of(stat: &str) -> Option<u64> {
+    let rest = stat.rsplit_once(')')?.1;
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    // Fields count from 1 with the pid; `rest` starts at field 3.
+    (14..=17).map(|n| fields.get(n - 3)?.parse::<i64>().ok().map(|v| v.max(0) as u64)).sum()
+}
+
+/// How busy the whole machine was over a window, from `/proc/stat`.
+pub struct MachineCpu {
+    busy: u64,
+    total: u64,
+}
+
+impl MachineCpu {
+    pub fn now() -> MachineCpu {
+        let text = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+        Self::parse(text.lines().next().unwrap_or_default())
+    }
+
+    /// The `cpu` line: user nice system idle iowait irq softirq steal ...
+    pub fn parse(line: &str) -> MachineCpu {
+        let v: Vec<u64> = line.split_whitespace().skip(1).take(8).filter_map(|f| f.parse().ok()).collect();
+        let get = |i: usize| v.get(i).copied().unwrap_or(0);
+        let idle = get(3) + get(4);
+        let busy = get(0) + get(1) + get(2) + get(5) + get(6) + get(7);
+        MachineCpu { busy, total: busy + idle }
+    }
+
+    /// Percent of all cores busy since `self`.
+    pub fn busy_since(&self, later: &MachineCpu) -> f64 {
+        let total = later.total.saturating_sub(self.total);
+        if total == 0 {
+            return 0.0;
+        }
+        100.0 * later.busy.saturating_sub(self.busy) as f64 / total as f64
+    }
+}
+
 /// CPU ticks of every process of every node at the start of a window;
 /// processes that appear during it count from zero, so the burst's new
 /// shims and containers are counted whole.
 struct CpuWindow {
     ticks: HashMap<u32, u64>,
     since: Instant,
+    machine: MachineCpu,
 }
 
 impl CpuWindow {
@@ -502,12 +551,17 @@ impl CpuWindow {
         let mut ticks = HashMap::new();
         for n in nodes {
             for pid in n.agent.iter().chain(n.runtime_pids().iter()) {
-                if let Ok(t) = cpu_ticks(&format!("/proc/{pid}/stat")) {
+                if let Ok(t) = cpu_ticks_with_children(&format!("/proc/{pid}/stat")) {
                     ticks.insert(*pid, t);
                 }
             }
         }
-        CpuWindow { ticks, since: Instant::now() }
+        CpuWindow { ticks, since: Instant::now(), machine: MachineCpu::now() }
+    }
+
+    /// The whole machine's busy percent (of all cores) since `start`.
+    fn machine_busy(&self) -> f64 {
+        self.machine.busy_since(&MachineCpu::now())
     }
 
     /// Each node's CPU since `start`, over the processes `nodes` lists now.
@@ -517,7 +571,7 @@ impl CpuWindow {
         let used = |pids: &[u32]| -> f64 {
             pids.iter()
                 .filter_map(|pid| {
-                    let now = cpu_ticks(&format!("/proc/{pid}/stat")).ok()?;
+                    let now = cpu_ticks_with_children(&format!("/proc/{pid}/stat")).ok()?;
                     Some(now.saturating_sub(self.ticks.get(pid).copied().unwrap_or(0)) as f64 * tick)
                 })
                 .sum()
@@ -696,6 +750,8 @@ pub struct NodeReport {
     pub single_each: Vec<String>,
     /// When the burst's creates were sent and its pods seen Running.
     pub burst_timeline: Timeline,
+    /// The whole machine's busy percent of all its cores: idle, burst, steady windows.
+    pub machine_busy: [f64; 3],
     /// Deleting the burst's pods: all deletes sent to the last one gone.
     pub burst_delete: Option<Duration>,
     pub settings: Vec<String>,
@@ -927,6 +983,7 @@ async fn steps(
     let procs = node_procs(agents);
     let window = CpuWindow::start(&procs);
     tokio::time::sleep(config.idle_window).await;
+    report.machine_busy[0] = window.machine_busy();
     let procs = node_procs(agents);
     for ((row, cpu), p) in report.nodes.iter_mut().zip(window.finish(&procs)).zip(&procs) {
         row.idle_cpu = cpu;
@@ -1013,6 +1070,7 @@ async fn steps(
         })
         .await;
     drop(watched);
+    report.machine_busy[1] = window.machine_busy();
     let procs = node_procs(agents);
     let burst_cpu = window.finish(&procs);
     sampling.store(false, Ordering::Relaxed);
@@ -1045,6 +1103,7 @@ async fn steps(
     let procs = node_procs(agents);
     let window = CpuWindow::start(&procs);
     tokio::time::sleep(config.steady_window).await;
+    report.machine_busy[2] = window.machine_busy();
     let procs = node_procs(agents);
     for ((row, cpu), p) in report.nodes.iter_mut().zip(window.finish(&procs)).zip(&procs) {
         row.steady_cpu = cpu;
@@ -1224,6 +1283,12 @@ impl NodeReport {
             self.burst.pods,
             self.burst_delete.map(|d| format!("{:.1} s", d.as_secs_f64())).unwrap_or_else(|| "-".into()),
         ));
+        let [idle, burst, steady] = self.machine_busy;
+        out.push(format!(
+            "the whole machine (`/proc/stat`, all {} cores, other work included) was busy {idle:.0}% in the idle \
+             window, {burst:.0}% in the burst, {steady:.0}% in the steady window",
+            std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0)
+        ));
         for r in &self.nodes {
             out.push(format!(
                 "{} ({}): {} burst pods, create→Running p50 {}, max {}; burst window {:.1} s: agent {:.2} CPU s, containerd {:.2}, shims {:.2}, containers {:.2}, \
@@ -1395,6 +1460,23 @@ mod tests {
         assert!((t.last_create - 0.4).abs() < 1e-9);
         assert_eq!(t.running, [1.0, 2.0, 3.0, 4.0, 5.0]);
         assert_eq!(timeline(&[], &seen), Timeline::default());
+    }
+
+    #[test]
+    fn cpu_ticks_count_the_children_waited_for() {
+        // pid (comm) state ppid pgrp session tty tpgid flags minflt cminflt majflt cmajflt utime stime cutime cstime
+        let stat = "42 (containerd-shim x) S 1 42 42 0 -1 4194560 10 0 0 0 170 30 25 5 20 0 9 0\n";
+        assert_eq!(ticks_of(stat), Some(230));
+        assert_eq!(ticks_of("42 (x) S 1"), None);
+    }
+
+    #[test]
+    fn the_machines_busy_share_leaves_out_idle_and_iowait() {
+        let before = MachineCpu::parse("cpu  100 0 50 800 50 0 0 0 0 0");
+        let after = MachineCpu::parse("cpu  160 0 70 900 70 5 5 0 0 0");
+        // busy +90 of +210 jiffies.
+        assert!((before.busy_since(&after) - 100.0 * 90.0 / 210.0).abs() < 1e-9);
+        assert_eq!(before.busy_since(&before), 0.0);
     }
 
     #[test]
