@@ -8,7 +8,7 @@ BIN := $(CARGO_TARGET_DIR)/release
 CARGO ?= cargo
 SHELL := /bin/bash
 
-.PHONY: deps build up test chaos lint fmt clean-up bench bench-deps bench-objects bench-controllers bench-scheduler
+.PHONY: deps build up test chaos lint fmt clean-up bench bench-deps bench-objects bench-controllers bench-scheduler bench-node
 
 # libclang-dev: bindgen for RocksDB's bindings; etcd-client: etcdctl for the
 # compatibility tests; iproute2: network namespaces for the chaos suite
@@ -134,3 +134,18 @@ bench-scheduler: deps bench-deps
 	$(CARGO) build --release --manifest-path bench/Cargo.toml
 	$(BIN)/skiff-bench scheduler --skiff $(BIN)/skiff \
 		--readme bench/README.md --command-line "make bench-scheduler $(BENCH_SCHEDULER_ARGS)" $(BENCH_SCHEDULER_ARGS)
+
+# Node agents with real containers (issue 23): a fresh 3-member Skiff, one
+# `skiff scheduler`, 2 `skiff node`s (each its own containerd, runc and CNI
+# bridge; pod CIDRs 10.244.231.0/24 and 10.244.232.0/24): pod startup latency
+# (create to Running seen by a watch) for 1 pod, 10 times, and for 100 pods at
+# once; each agent's CPU and RSS idle, during the burst and with the 100 pods
+# running; containerd's, the shims' and the containers'. Needs root (`deps`
+# installs containerd, runc and the CNI plugins). Writes its own section of
+# bench/README.md. BENCH_NODE_ARGS passes flags to `skiff-bench node` (e.g.
+# --pods 20 --single-runs 3 for a quick run, --bind-directly without a scheduler).
+bench-node: deps bench-deps
+	$(CARGO) build --release --workspace --bins
+	$(CARGO) build --release --manifest-path bench/Cargo.toml
+	$(BIN)/skiff-bench node --skiff $(BIN)/skiff \
+		--readme bench/README.md --command-line "make bench-node $(BENCH_NODE_ARGS)" $(BENCH_NODE_ARGS)

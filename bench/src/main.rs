@@ -11,6 +11,7 @@
 //! - `controllers`: the controller manager: Deployment, rollout, Job, namespace deletion, failover.
 //! - `hollow`: hollow nodes (Node objects, Lease renewals, pods marked Running), as kwok does.
 //! - `scheduler`: the scheduler's throughput on hollow nodes, in the manner of `scheduler_perf`.
+//! - `node`: the node agent with real containers: pod startup latency, the agents' CPU and RSS.
 //! - `suite`: every scenario against both systems (`make bench`).
 //! - `report`: the comparison table and bench/README.md.
 
@@ -24,6 +25,7 @@ mod failover;
 mod hollow;
 mod latency;
 mod load;
+mod node;
 mod objects;
 mod report;
 mod scheduler;
@@ -92,6 +94,8 @@ enum Command {
     Controllers(Box<ControllersArgs>),
     /// The scheduler on hollow nodes: basic pods, anti-affinity, affinity, spreading, preemption.
     Scheduler(Box<SchedulerArgs>),
+    /// Node agents with real containers: pod startup latency, the agents' CPU and RSS (needs root).
+    Node(Box<NodeArgs>),
 }
 
 #[derive(Args)]
@@ -458,6 +462,68 @@ struct SchedulerArgs {
     command_line: Option<String>,
 }
 
+#[derive(Args)]
+struct NodeArgs {
+    /// The `skiff` executable (with the `node` and `scheduler` subcommands).
+    #[arg(long)]
+    skiff: PathBuf,
+    /// Parent directory for data and logs (default: the system temp dir; the
+    /// containerd sockets under it must fit in 107 bytes).
+    #[arg(long)]
+    dir: Option<PathBuf>,
+    /// Keep the cluster's and the nodes' data directories and logs after a successful run.
+    #[arg(long)]
+    keep: bool,
+    /// `skiff apiserver` members.
+    #[arg(long, default_value_t = 3)]
+    members: usize,
+    /// An extra flag for every member (repeatable).
+    #[arg(long = "skiff-arg", allow_hyphen_values = true)]
+    skiff_args: Vec<String>,
+    /// `skiff node` agents, each with its own containerd.
+    #[arg(long, default_value_t = 2)]
+    nodes: usize,
+    /// Node I gets pod CIDR 10.244.(BASE+I).0/24 (231, 232: ranges no test uses).
+    #[arg(long, default_value_t = 231)]
+    cidr_base: u8,
+    /// Pods of the burst.
+    #[arg(long, default_value_t = 100)]
+    pods: usize,
+    /// Single pods created one after the other (each deleted before the next).
+    #[arg(long, default_value_t = 10)]
+    single_runs: usize,
+    /// Concurrent creates of the burst.
+    #[arg(long, default_value_t = 16)]
+    create_clients: usize,
+    /// Create pods with `spec.nodeName` set (round robin) instead of running `skiff scheduler`.
+    #[arg(long)]
+    bind_directly: bool,
+    /// Fail when a single pod, or the whole burst, is not Running within this long.
+    #[arg(long, default_value = "180s", value_parser = humantime::parse_duration)]
+    start_timeout: Duration,
+    /// CPU and RSS of the agents with no pods, over this long.
+    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
+    idle_window: Duration,
+    /// Pause after the burst's last pod is Running, before the steady window.
+    #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
+    settle: Duration,
+    /// CPU and RSS with every burst pod running, over this long.
+    #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
+    steady_window: Duration,
+    /// An extra flag for every `skiff node` (repeatable).
+    #[arg(long = "node-arg", allow_hyphen_values = true)]
+    node_args: Vec<String>,
+    /// An extra flag for `skiff scheduler` (repeatable).
+    #[arg(long = "scheduler-arg", allow_hyphen_values = true)]
+    scheduler_args: Vec<String>,
+    /// Write the node results section of this README (bench/README.md).
+    #[arg(long)]
+    readme: Option<PathBuf>,
+    /// How the run is described in the README (default: this command line).
+    #[arg(long)]
+    command_line: Option<String>,
+}
+
 async fn run(cli: Cli) -> Result<()> {
     match cli.command {
         Command::Put { load, key_space } => {
@@ -549,6 +615,7 @@ async fn run(cli: Cli) -> Result<()> {
         Command::Objects(args) => run_objects(&args).await?,
         Command::Controllers(args) => run_controllers(&args).await?,
         Command::Scheduler(args) => run_scheduler(&args).await?,
+        Command::Node(args) => run_node(&args).await?,
     }
     Ok(())
 }
@@ -705,6 +772,61 @@ async fn run_scheduler(args: &SchedulerArgs) -> Result<()> {
     if let Some(readme) = &args.readme {
         let section = result.markdown(&date, &command, &machine);
         report::write_section(readme, scheduler::BEGIN, scheduler::END, "Latest results: the scheduler", &section)?;
+        eprintln!("results written to {}", readme.display());
+    }
+    Ok(())
+}
+
+async fn run_node(args: &NodeArgs) -> Result<()> {
+    let mut machine = report::machine_facts();
+    machine.push(("Skiff".into(), format!("{} (commit {})", version(&args.skiff), commit())));
+    machine.push(("containerd".into(), version(Path::new("containerd"))));
+    machine.push(("runc".into(), version(Path::new("runc"))));
+    let command = args
+        .command_line
+        .as_deref()
+        .map(|c| c.trim().to_string())
+        .unwrap_or_else(|| std::env::args().collect::<Vec<_>>().join(" "));
+    let date = humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string();
+    let parent = args.dir.clone().unwrap_or_else(std::env::temp_dir);
+    std::fs::create_dir_all(&parent).with_context(|| format!("creating {}", parent.display()))?;
+    let dir = tempfile::Builder::new()
+        .prefix("skiff-bench-node-")
+        .tempdir_in(&parent)
+        .with_context(|| format!("creating a directory under {}", parent.display()))?;
+    let config = node::NodeConfig {
+        skiff: args.skiff.clone(),
+        dir: dir.path().to_path_buf(),
+        members: args.members,
+        skiff_args: args.skiff_args.clone(),
+        nodes: args.nodes,
+        cidr_base: args.cidr_base,
+        pods: args.pods,
+        single_runs: args.single_runs,
+        create_clients: args.create_clients,
+        bind_directly: args.bind_directly,
+        start_timeout: args.start_timeout,
+        idle_window: args.idle_window,
+        settle: args.settle,
+        steady_window: args.steady_window,
+        node_args: args.node_args.clone(),
+        scheduler_args: args.scheduler_args.clone(),
+    };
+    let result = match node::run(&config).await {
+        Ok(result) => result,
+        Err(e) => return Err(e.context(format!("logs kept in {}", dir.keep().display()))),
+    };
+    if args.keep {
+        eprintln!("logs and data kept in {}", dir.keep().display());
+    }
+    machine.push(("load average after the run".into(), report::load_average()));
+    println!("\n{}", result.table());
+    for line in result.details().iter().chain(&result.notes) {
+        println!("- {line}");
+    }
+    if let Some(readme) = &args.readme {
+        let section = result.markdown(&date, &command, &machine);
+        report::write_section(readme, node::BEGIN, node::END, "Latest results: the node agent", &section)?;
         eprintln!("results written to {}", readme.display());
     }
     Ok(())
