@@ -215,7 +215,7 @@ fn window(summary: &Value) -> Value {
 pub fn usage(stats: &Value) -> Option<Value> {
     let nano_cores = stats["cpu"]["usageNanoCores"].as_u64()?;
     let memory = stats["memory"]["workingSetBytes"].as_u64().unwrap_or(0);
-    let memory = if memory % 1024 == 0 { format!("{}Ki", memory / 1024) } else { memory.to_string() };
+    let memory = if memory.is_multiple_of(1024) { format!("{}Ki", memory / 1024) } else { memory.to_string() };
     Some(json!({"cpu": format!("{nano_cores}n"), "memory": memory}))
 }
 
