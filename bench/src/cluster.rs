@@ -300,7 +300,7 @@ impl Drop for Cluster {
 }
 
 /// The last lines of a log file, for error messages.
-fn tail(path: &Path) -> String {
+pub fn tail(path: &Path) -> String {
     let text = std::fs::read_to_string(path).unwrap_or_default();
     let lines: Vec<&str> = text.lines().collect();
     lines[lines.len().saturating_sub(20)..].join("\n")

@@ -621,23 +621,11 @@ async fn run(cli: Cli) -> Result<()> {
 }
 
 async fn run_objects(args: &ObjectsArgs) -> Result<()> {
-    let mut machine = report::machine_facts();
-    machine.push(("Skiff".into(), format!("{} (commit {})", version(&args.skiff), commit())));
-    let command = args
-        .command_line
-        .as_deref()
-        .map(|c| c.trim().to_string())
-        .unwrap_or_else(|| std::env::args().collect::<Vec<_>>().join(" "));
-    let date = humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string();
-    let parent = args.dir.clone().unwrap_or_else(std::env::temp_dir);
-    std::fs::create_dir_all(&parent).with_context(|| format!("creating {}", parent.display()))?;
-    let dir = tempfile::Builder::new()
-        .prefix("skiff-bench-objects-")
-        .tempdir_in(&parent)
-        .with_context(|| format!("creating a directory under {}", parent.display()))?;
+    let mut run =
+        RunSetup::new("skiff-bench-objects-", &args.skiff, args.command_line.as_deref(), args.dir.as_deref())?;
     let config = objects::ObjectsConfig {
         skiff: args.skiff.clone(),
-        dir: dir.path().to_path_buf(),
+        dir: run.path.clone(),
         skiff_args: args.skiff_args.clone(),
         pods: args.pods,
         create_clients: args.create_clients,
@@ -649,18 +637,11 @@ async fn run_objects(args: &ObjectsArgs) -> Result<()> {
         duration: args.duration,
         max_inflight: args.max_inflight,
     };
-    let result = match objects::run(&config).await {
-        Ok(result) => result,
-        Err(e) => return Err(e.context(format!("logs kept in {}", dir.keep().display()))),
-    };
-    if args.keep {
-        eprintln!("logs and data kept in {}", dir.keep().display());
-    }
-    machine.push(("load average after the run".into(), report::load_average()));
+    let result = run.conclude(objects::run(&config).await, args.keep)?;
     println!("\n{}", result.table());
     println!("{}", result.targets());
     if let Some(readme) = &args.readme {
-        let section = result.markdown(&date, &command, &machine);
+        let section = result.markdown(&run.date, &run.command, &run.machine);
         report::write_section(readme, objects::BEGIN, objects::END, "Latest results: Skiff's resource API", &section)?;
         eprintln!("results written to {}", readme.display());
     }
@@ -668,23 +649,11 @@ async fn run_objects(args: &ObjectsArgs) -> Result<()> {
 }
 
 async fn run_controllers(args: &ControllersArgs) -> Result<()> {
-    let mut machine = report::machine_facts();
-    machine.push(("Skiff".into(), format!("{} (commit {})", version(&args.skiff), commit())));
-    let command = args
-        .command_line
-        .as_deref()
-        .map(|c| c.trim().to_string())
-        .unwrap_or_else(|| std::env::args().collect::<Vec<_>>().join(" "));
-    let date = humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string();
-    let parent = args.dir.clone().unwrap_or_else(std::env::temp_dir);
-    std::fs::create_dir_all(&parent).with_context(|| format!("creating {}", parent.display()))?;
-    let dir = tempfile::Builder::new()
-        .prefix("skiff-bench-controllers-")
-        .tempdir_in(&parent)
-        .with_context(|| format!("creating a directory under {}", parent.display()))?;
+    let mut run =
+        RunSetup::new("skiff-bench-controllers-", &args.skiff, args.command_line.as_deref(), args.dir.as_deref())?;
     let config = controllers::ControllersConfig {
         skiff: args.skiff.clone(),
-        dir: dir.path().to_path_buf(),
+        dir: run.path.clone(),
         replicas: args.replicas,
         completions: args.completions,
         parallelism: args.parallelism,
@@ -693,17 +662,10 @@ async fn run_controllers(args: &ControllersArgs) -> Result<()> {
         step_timeout: args.step_timeout,
         manager_args: args.manager_args.clone(),
     };
-    let result = match controllers::run(&config).await {
-        Ok(result) => result,
-        Err(e) => return Err(e.context(format!("logs kept in {}", dir.keep().display()))),
-    };
-    if args.keep {
-        eprintln!("logs and data kept in {}", dir.keep().display());
-    }
-    machine.push(("load average after the run".into(), report::load_average()));
+    let result = run.conclude(controllers::run(&config).await, args.keep)?;
     println!("\n{}", result.table(&config));
     if let Some(readme) = &args.readme {
-        let section = result.markdown(&config, &date, &command, &machine);
+        let section = result.markdown(&config, &run.date, &run.command, &run.machine);
         report::write_section(
             readme,
             controllers::BEGIN,
@@ -717,23 +679,11 @@ async fn run_controllers(args: &ControllersArgs) -> Result<()> {
 }
 
 async fn run_scheduler(args: &SchedulerArgs) -> Result<()> {
-    let mut machine = report::machine_facts();
-    machine.push(("Skiff".into(), format!("{} (commit {})", version(&args.skiff), commit())));
-    let command = args
-        .command_line
-        .as_deref()
-        .map(|c| c.trim().to_string())
-        .unwrap_or_else(|| std::env::args().collect::<Vec<_>>().join(" "));
-    let date = humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string();
-    let parent = args.dir.clone().unwrap_or_else(std::env::temp_dir);
-    std::fs::create_dir_all(&parent).with_context(|| format!("creating {}", parent.display()))?;
-    let dir = tempfile::Builder::new()
-        .prefix("skiff-bench-scheduler-")
-        .tempdir_in(&parent)
-        .with_context(|| format!("creating a directory under {}", parent.display()))?;
+    let mut run =
+        RunSetup::new("skiff-bench-scheduler-", &args.skiff, args.command_line.as_deref(), args.dir.as_deref())?;
     let config = scheduler::SchedulerConfig {
         skiff: args.skiff.clone(),
-        dir: dir.path().to_path_buf(),
+        dir: run.path.clone(),
         masters: args.masters,
         skiff_args: args.skiff_args.clone(),
         hollow: hollow::HollowConfig {
@@ -760,17 +710,10 @@ async fn run_scheduler(args: &SchedulerArgs) -> Result<()> {
         percentage_of_nodes_to_score: args.percentage_of_nodes_to_score,
         scheduler_args: args.scheduler_args.clone(),
     };
-    let result = match scheduler::run(&config).await {
-        Ok(result) => result,
-        Err(e) => return Err(e.context(format!("logs kept in {}", dir.keep().display()))),
-    };
-    if args.keep {
-        eprintln!("logs and data kept in {}", dir.keep().display());
-    }
-    machine.push(("load average after the run".into(), report::load_average()));
+    let result = run.conclude(scheduler::run(&config).await, args.keep)?;
     println!("\n{}", result.table());
     if let Some(readme) = &args.readme {
-        let section = result.markdown(&date, &command, &machine);
+        let section = result.markdown(&run.date, &run.command, &run.machine);
         report::write_section(readme, scheduler::BEGIN, scheduler::END, "Latest results: the scheduler", &section)?;
         eprintln!("results written to {}", readme.display());
     }
@@ -778,25 +721,12 @@ async fn run_scheduler(args: &SchedulerArgs) -> Result<()> {
 }
 
 async fn run_node(args: &NodeArgs) -> Result<()> {
-    let mut machine = report::machine_facts();
-    machine.push(("Skiff".into(), format!("{} (commit {})", version(&args.skiff), commit())));
-    machine.push(("containerd".into(), version(Path::new("containerd"))));
-    machine.push(("runc".into(), version(Path::new("runc"))));
-    let command = args
-        .command_line
-        .as_deref()
-        .map(|c| c.trim().to_string())
-        .unwrap_or_else(|| std::env::args().collect::<Vec<_>>().join(" "));
-    let date = humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string();
-    let parent = args.dir.clone().unwrap_or_else(std::env::temp_dir);
-    std::fs::create_dir_all(&parent).with_context(|| format!("creating {}", parent.display()))?;
-    let dir = tempfile::Builder::new()
-        .prefix("skiff-bench-node-")
-        .tempdir_in(&parent)
-        .with_context(|| format!("creating a directory under {}", parent.display()))?;
+    let mut run = RunSetup::new("skiff-bench-node-", &args.skiff, args.command_line.as_deref(), args.dir.as_deref())?;
+    run.machine.push(("containerd".into(), version(Path::new("containerd"))));
+    run.machine.push(("runc".into(), version(Path::new("runc"))));
     let config = node::NodeConfig {
         skiff: args.skiff.clone(),
-        dir: dir.path().to_path_buf(),
+        dir: run.path.clone(),
         members: args.members,
         skiff_args: args.skiff_args.clone(),
         nodes: args.nodes,
@@ -812,24 +742,68 @@ async fn run_node(args: &NodeArgs) -> Result<()> {
         node_args: args.node_args.clone(),
         scheduler_args: args.scheduler_args.clone(),
     };
-    let result = match node::run(&config).await {
-        Ok(result) => result,
-        Err(e) => return Err(e.context(format!("logs kept in {}", dir.keep().display()))),
-    };
-    if args.keep {
-        eprintln!("logs and data kept in {}", dir.keep().display());
-    }
-    machine.push(("load average after the run".into(), report::load_average()));
+    let result = run.conclude(node::run(&config).await, args.keep)?;
     println!("\n{}", result.table());
     for line in result.details().iter().chain(&result.notes) {
         println!("- {line}");
     }
     if let Some(readme) = &args.readme {
-        let section = result.markdown(&date, &command, &machine);
+        let section = result.markdown(&run.date, &run.command, &run.machine);
         report::write_section(readme, node::BEGIN, node::END, "Latest results: the node agent", &section)?;
         eprintln!("results written to {}", readme.display());
     }
     Ok(())
+}
+
+/// What every measured run starts with: the machine's facts, the command
+/// line and date for the README, and a fresh directory for logs and data
+/// (removed after a good run unless kept).
+struct RunSetup {
+    machine: Vec<(String, String)>,
+    command: String,
+    date: String,
+    path: PathBuf,
+    dir: Option<tempfile::TempDir>,
+}
+
+impl RunSetup {
+    fn new(name: &str, skiff: &Path, command_line: Option<&str>, parent: Option<&Path>) -> Result<RunSetup> {
+        let mut machine = report::machine_facts();
+        machine.push(("Skiff".into(), format!("{} (commit {})", version(skiff), commit())));
+        let command = command_line
+            .map(|c| c.trim().to_string())
+            .unwrap_or_else(|| std::env::args().collect::<Vec<_>>().join(" "));
+        let date = humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string();
+        let parent = parent.map(Path::to_path_buf).unwrap_or_else(std::env::temp_dir);
+        std::fs::create_dir_all(&parent).with_context(|| format!("creating {}", parent.display()))?;
+        let dir = tempfile::Builder::new()
+            .prefix(name)
+            .tempdir_in(&parent)
+            .with_context(|| format!("creating a directory under {}", parent.display()))?;
+        Ok(RunSetup { machine, command, date, path: dir.path().to_path_buf(), dir: Some(dir) })
+    }
+
+    /// The run's result. The directory is kept when the run failed or
+    /// `keep` asks; after a good run the load average is noted.
+    fn conclude<R>(&mut self, outcome: Result<R>, keep: bool) -> Result<R> {
+        match outcome {
+            Err(e) => Err(e.context(format!("logs kept in {}", self.keep().display()))),
+            Ok(result) => {
+                if keep {
+                    eprintln!("logs and data kept in {}", self.keep().display());
+                }
+                self.machine.push(("load average after the run".into(), report::load_average()));
+                Ok(result)
+            }
+        }
+    }
+
+    fn keep(&mut self) -> PathBuf {
+        match self.dir.take() {
+            Some(dir) => dir.keep(),
+            None => self.path.clone(),
+        }
+    }
 }
 
 /// The commit of the working tree the harness runs in (`make bench` runs at

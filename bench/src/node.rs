@@ -55,7 +55,7 @@ use skiff_api::Kind;
 use skiff_client::resources::{DeleteParams, ListParams, WatchParams};
 use skiff_client::{Client, ClientError};
 
-use crate::cluster::{Cluster, ClusterSpec, EtcdTiming, System};
+use crate::cluster::{tail, Cluster, ClusterSpec, EtcdTiming, System};
 use crate::cpu::clock_ticks_per_second;
 use crate::hollow::{ensure_namespace, info, timed};
 use crate::latency::Latency;
@@ -322,12 +322,6 @@ impl Drop for Process {
             let _ = child.wait();
         }
     }
-}
-
-fn tail(path: &Path) -> String {
-    let text = std::fs::read_to_string(path).unwrap_or_default();
-    let lines: Vec<&str> = text.lines().collect();
-    lines[lines.len().saturating_sub(20)..].join("\n")
 }
 
 /// A process in `/proc`: its id, parent and arguments.

@@ -42,7 +42,7 @@ use skiff_client::resources::{DeleteParams, ListParams, WatchParams};
 use skiff_client::{Client, ClientError};
 use tokio::sync::Semaphore;
 
-use crate::cluster::{Cluster, ClusterSpec, EtcdTiming, System};
+use crate::cluster::{tail, Cluster, ClusterSpec, EtcdTiming, System};
 use crate::cpu::Sampler;
 use crate::hollow::{self, info, timed, Hollow, HollowConfig, HOSTNAME_LABEL, NODE_CPU_MILLIS, NODE_PODS, ZONE_LABEL};
 use crate::latency::Latency;
@@ -450,12 +450,6 @@ impl Drop for SchedulerProcess {
             let _ = child.wait();
         }
     }
-}
-
-fn tail(path: &Path) -> String {
-    let text = std::fs::read_to_string(path).unwrap_or_default();
-    let lines: Vec<&str> = text.lines().collect();
-    lines[lines.len().saturating_sub(20)..].join("\n")
 }
 
 /// What a workload's measured step gave.
