@@ -261,6 +261,11 @@ async fn a_deployment_runs_in_containers_answers_across_nodes_and_serves_logs_an
             .unwrap_or(Value::Null);
     assert_eq!(metrics["kind"], "NodeMetrics");
     assert!(metrics["usage"]["memory"].as_str().unwrap_or("").ends_with("Ki"), "{metrics}");
+    // The agent's own metrics, as Prometheus scrapes them.
+    let (ip, port) = setup.nodes[0].listen.rsplit_once(':').unwrap();
+    let scraped = http_get(ip, port.parse().unwrap(), "/metrics").unwrap_or_default();
+    assert!(scraped.contains("kubelet_running_pods 1"), "{scraped}");
+    assert!(scraped.contains("skiff_node_pod_status_writes_total{result=\"ok\"}"), "{scraped}");
     let missing = kubectl(&setup.http, &["top", "pod", "no-such-pod"]);
     assert!(!missing.status.success());
     assert!(String::from_utf8_lossy(&missing.stderr).contains("not found"), "{missing:?}");
