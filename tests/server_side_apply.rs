@@ -23,7 +23,9 @@ fn deployment(labels: &str) -> String {
 
 /// Only `spec.replicas`: what a second manager (an autoscaler, say) applies.
 fn replicas(n: u32) -> String {
-    format!("apiVersion: apps/v1\nkind: Deployment\nmetadata: {{name: web, namespace: {NS}}}\nspec: {{replicas: {n}}}\n")
+    format!(
+        "apiVersion: apps/v1\nkind: Deployment\nmetadata: {{name: web, namespace: {NS}}}\nspec: {{replicas: {n}}}\n"
+    )
 }
 
 async fn must_ready(server: &str) {
@@ -104,7 +106,15 @@ async fn kubectl_server_side_apply_tracks_owners_conflicts_and_removals() {
     }
     let managers = ok(kubectl(
         server,
-        &["get", "deploy/web", "-n", NS, "--show-managed-fields", "-o", "jsonpath={.metadata.managedFields[*].manager}"],
+        &[
+            "get",
+            "deploy/web",
+            "-n",
+            NS,
+            "--show-managed-fields",
+            "-o",
+            "jsonpath={.metadata.managedFields[*].manager}",
+        ],
     ));
     let managers: Vec<&str> = managers.split(' ').collect();
     assert_eq!(managers.len(), 3, "{managers:?}");
@@ -121,7 +131,9 @@ async fn kubectl_server_side_apply_removes_config_map_keys_it_no_longer_applies(
     let server = cluster.members[&leader].http.as_str();
     must_ready(server).await;
     ok(kubectl(server, &["create", "namespace", NS]));
-    let cm = |data: &str| format!("apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: cfg, namespace: {NS}}}\ndata: {{{data}}}\n");
+    let cm = |data: &str| {
+        format!("apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: cfg, namespace: {NS}}}\ndata: {{{data}}}\n")
+    };
     let apply = |manifest: &str| kubectl_stdin(server, &["apply", "--server-side", "-f", "-"], manifest);
     assert_eq!(ok(apply(&cm("a: '1', b: '2'"))), "configmap/cfg serverside-applied\n");
     assert_eq!(ok(apply(&cm("a: '1'"))), "configmap/cfg serverside-applied\n");

@@ -16,9 +16,9 @@ use base64::Engine as _;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use skiff_api::field::FieldError;
+use skiff_api::managed_fields::{self, Manager, Writer};
 use skiff_api::resources::{self, Kind, ResourceInfo};
 use skiff_api::selector::{object_fields, FieldSelector, LabelSelector};
-use skiff_api::managed_fields::{self, Manager, Writer};
 use skiff_api::{defaults, meta, validation, ApiError};
 use skiff_raft_store::types::{Compare, OpResult, Txn};
 use skiff_raft_store::Store;
@@ -792,10 +792,21 @@ impl Registry {
         }
         // A patch naming a resourceVersion is a precondition on it.
         let owned = subresource.to_string();
-        self.read_modify_write(ctx, info, ns, name, None, dry_run, "patch", subresource, Record::Update, move |current| {
-            let patched = apply_patch(current)?;
-            finish_patch(info, current, patched, &opts, &owned)
-        })
+        self.read_modify_write(
+            ctx,
+            info,
+            ns,
+            name,
+            None,
+            dry_run,
+            "patch",
+            subresource,
+            Record::Update,
+            move |current| {
+                let patched = apply_patch(current)?;
+                finish_patch(info, current, patched, &opts, &owned)
+            },
+        )
         .await
     }
 
@@ -903,7 +914,8 @@ impl Registry {
             if precondition.is_some() {
                 return Err(not_found(info, name));
             }
-            let (mut obj, managers) = managed_fields::apply(info.kind_id, &Value::Null, &config, Vec::new(), &w, force)?;
+            let (mut obj, managers) =
+                managed_fields::apply(info.kind_id, &Value::Null, &config, Vec::new(), &w, force)?;
             meta::meta_mut(&mut obj).remove("resourceVersion");
             match self.create_with(ctx, info, ns.unwrap_or(""), obj, dry_run, Some(managers)).await {
                 Err(e) if e.reason == skiff_api::Reason::AlreadyExists => continue,
@@ -1361,11 +1373,22 @@ impl Registry {
         }
         let precondition = meta::resource_version(&scale).map(parse_resource_version).transpose()?;
         let updated = self
-            .read_modify_write(ctx, info, ns, name, precondition, dry_run, "update", "scale", Record::Update, move |current| {
-                let mut next = current.clone();
-                next["spec"]["replicas"] = json!(replicas);
-                Ok(next)
-            })
+            .read_modify_write(
+                ctx,
+                info,
+                ns,
+                name,
+                precondition,
+                dry_run,
+                "update",
+                "scale",
+                Record::Update,
+                move |current| {
+                    let mut next = current.clone();
+                    next["spec"]["replicas"] = json!(replicas);
+                    Ok(next)
+                },
+            )
             .await?;
         Ok(scale_of(&updated))
     }
