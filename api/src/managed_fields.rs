@@ -809,7 +809,7 @@ pub fn apply(
         m.fields = m.fields.difference(&changed);
     }
 
-    let previous = managers.iter().position(|m| me(m));
+    let previous = managers.iter().position(&me);
     let last = previous.map(|i| managers[i].fields.clone()).unwrap_or_default();
     let time = previous.and_then(|i| managers[i].time.clone());
     managers.retain(|m| !me(m));
