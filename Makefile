@@ -12,7 +12,10 @@ SHELL := /bin/bash
 
 # libclang-dev: bindgen for RocksDB's bindings; etcd-client: etcdctl for the
 # compatibility tests; iproute2: network namespaces for the chaos suite
-# and partition tests; curl: requests from inside a partitioned namespace.
+# and partition tests; curl: requests from inside a partitioned namespace;
+# containerd, runc, containernetworking-plugins, iptables: the node agent's
+# private containerd, its containers and pod network (CNI's bridge,
+# host-local, portmap, loopback); busybox-static: the built-in images.
 # Installed only when missing.
 deps:
 	@missing=""; \
@@ -21,6 +24,11 @@ deps:
 	command -v g++ >/dev/null 2>&1 || missing="$$missing g++"; \
 	command -v ip >/dev/null 2>&1 || missing="$$missing iproute2"; \
 	command -v curl >/dev/null 2>&1 || missing="$$missing curl"; \
+	command -v containerd >/dev/null 2>&1 || missing="$$missing containerd"; \
+	command -v runc >/dev/null 2>&1 || missing="$$missing runc"; \
+	[ -x /usr/lib/cni/bridge ] || missing="$$missing containernetworking-plugins"; \
+	command -v iptables >/dev/null 2>&1 || missing="$$missing iptables"; \
+	dpkg -s busybox-static >/dev/null 2>&1 || missing="$$missing busybox-static"; \
 	if [ -n "$$missing" ]; then \
 		echo "installing:$$missing"; \
 		SUDO=""; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
@@ -37,7 +45,8 @@ deps:
 build: deps
 	$(CARGO) build --release --workspace --bins
 
-# A 3-master cluster on 127.0.0.1 (client ports 2379/2389/2399), foreground; Ctrl-C stops it.
+# A 3-master cluster on 127.0.0.1 (client ports 2379/2389/2399) with 2 worker
+# nodes (each its own containerd; needs root), foreground; Ctrl-C stops it.
 up: build
 	$(BIN)/skiff up --masters 3 --dir .skiff/up
 

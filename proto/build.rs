@@ -14,6 +14,7 @@ const PROTOS: &[&str] = &[
     "skiff/peer.proto",
     "skiff/control.proto",
     "skiff/resource.proto",
+    "cri/api.proto",
 ];
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {

@@ -3,12 +3,14 @@
 //! # Layout
 //! - [`controller_manager`]: `skiff controller-manager`'s flags, which
 //!   `skiff server` shares.
+//! - [`node`]: `skiff node`'s flags.
 //! - [`server`]: `skiff server`, a whole master host in one process,
 //!   configured by flags or a YAML file.
 //! - [`up`]: `skiff up`, a local cluster of master processes on loopback,
 //!   with a kubeconfig and a live status line.
 
 pub mod controller_manager;
+pub mod node;
 pub mod scheduler;
 pub mod server;
 pub mod up;

@@ -209,3 +209,60 @@ async fn kubectl_works_against_the_leader() {
     let leader = cluster.must_leader().await;
     exercise(&cluster.members[&leader].http, "via-leader").await;
 }
+
+/// `kubectl explain` reads the served OpenAPI v3 schemas (GVK, field
+/// descriptions, types, required fields); `apply --validate=strict` leaves
+/// unknown fields to the server, which the v3 documents advertise.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_explain_and_strict_validation_read_the_served_schemas() {
+    let cluster = Cluster::spawn(1).await;
+    let leader = cluster.must_leader().await;
+    let server = cluster.members[&leader].http.clone();
+    must_ready(&server).await;
+
+    let out = ok(kubectl(&server, &["explain", "pod.spec.containers"]));
+    for expected in [
+        "KIND:       Pod",
+        "VERSION:    v1",
+        "FIELD: containers <[]Container>",
+        "List of containers belonging to the pod.",
+        "A single application container that you want to run within a pod.",
+        "FIELDS:",
+        "imagePullPolicy\t<string>",
+        "-required-",
+    ] {
+        assert!(out.contains(expected), "{expected:?} missing from:\n{out}");
+    }
+    let name = out.lines().find(|l| l.trim_start().starts_with("name\t")).unwrap_or_default();
+    assert!(name.contains("-required-"), "a container's name is required: {out}");
+
+    let out = ok(kubectl(&server, &["explain", "deployment.spec.strategy"]));
+    for expected in [
+        "GROUP:      apps",
+        "KIND:       Deployment",
+        "FIELD: strategy <DeploymentStrategy>",
+        "The deployment strategy to use to replace existing pods with new ones.",
+        "rollingUpdate\t<RollingUpdateDeployment>",
+        "type\t<string>",
+    ] {
+        assert!(out.contains(expected), "{expected:?} missing from:\n{out}");
+    }
+
+    let out = ok(kubectl(&server, &["explain", "service", "--recursive"]));
+    for expected in
+        ["KIND:       Service", "spec\t<ServiceSpec>", "ports\t<[]ServicePort>", "targetPort\t<IntOrString>"]
+    {
+        assert!(out.contains(expected), "{expected:?} missing from:\n{out}");
+    }
+    let err = fails(kubectl(&server, &["explain", "pod.spec.colour"]));
+    assert!(err.contains("field \"colour\" does not exist"), "{err}");
+
+    // Strict validation: the v3 PATCH operation carries fieldValidation, so
+    // kubectl sends fieldValidation=Strict and the server refuses.
+    let pod =
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: strict}\nspec:\n  containers:\n  - {name: web, image: nginx}\n";
+    let unknown = pod.replace("image: nginx}", "image: nginx, colour: blue}");
+    let err = fails(kubectl_stdin(&server, &["apply", "--validate=strict", "-f", "-"], &unknown));
+    assert!(err.contains("unknown field") && err.contains("colour"), "{err}");
+    assert_eq!(ok(kubectl_stdin(&server, &["apply", "--validate=strict", "-f", "-"], pod)), "pod/strict created\n");
+}

@@ -47,7 +47,7 @@ impl Up {
         let out = root.join(format!("up-{run}.out"));
         let log = std::fs::File::create(&out).unwrap();
         let child = Command::new(SKIFF)
-            .args(["up", "--masters", &masters.to_string(), "--dir"])
+            .args(["up", "--nodes", "0", "--masters", &masters.to_string(), "--dir"])
             .arg(&dir)
             .args(["--base-port", &base.to_string(), "--http-base-port", &http_base.to_string()])
             .stdin(Stdio::null())
@@ -295,7 +295,7 @@ fn up_serves_kubectl_stops_every_process_and_resumes_on_the_same_dir() {
 
     // Another shape on that directory would strand members: refused.
     let o = Command::new(SKIFF)
-        .args(["up", "--masters", "5", "--dir"])
+        .args(["up", "--nodes", "0", "--masters", "5", "--dir"])
         .arg(&up.dir)
         .args(["--base-port", &base.to_string(), "--http-base-port", &http.to_string()])
         .output()
@@ -424,13 +424,14 @@ fn a_second_up_on_a_dir_in_use_names_the_running_processes_and_leaves_them_be() 
     up.must_kubectl_show(&["get", "ns", "-o", "name"], "namespace/default", READY);
     let master = master_pid(up.pid(), 1);
 
-    let second =
-        must_exit_within_a_minute(Command::new(SKIFF).args(["up", "--masters", "1", "--dir"]).arg(&up.dir).args([
+    let second = must_exit_within_a_minute(
+        Command::new(SKIFF).args(["up", "--nodes", "0", "--masters", "1", "--dir"]).arg(&up.dir).args([
             "--base-port",
             &base.to_string(),
             "--http-base-port",
             &http.to_string(),
-        ]));
+        ]),
+    );
     assert!(!second.status.success());
     let err = String::from_utf8_lossy(&second.stderr);
     assert!(err.contains("is in use by another skiff up"), "{err}");

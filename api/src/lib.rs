@@ -28,6 +28,7 @@ pub mod managed_fields;
 pub mod meta;
 pub mod patch;
 pub mod protobuf;
+pub mod quantity;
 pub mod resources;
 pub mod selector;
 pub mod status;

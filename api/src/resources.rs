@@ -130,7 +130,17 @@ const ALL: &[&str] = &["all"];
 
 static CATALOG: [ResourceInfo; 20] = [
     info(Kind::Namespace, "", "Namespace", "namespaces", "namespace", &["ns"], false, &["status", "finalize"], &[]),
-    info(Kind::Pod, "", "Pod", "pods", "pod", &["po"], true, &["status", "binding", "log"], ALL),
+    info(
+        Kind::Pod,
+        "",
+        "Pod",
+        "pods",
+        "pod",
+        &["po"],
+        true,
+        &["status", "binding", "log", "exec", "attach", "portforward"],
+        ALL,
+    ),
     info(Kind::Node, "", "Node", "nodes", "node", &["no"], false, &["status"], &[]),
     info(Kind::Service, "", "Service", "services", "service", &["svc"], true, &["status"], ALL),
     info(Kind::Endpoints, "", "Endpoints", "endpoints", "endpoints", &["ep"], true, &[], &[]),

@@ -24,6 +24,9 @@
 //!   `skiff.control.Control` service (`History`, `Join`).
 //! - [`resource`]: the `skiff.resource.Resources` service: Kubernetes objects
 //!   (as JSON) with get, list, watch, writes, history.
+//! - [`cri`]: the subset of Kubernetes' CRI v1 (`runtime.v1`) the node
+//!   agent uses, `RuntimeService` and `ImageService` clients, with CRI's
+//!   names and field numbers (kubernetes/cri-api's `api.proto`).
 
 /// etcd `mvccpb` package: key-value and watch-event messages.
 #[allow(missing_docs, clippy::all, clippy::pedantic, rustdoc::all)]
@@ -79,6 +82,13 @@ pub mod skiff {
 #[allow(missing_docs, clippy::all, clippy::pedantic, rustdoc::all)]
 pub mod resource {
     tonic::include_proto!("skiff.resource");
+}
+
+/// Kubernetes' CRI v1 package `runtime.v1`: the `RuntimeService` and
+/// `ImageService` calls the node agent makes to containerd.
+#[allow(missing_docs, clippy::all, clippy::pedantic, rustdoc::all)]
+pub mod cri {
+    tonic::include_proto!("runtime.v1");
 }
 
 pub use skiff::control;

@@ -40,6 +40,9 @@ enum Command {
     /// Run a whole master host in one process: the apiserver, a controller
     /// manager and a scheduler.
     Server(Box<ServerArgs>),
+    /// Join this host as a worker node: register it and run the pods bound
+    /// to it in containers (a private containerd by default).
+    Node(Box<skiff::node::NodeArgs>),
     /// Run a local cluster of masters on loopback in the foreground (Ctrl-C stops it).
     Up(skiff::up::UpArgs),
 }
@@ -264,6 +267,10 @@ fn main() -> ExitCode {
                 skiff::server::run(apiserver, controllers, scheduler, shutdown_on_signals()?)
                     .await
                     .map_err(|e| e.to_string())
+            }
+            Command::Node(args) => {
+                let options = (*args).into_options()?;
+                skiff_node::process::run(options, shutdown_on_signals()?).await.map_err(|e| e.to_string())
             }
             Command::Up(args) => skiff::up::run(args).await,
         }

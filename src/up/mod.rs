@@ -72,6 +72,13 @@ pub struct UpArgs {
     /// HTTP (kubectl) port of master 1; the others follow in steps of 10.
     #[arg(long, default_value_t = 6443)]
     pub http_base_port: u16,
+    /// Worker nodes (`node-1`...), each a `skiff node` with its own
+    /// containerd; 0 runs masters only.
+    #[arg(long, default_value_t = 2)]
+    pub nodes: u64,
+    /// Port of node 1's agent API (logs, exec); the others follow by one.
+    #[arg(long, default_value_t = 10250)]
+    pub node_base_port: u16,
 }
 
 /// One program of a master host, run as its own `skiff` process.
@@ -90,18 +97,16 @@ enum MasterComponent {
 const MASTER_COMPONENTS: &[MasterComponent] =
     &[MasterComponent::Apiserver, MasterComponent::ControllerManager, MasterComponent::Scheduler];
 
-/// One program of a worker node. None exists yet: the node agent (`skiff
-/// node`, pointed at every master's client address) becomes the first
-/// variant once that binary exists.
+/// One program of a worker node.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum NodeComponent {}
+enum NodeComponent {
+    /// `skiff node`, pointed at every master's client address, with its
+    /// private containerd under the node's data dir.
+    Agent,
+}
 
-/// What runs on each of the [`NODES`] worker nodes: nothing until `skiff
-/// node` exists.
-const NODE_COMPONENTS: &[NodeComponent] = &[];
-
-/// How many worker nodes `skiff up` runs (`node-1`, `node-2`).
-const NODES: u64 = 2;
+/// What runs on each worker node.
+const NODE_COMPONENTS: &[NodeComponent] = &[NodeComponent::Agent];
 
 /// How often the status line is refreshed.
 const STATUS_EVERY: Duration = Duration::from_secs(2);
@@ -228,8 +233,24 @@ fn master_process(
     }
 }
 
-fn node_process(component: NodeComponent, _dir: &Path, _node: u64, _masters: &[MasterAddrs]) -> Process {
-    match component {}
+fn node_process(component: NodeComponent, args: &UpArgs, node: u64, masters: &[MasterAddrs]) -> Process {
+    match component {
+        NodeComponent::Agent => {
+            let name = format!("node-{node}");
+            let servers: Vec<&str> = masters.iter().map(|m| m.client.as_str()).collect();
+            let listen = format!("127.0.0.1:{}", args.node_base_port + node as u16 - 1);
+            let mut argv: Vec<OsString> =
+                ["node", "--server", &servers.join(","), "--name", &name, "--listen", &listen]
+                    .iter()
+                    .map(OsString::from)
+                    .collect();
+            argv.push("--data-dir".into());
+            argv.push(args.dir.join(&name).into());
+            // A local cluster leaves nothing running behind it.
+            argv.push("--remove-pods-on-exit".into());
+            Process { label: name.clone(), args: argv, log: args.dir.join(format!("{name}.log")) }
+        }
+    }
 }
 
 /// Every process of the cluster, masters first.
@@ -240,8 +261,8 @@ fn processes(args: &UpArgs, masters: &[MasterAddrs]) -> Vec<Process> {
     for m in masters {
         out.extend(MASTER_COMPONENTS.iter().map(|&c| master_process(c, &args.dir, m, &initial, masters)));
     }
-    for node in 1..=NODES {
-        out.extend(NODE_COMPONENTS.iter().map(|&c| node_process(c, &args.dir, node, masters)));
+    for node in 1..=args.nodes {
+        out.extend(NODE_COMPONENTS.iter().map(|&c| node_process(c, args, node, masters)));
     }
     out
 }
@@ -573,7 +594,14 @@ mod tests {
     use std::os::unix::process::ExitStatusExt;
 
     fn args(masters: u64, dir: &Path) -> UpArgs {
-        UpArgs { masters, dir: dir.to_path_buf(), base_port: 2379, http_base_port: 6443 }
+        UpArgs {
+            masters,
+            dir: dir.to_path_buf(),
+            base_port: 2379,
+            http_base_port: 6443,
+            nodes: 2,
+            node_base_port: 10250,
+        }
     }
 
     #[test]
@@ -592,7 +620,7 @@ mod tests {
         let a = args(3, Path::new("/tmp/x"));
         let masters: Vec<_> = (1..=3).map(|i| master_addrs(&a, i)).collect();
         let ps = processes(&a, &masters);
-        assert_eq!(ps.len(), 9, "an apiserver, a controller manager and a scheduler per master");
+        assert_eq!(ps.len(), 11, "an apiserver, a controller manager and a scheduler per master, and 2 node agents");
         let words = |p: &Process| -> Vec<String> { p.args.iter().map(|s| s.to_string_lossy().into_owned()).collect() };
         let flag = |args: &[String], name: &str| args.iter().position(|a| a == name).map(|i| args[i + 1].clone());
         let apiserver = words(&ps[3]);
@@ -614,6 +642,15 @@ mod tests {
         assert_eq!(flag(&scheduler, "--server"), flag(&manager, "--server"));
         assert_eq!(flag(&scheduler, "--identity").as_deref(), Some("master-2"));
         assert_eq!(ps[5].log, Path::new("/tmp/x/scheduler-2.log"));
+        let node = words(&ps[10]);
+        assert_eq!(node[0], "node");
+        assert_eq!(flag(&node, "--name").as_deref(), Some("node-2"));
+        assert_eq!(flag(&node, "--server").as_deref(), Some("127.0.0.1:2379,127.0.0.1:2389,127.0.0.1:2399"));
+        assert_eq!(flag(&node, "--listen").as_deref(), Some("127.0.0.1:10251"));
+        assert_eq!(flag(&node, "--data-dir").as_deref(), Some("/tmp/x/node-2"));
+        assert!(node.iter().any(|a| a == "--remove-pods-on-exit"));
+        let masters_only = processes(&UpArgs { nodes: 0, ..a.clone() }, &masters);
+        assert_eq!(masters_only.len(), 9);
     }
 
     #[test]

@@ -16,6 +16,7 @@ use tonic::transport::{Channel, Endpoint};
 pub mod controllers;
 pub mod kubectl;
 pub mod netns;
+pub mod node;
 
 pub const SKIFF: &str = env!("CARGO_BIN_EXE_skiff");
 

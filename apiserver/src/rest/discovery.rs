@@ -1,9 +1,8 @@
-//! Discovery and OpenAPI for kubectl: `/version`, `/api`, `/apis` in both
+//! Discovery for kubectl: `/version`, `/api`, `/apis` in both
 //! the aggregated (apidiscovery.k8s.io/v2) and the legacy formats, the
-//! per-group-version resource lists, and `/openapi/v3` documents carrying,
-//! for every kind, a PATCH operation with its group-version-kind and the
-//! `fieldValidation` parameter (which makes kubectl leave field validation
-//! to the server). What kubectl sends and expects is in KUBECTL.md §2–§3.
+//! per-group-version resource lists (the OpenAPI documents built from the
+//! same catalog are in `openapi`). What kubectl sends and expects is in
+//! KUBECTL.md §2.
 
 use serde_json::{json, Value};
 use skiff_api::resources::{catalog, ResourceInfo};
@@ -34,7 +33,7 @@ pub fn version() -> Value {
 }
 
 /// Every group with served resources, core ("") first, then by name.
-fn groups() -> Vec<&'static str> {
+pub(super) fn groups() -> Vec<&'static str> {
     let mut groups: Vec<&str> = catalog().iter().map(|r| r.group).collect();
     groups.extend(REVIEWS.iter().map(|r| r.0));
     groups.sort();
@@ -47,10 +46,13 @@ fn in_group(group: &str) -> impl Iterator<Item = &'static ResourceInfo> + '_ {
 }
 
 /// The kind a subresource answers with.
-fn subresource_kind(info: &ResourceInfo, sub: &str) -> (String, String, String) {
+pub(super) fn subresource_kind(info: &ResourceInfo, sub: &str) -> (String, String, String) {
     match sub {
         "scale" => ("autoscaling".into(), "v1".into(), "Scale".into()),
         "binding" => (String::new(), "v1".into(), "Binding".into()),
+        "exec" => (String::new(), "v1".into(), "PodExecOptions".into()),
+        "attach" => (String::new(), "v1".into(), "PodAttachOptions".into()),
+        "portforward" => (String::new(), "v1".into(), "PodPortForwardOptions".into()),
         _ => (info.group.into(), info.version.into(), info.kind.into()),
     }
 }
@@ -59,6 +61,7 @@ fn subresource_verbs(sub: &str) -> Vec<&'static str> {
     match sub {
         "binding" => vec!["create"],
         "log" => vec!["get"],
+        "exec" | "attach" | "portforward" => vec!["create", "get"],
         "finalize" => vec!["update"],
         _ => vec!["get", "patch", "update"],
     }
@@ -92,7 +95,7 @@ fn aggregated_resource(info: &ResourceInfo) -> Value {
     r
 }
 
-fn review_resources(
+pub(super) fn review_resources(
     group: &str,
 ) -> impl Iterator<Item = &'static (&'static str, &'static str, &'static str, &'static str)> + '_ {
     REVIEWS.iter().filter(move |r| r.0 == group)
@@ -185,72 +188,6 @@ pub fn resource_list(group: &str, version: &str) -> Option<Value> {
     Some(json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": group_version, "resources": resources}))
 }
 
-/// The URL path segment of a group-version in OpenAPI v3: `api/v1`, `apis/apps/v1`.
-fn openapi_gv(group: &str) -> String {
-    if group.is_empty() {
-        "api/v1".into()
-    } else {
-        format!("apis/{group}/v1")
-    }
-}
-
-/// A content hash for the per-GV documents, so kubectl's HTTP cache
-/// (which keeps them as immutable) never serves a stale one.
-fn hash(doc: &Value) -> String {
-    use std::hash::{Hash, Hasher};
-    let mut h = std::collections::hash_map::DefaultHasher::new();
-    doc.to_string().hash(&mut h);
-    format!("{:016X}", h.finish())
-}
-
-/// `/openapi/v3`.
-pub fn openapi_root() -> Value {
-    let mut paths = serde_json::Map::new();
-    for g in groups() {
-        let gv = openapi_gv(g);
-        if let Some(doc) = openapi_doc(&gv) {
-            paths.insert(gv.clone(), json!({"serverRelativeURL": format!("/openapi/v3/{gv}?hash={}", hash(&doc))}));
-        }
-    }
-    json!({"paths": paths})
-}
-
-/// `/openapi/v3/<gv>`: per kind, the PATCH operation kubectl looks for.
-pub fn openapi_doc(gv: &str) -> Option<Value> {
-    let group = match gv.split('/').collect::<Vec<_>>().as_slice() {
-        ["api", "v1"] => "",
-        ["apis", g, "v1"] => g,
-        _ => return None,
-    };
-    let group = groups().into_iter().find(|g| *g == group)?;
-    let mut paths = serde_json::Map::new();
-    let parameter = json!([{"name": "fieldValidation", "in": "query", "schema": {"type": "string", "uniqueItems": true},
-        "description": "Ignore, Warn or Strict: what the server does with unknown or duplicate fields."}]);
-    for info in in_group(group) {
-        let path = if info.namespaced {
-            format!("/{}/namespaces/{{namespace}}/{}/{{name}}", openapi_gv(group), info.plural)
-        } else {
-            format!("/{}/{}/{{name}}", openapi_gv(group), info.plural)
-        };
-        let gvk = json!({"group": info.group, "version": info.version, "kind": info.kind});
-        paths.insert(
-            path,
-            json!({"patch": {
-                "operationId": format!("patch{}", info.kind),
-                "x-kubernetes-group-version-kind": gvk,
-                "x-kubernetes-action": "patch",
-                "parameters": parameter,
-                "requestBody": {"content": {
-                    "application/json-patch+json": {},
-                    "application/merge-patch+json": {},
-                }},
-                "responses": {"200": {"description": "OK"}},
-            }}),
-        );
-    }
-    Some(json!({"openapi": "3.0.0", "info": {"title": "Kubernetes", "version": "v1.32.0"}, "paths": paths}))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -275,21 +212,5 @@ mod tests {
             .unwrap();
         let scale = deploy["subresources"].as_array().unwrap().iter().find(|s| s["subresource"] == "scale").unwrap();
         assert_eq!(scale["responseKind"], json!({"group": "autoscaling", "version": "v1", "kind": "Scale"}));
-    }
-
-    #[test]
-    fn every_kind_has_a_patch_operation_with_field_validation() {
-        let root = openapi_root();
-        for info in catalog() {
-            let gv = openapi_gv(info.group);
-            assert!(root["paths"][&gv]["serverRelativeURL"].as_str().unwrap().contains("?hash="));
-            let doc = openapi_doc(&gv).unwrap();
-            let found = doc["paths"].as_object().unwrap().values().any(|p| {
-                p["patch"]["x-kubernetes-group-version-kind"]["kind"] == info.kind
-                    && p["patch"]["parameters"][0]["name"] == "fieldValidation"
-            });
-            assert!(found, "{}", info.kind);
-        }
-        assert!(openapi_doc("apis/widgets/v1").is_none());
     }
 }

@@ -12,6 +12,8 @@
 //! ```
 
 pub mod discovery;
+pub mod node_proxy;
+pub mod openapi;
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -125,8 +127,12 @@ enum Target<'a> {
         group: &'a str,
         version: &'a str,
     },
+    /// `/openapi/v3`.
     OpenApiRoot,
+    /// `/openapi/v3/<gv>`.
     OpenApi(String),
+    /// `/openapi/v2`.
+    OpenApiV2,
     /// A collection, an object or a subresource.
     Object {
         group: &'a str,
@@ -145,6 +151,7 @@ fn parse_path(path: &str) -> Option<Target<'_>> {
         ["api"] => return Some(Target::Groups { core: true }),
         ["apis"] => return Some(Target::Groups { core: false }),
         ["apis", g] => return Some(Target::Group(g)),
+        ["openapi", "v2"] => return Some(Target::OpenApiV2),
         ["openapi", "v3"] => return Some(Target::OpenApiRoot),
         ["openapi", "v3", gv @ ..] => return Some(Target::OpenApi(gv.join("/"))),
         ["api", v] => return Some(Target::Resources { group: "", version: v }),
@@ -172,16 +179,88 @@ fn parse_path(path: &str) -> Option<Target<'_>> {
 }
 
 /// Serves everything under the HTTP listener that is not health or metrics.
-pub async fn handle(
-    State(state): State<RestState>,
-    method: Method,
-    uri: Uri,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Response {
-    match route(&state, &method, &uri, &headers, body).await {
+pub async fn handle(State(state): State<RestState>, request: axum::extract::Request) -> Response {
+    let (mut parts, body) = request.into_parts();
+    if let Some(target) = pod_stream(parts.uri.path()) {
+        return match stream_to_node(&state, &mut parts, target).await {
+            Ok(r) => r,
+            Err(e) => error_response(&e),
+        };
+    }
+    let body = match axum::body::to_bytes(body, MAX_BODY).await {
+        Ok(b) => b,
+        Err(_) => {
+            return error_response(&ApiError::too_large(format!("Request entity too large: limit is {MAX_BODY}")))
+        }
+    };
+    match route(&state, &parts.method, &parts.uri, &parts.headers, body).await {
         Ok(r) => r,
         Err(e) => error_response(&e),
+    }
+}
+
+/// A pod subresource the node answers: (namespace, pod, subresource).
+fn pod_stream(path: &str) -> Option<(String, String, String)> {
+    match parse_path(path)? {
+        Target::Object {
+            group: "",
+            version: "v1",
+            namespace: Some(ns),
+            resource: "pods",
+            name: Some(name),
+            sub: Some(sub),
+        } if matches!(sub, "log" | "exec" | "attach" | "portforward") => {
+            Some((ns.to_string(), name.to_string(), sub.to_string()))
+        }
+        _ => None,
+    }
+}
+
+/// `pods/log` and `pods/exec`, proxied to the pod's node (`node_proxy`);
+/// `attach` and `portforward` are refused with a Status saying so.
+async fn stream_to_node(
+    state: &RestState,
+    parts: &mut axum::http::request::Parts,
+    (namespace, pod, sub): (String, String, String),
+) -> Result<Response, ApiError> {
+    let ctx = Context { user: state.registry.security().authenticate(&credentials(&parts.headers))? };
+    let pairs = node_proxy::query_pairs(parts.uri.query());
+    let container = pairs.iter().rev().find(|(k, _)| k == "container").map(|(_, v)| v.as_str());
+    match sub.as_str() {
+        "log" => {
+            if parts.method != Method::GET {
+                return Err(ApiError::method_not_allowed(format!("{} is not supported on pods/log", parts.method)));
+            }
+            let target = node_proxy::locate(&state.registry, &ctx, &namespace, &pod, container).await?;
+            node_proxy::log(&target, parts.uri.query()).await
+        }
+        "exec" => {
+            let located = node_proxy::locate(&state.registry, &ctx, &namespace, &pod, container).await;
+            let websocket = parts
+                .headers
+                .get(header::UPGRADE)
+                .and_then(|v| v.to_str().ok())
+                .is_some_and(|u| u.eq_ignore_ascii_case("websocket"));
+            if !websocket {
+                // kubectl falls back to SPDY only after the WebSocket
+                // attempt failed; tell it why, or why the pod is not there.
+                located?;
+                return Err(ApiError::bad_request(
+                    "Skiff serves exec over WebSocket (v5.channel.k8s.io) only; SPDY is not supported",
+                ));
+            }
+            let located = Ok(located?);
+            let upgrade = <axum::extract::ws::WebSocketUpgrade as axum::extract::FromRequestParts<RestState>>::from_request_parts(
+                parts, state,
+            )
+            .await
+            .map_err(|e| ApiError::bad_request(format!("WebSocket upgrade: {}", e.body_text())))?;
+            let params = node_proxy::ExecParams::parse(&pairs);
+            Ok(upgrade
+                .protocols(node_proxy::EXEC_PROTOCOLS)
+                .on_upgrade(move |socket| node_proxy::exec_session(socket, located, params)))
+        }
+        other => Err(ApiError::bad_request(format!("pods/{other} is not supported by Skiff yet"))),
     }
 }
 
@@ -223,11 +302,11 @@ async fn route(
         Target::Resources { group, version } => {
             get_only(discovery::resource_list(group, version).ok_or_else(not_found_path)?)
         }
-        Target::OpenApiRoot => get_only(discovery::openapi_root()),
-        Target::OpenApi(gv) => {
-            let mut r = get_only(discovery::openapi_doc(&gv).ok_or_else(not_found_path)?)?;
-            r.headers_mut().insert(header::CACHE_CONTROL, HeaderValue::from_static("public, immutable"));
-            Ok(r)
+        Target::OpenApiRoot | Target::OpenApi(_) | Target::OpenApiV2 => {
+            if method != Method::GET {
+                return Err(ApiError::method_not_allowed(format!("{method} is not supported here")));
+            }
+            openapi_response(&target, uri, headers)
         }
         Target::Object { group, version, namespace, resource, name, sub } => {
             if version != "v1" {
@@ -253,6 +332,74 @@ async fn route(
             request.serve(method, body).await
         }
     }
+}
+
+/// An OpenAPI document, as kube-apiserver serves it: a v3 document asked
+/// for with its current `?hash=` may be cached for good, one with a stale
+/// hash is redirected to the current one; every answer has an `ETag` and
+/// `If-None-Match` is honoured. `/openapi/v2` is JSON only: kubectl asks
+/// for protobuf alone and gets 406, on which it falls back (to its
+/// compiled-in types for strategic-merge patches; validation and explain
+/// use v3).
+fn openapi_response(target: &Target<'_>, uri: &Uri, headers: &HeaderMap) -> Result<Response, ApiError> {
+    let docs = openapi::documents();
+    let mut immutable = false;
+    let served = match target {
+        Target::OpenApiRoot => &docs.index,
+        Target::OpenApi(gv) => {
+            let served = docs.v3.get(gv.as_str()).ok_or_else(not_found_path)?;
+            match query(uri).get("hash") {
+                Some(h) if *h != served.hash => {
+                    let mut r = Response::new(Body::empty());
+                    *r.status_mut() = StatusCode::MOVED_PERMANENTLY;
+                    let url = docs.url(gv).expect("every served document has a URL");
+                    r.headers_mut().insert(header::LOCATION, HeaderValue::from_str(url).expect("URLs are ASCII"));
+                    r.headers_mut().insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache, private"));
+                    return Ok(r);
+                }
+                Some(_) => immutable = true,
+                None => {}
+            }
+            served
+        }
+        _ => {
+            if !accepts_json(headers) {
+                return Err(ApiError::new(
+                    Reason::NotAcceptable,
+                    "only application/json is served at /openapi/v2, not the protobuf encoding",
+                ));
+            }
+            &docs.v2
+        }
+    };
+    let etag = served.etag();
+    let matched = headers
+        .get(header::IF_NONE_MATCH)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.split(',').any(|t| t.trim() == etag || t.trim() == "*"));
+    let mut r = if matched {
+        let mut r = Response::new(Body::empty());
+        *r.status_mut() = StatusCode::NOT_MODIFIED;
+        r
+    } else {
+        json_response(StatusCode::OK, served.body.clone())
+    };
+    let h = r.headers_mut();
+    h.insert(header::ETAG, HeaderValue::from_str(&etag).expect("hex hashes are ASCII"));
+    let cache = if immutable { "public, immutable" } else { "no-cache, private" };
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static(cache));
+    Ok(r)
+}
+
+/// Whether an `Accept` header admits JSON (no header admits anything).
+fn accepts_json(headers: &HeaderMap) -> bool {
+    let Some(accept) = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()) else {
+        return true;
+    };
+    accept.split(',').any(|range| {
+        let media = range.split(';').next().unwrap_or_default().trim();
+        matches!(media, "application/json" | "application/*" | "*/*" | "")
+    })
 }
 
 /// `POST selfsubjectaccessreviews` (kubectl auth can-i) and

@@ -13,6 +13,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
+pub mod cri;
+
 /// Label on every sandbox and container: the pod's name.
 pub const LABEL_POD_NAME: &str = "io.kubernetes.pod.name";
 /// Label on every sandbox and container: the pod's namespace.
@@ -343,3 +345,5 @@ pub trait Runtime: Send + Sync + 'static {
     /// Every image the runtime holds.
     async fn list_images(&self) -> Result<Vec<ImageInfo>, RuntimeError>;
 }
+
+pub mod fake;

@@ -1,0 +1,381 @@
+//! `pods/log` and `pods/exec`, which the apiserver does not answer itself
+//! but proxies to the node agent running the pod, as kube-apiserver
+//! proxies them to the kubelet: any master serves them, whichever node
+//! the pod is on.
+//!
+//! - `GET pods/<name>/log`: the node's `/containerLogs/...` with the same
+//!   query, streamed through (so `kubectl logs -f` follows).
+//! - `GET pods/<name>/exec` upgraded to a WebSocket speaking
+//!   `v5.channel.k8s.io` (kubectl 1.32's only offer): the command runs on
+//!   the node to its end (CRI `ExecSync`), then its stdout (channel 1),
+//!   stderr (channel 2) and a `Status` with the exit code (channel 3) are
+//!   sent and the socket is closed with code 1000, as kubectl expects.
+//!   Interactive sessions (stdin, tty) are refused with a clear Status.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::extract::ws::{CloseFrame, Message, WebSocket};
+use axum::http::{header, StatusCode, Uri};
+use axum::response::Response;
+use base64::Engine;
+use bytes::Bytes;
+use futures::{SinkExt, StreamExt};
+use http_body_util::{BodyExt, Empty, Full};
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
+use serde_json::{json, Value};
+use skiff_api::resources::{self, ResourceInfo};
+use skiff_api::ApiError;
+
+use crate::registry::{Context, Registry};
+
+/// The WebSocket subprotocols exec is served in, best first.
+pub const EXEC_PROTOCOLS: [&str; 1] = ["v5.channel.k8s.io"];
+/// How long a node has to answer before the request fails.
+const NODE_TIMEOUT: Duration = Duration::from_secs(600);
+
+/// Where a pod's container runs: the node agent's address and the names.
+#[derive(Debug, Clone)]
+pub struct ContainerTarget {
+    /// `http://<InternalIP>:<kubelet port>`.
+    pub node_url: String,
+    /// The pod's namespace.
+    pub namespace: String,
+    /// The pod's name.
+    pub pod: String,
+    /// The container, defaulted as kube defaults it.
+    pub container: String,
+}
+
+fn pods() -> &'static ResourceInfo {
+    resources::by_plural(Some(""), "pods").expect("pods are served")
+}
+
+fn nodes() -> &'static ResourceInfo {
+    resources::by_plural(Some(""), "nodes").expect("nodes are served")
+}
+
+/// Finds the node and container a log or exec request is for, with
+/// kube's errors: no such pod (404), no node yet (400), a container the
+/// pod does not have or must be named (400).
+pub async fn locate(
+    registry: &Registry,
+    ctx: &Context,
+    namespace: &str,
+    name: &str,
+    container: Option<&str>,
+) -> Result<ContainerTarget, ApiError> {
+    let pod = registry.get(ctx, pods(), namespace, name, "").await?;
+    let names: Vec<&str> = ["initContainers", "containers", "ephemeralContainers"]
+        .iter()
+        .flat_map(|k| pod["spec"][k].as_array().into_iter().flatten())
+        .filter_map(|c| c["name"].as_str())
+        .collect();
+    let main: Vec<&str> =
+        pod["spec"]["containers"].as_array().into_iter().flatten().filter_map(|c| c["name"].as_str()).collect();
+    let container = match container.filter(|c| !c.is_empty()) {
+        Some(c) if names.contains(&c) => c.to_string(),
+        Some(c) => {
+            return Err(ApiError::bad_request(format!("container {c} is not valid for pod {name}")));
+        }
+        None => {
+            let default = pod["metadata"]["annotations"]["kubectl.kubernetes.io/default-container"].as_str();
+            match (default, main.as_slice()) {
+                (Some(d), _) if names.contains(&d) => d.to_string(),
+                (_, [only]) => only.to_string(),
+                _ => {
+                    return Err(ApiError::bad_request(format!(
+                        "a container name must be specified for pod {name}, choose one of: [{}]",
+                        main.join(" ")
+                    )))
+                }
+            }
+        }
+    };
+    let node_name = pod["spec"]["nodeName"]
+        .as_str()
+        .filter(|n| !n.is_empty())
+        .ok_or_else(|| ApiError::bad_request(format!("pod {name} does not have a host assigned")))?;
+    let node = registry.get(ctx, nodes(), "", node_name, "").await?;
+    let address = node["status"]["addresses"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|a| a["type"] == "InternalIP")
+        .and_then(|a| a["address"].as_str())
+        .ok_or_else(|| ApiError::bad_request(format!("node {node_name} reports no InternalIP address")))?;
+    let port = node["status"]["daemonEndpoints"]["kubeletEndpoint"]["Port"]
+        .as_u64()
+        .filter(|p| *p > 0)
+        .ok_or_else(|| ApiError::bad_request(format!("node {node_name} reports no agent port")))?;
+    let host = if address.contains(':') { format!("[{address}]") } else { address.to_string() };
+    Ok(ContainerTarget {
+        node_url: format!("http://{host}:{port}"),
+        namespace: namespace.to_string(),
+        pod: name.to_string(),
+        container,
+    })
+}
+
+fn client<B>() -> Client<hyper_util::client::legacy::connect::HttpConnector, B>
+where
+    B: hyper::body::Body + Send + 'static + Unpin,
+    B::Data: Send,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    Client::builder(TokioExecutor::new()).build_http()
+}
+
+fn unreachable(target: &ContainerTarget, e: impl std::fmt::Display) -> ApiError {
+    ApiError::new(
+        skiff_api::Reason::ServiceUnavailable,
+        format!("cannot reach the node agent for pod {} at {}: {e}", target.pod, target.node_url),
+    )
+}
+
+/// Proxies `pods/<name>/log` to the node, streaming its answer through.
+pub async fn log(target: &ContainerTarget, raw_query: Option<&str>) -> Result<Response, ApiError> {
+    // The node reads the same options; the container is resolved here.
+    let query: String = raw_query
+        .unwrap_or("")
+        .split('&')
+        .filter(|p| !p.is_empty() && !p.starts_with("container="))
+        .collect::<Vec<_>>()
+        .join("&");
+    let uri: Uri =
+        format!("{}/containerLogs/{}/{}/{}?{query}", target.node_url, target.namespace, target.pod, target.container)
+            .parse()
+            .map_err(|e| ApiError::internal(format!("node URL: {e}")))?;
+    let answer = client::<Empty<Bytes>>().get(uri).await.map_err(|e| unreachable(target, e))?;
+    let status = answer.status();
+    let content_type = answer.headers().get(header::CONTENT_TYPE).cloned();
+    let mut response = Response::new(Body::new(answer.into_body()));
+    *response.status_mut() = status;
+    if let Some(ct) = content_type {
+        response.headers_mut().insert(header::CONTENT_TYPE, ct);
+    }
+    Ok(response)
+}
+
+/// What an exec on the node gave.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExecOutcome {
+    /// Standard output.
+    pub stdout: Vec<u8>,
+    /// Standard error.
+    pub stderr: Vec<u8>,
+    /// The command's exit code.
+    pub exit_code: i64,
+}
+
+/// Runs `command` in the target container through its node.
+pub async fn exec_on_node(target: &ContainerTarget, command: &[String]) -> Result<ExecOutcome, ApiError> {
+    let query: Vec<String> = command.iter().map(|c| format!("command={}", encode(c))).collect();
+    let uri = format!(
+        "{}/exec/{}/{}/{}?{}",
+        target.node_url,
+        target.namespace,
+        target.pod,
+        target.container,
+        query.join("&")
+    );
+    let request = hyper::Request::post(uri)
+        .body(Full::new(Bytes::new()))
+        .map_err(|e| ApiError::internal(format!("exec request: {e}")))?;
+    let answer = tokio::time::timeout(NODE_TIMEOUT, client::<Full<Bytes>>().request(request))
+        .await
+        .map_err(|_| ApiError::timeout("the node did not answer the exec in time"))?
+        .map_err(|e| unreachable(target, e))?;
+    let status = answer.status();
+    let body = answer.into_body().collect().await.map_err(|e| unreachable(target, e))?.to_bytes();
+    let value: Value = serde_json::from_slice(&body)
+        .map_err(|_| ApiError::internal(format!("the node answered the exec with {status}")))?;
+    if !status.is_success() {
+        let message = value["message"].as_str().unwrap_or("exec failed on the node").to_string();
+        let reason = match status {
+            StatusCode::NOT_FOUND => skiff_api::Reason::NotFound,
+            StatusCode::BAD_REQUEST => skiff_api::Reason::BadRequest,
+            _ => skiff_api::Reason::InternalError,
+        };
+        return Err(ApiError::new(reason, message));
+    }
+    let b64 = base64::engine::general_purpose::STANDARD;
+    let bytes = |k: &str| b64.decode(value[k].as_str().unwrap_or("")).unwrap_or_default();
+    Ok(ExecOutcome {
+        stdout: bytes("stdout"),
+        stderr: bytes("stderr"),
+        exit_code: value["exitCode"].as_i64().unwrap_or(1),
+    })
+}
+
+fn encode(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => (b as char).to_string(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+/// The Status kubectl reads from channel 3 at the end of an exec.
+pub fn exit_status(exit_code: i64) -> Value {
+    if exit_code == 0 {
+        return json!({"metadata": {}, "status": "Success"});
+    }
+    json!({
+        "metadata": {},
+        "status": "Failure",
+        "message": format!("command terminated with non-zero exit code: command terminated with exit code {exit_code}"),
+        "reason": "NonZeroExitCode",
+        "details": {"causes": [{"reason": "ExitCode", "message": exit_code.to_string()}]},
+    })
+}
+
+/// An error as channel 3 carries it.
+pub fn error_status(e: &ApiError) -> Value {
+    let mut s = e.to_status();
+    if let Some(obj) = s.as_object_mut() {
+        obj.remove("kind");
+        obj.remove("apiVersion");
+    }
+    s
+}
+
+/// One channel message: the channel id, then the bytes.
+fn frame(channel: u8, data: &[u8]) -> Message {
+    let mut out = Vec::with_capacity(data.len() + 1);
+    out.push(channel);
+    out.extend_from_slice(data);
+    Message::Binary(out)
+}
+
+/// The parameters of an exec request, from its query.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ExecParams {
+    /// The command and its arguments.
+    pub command: Vec<String>,
+    /// The container asked for.
+    pub container: Option<String>,
+    /// Standard input wanted.
+    pub stdin: bool,
+    /// A terminal wanted.
+    pub tty: bool,
+}
+
+impl ExecParams {
+    /// Reads `command` (repeated), `container`, `stdin`, `tty`.
+    pub fn parse(pairs: &[(String, String)]) -> ExecParams {
+        let mut p = ExecParams::default();
+        for (k, v) in pairs {
+            let on = v == "true" || v == "1";
+            match k.as_str() {
+                "command" => p.command.push(v.clone()),
+                "container" => p.container = Some(v.clone()),
+                "stdin" => p.stdin = on,
+                "tty" => p.tty = on,
+                _ => {}
+            }
+        }
+        p
+    }
+}
+
+/// Serves one exec session on an upgraded socket: runs the command, sends
+/// its output and exit Status, closes with 1000. Pings are answered while
+/// the command runs.
+pub async fn exec_session(socket: WebSocket, located: Result<ContainerTarget, ApiError>, params: ExecParams) {
+    let (mut sink, mut stream) = socket.split();
+    // Reading answers pings; stop on the client's close or hang-up.
+    let reader = tokio::spawn(async move {
+        while let Some(Ok(message)) = stream.next().await {
+            if matches!(message, Message::Close(_)) {
+                break;
+            }
+        }
+    });
+    let outcome = match located {
+        Err(e) => Err(e),
+        Ok(_) if params.stdin || params.tty => Err(ApiError::bad_request(
+            "interactive exec (stdin or a terminal) is not supported by Skiff yet; run the command without -i/-t",
+        )),
+        Ok(_) if params.command.is_empty() => Err(ApiError::bad_request("you must specify at least 1 command")),
+        Ok(target) => exec_on_node(&target, &params.command).await,
+    };
+    let mut messages = Vec::new();
+    let status = match outcome {
+        Ok(out) => {
+            if !out.stdout.is_empty() {
+                messages.push(frame(1, &out.stdout));
+            }
+            if !out.stderr.is_empty() {
+                messages.push(frame(2, &out.stderr));
+            }
+            exit_status(out.exit_code)
+        }
+        Err(e) => error_status(&e),
+    };
+    messages.push(frame(3, status.to_string().as_bytes()));
+    messages.push(Message::Close(Some(CloseFrame { code: 1000, reason: "".into() })));
+    for m in messages {
+        if sink.send(m).await.is_err() {
+            break;
+        }
+    }
+    // Give the client a moment to answer the close, then let go.
+    let _ = tokio::time::timeout(Duration::from_secs(5), reader).await;
+}
+
+/// Query pairs in order, decoded; keys repeat (`command`).
+pub fn query_pairs(raw: Option<&str>) -> Vec<(String, String)> {
+    raw.unwrap_or("")
+        .split('&')
+        .filter(|p| !p.is_empty())
+        .map(|p| {
+            let (k, v) = p.split_once('=').unwrap_or((p, ""));
+            (super::decode_component(k), super::decode_component(v))
+        })
+        .collect()
+}
+
+/// Query pairs as a map, last value winning.
+pub fn query_map(pairs: &[(String, String)]) -> HashMap<String, String> {
+    pairs.iter().cloned().collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exit_statuses_are_worded_as_kubectl_reads_them() {
+        assert_eq!(exit_status(0), json!({"metadata": {}, "status": "Success"}));
+        let failed = exit_status(3);
+        assert_eq!(failed["reason"], "NonZeroExitCode");
+        assert_eq!(failed["details"]["causes"][0], json!({"reason": "ExitCode", "message": "3"}));
+    }
+
+    #[test]
+    fn exec_params_keep_every_command_word_in_order() {
+        let pairs = query_pairs(Some("command=sh&command=-c&command=echo%20hi&container=app&stderr=true&stdout=true"));
+        let p = ExecParams::parse(&pairs);
+        assert_eq!(p.command, ["sh", "-c", "echo hi"]);
+        assert_eq!(p.container.as_deref(), Some("app"));
+        assert!(!p.stdin && !p.tty);
+        assert!(ExecParams::parse(&query_pairs(Some("command=sh&stdin=true&tty=true"))).tty);
+    }
+
+    #[test]
+    fn command_words_are_percent_encoded_for_the_node() {
+        assert_eq!(encode("echo hi/there&x=1"), "echo%20hi%2Fthere%26x%3D1");
+    }
+
+    #[test]
+    fn frames_start_with_their_channel() {
+        match frame(2, b"err") {
+            Message::Binary(b) => assert_eq!(b, b"\x02err"),
+            other => panic!("{other:?}"),
+        }
+    }
+}

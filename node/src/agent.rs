@@ -1,0 +1,616 @@
+//! `run(config, runtime, network, shutdown)`: the node agent process.
+//!
+//! It registers the Node and keeps its two heartbeats (`heartbeat`),
+//! serves its HTTP API (`server`), and runs one loop that takes the pods
+//! of this node from their sources (a watch of pods with `spec.nodeName`
+//! = this node, and the static manifests) into the pod workers, and
+//! what the workers report back to the apiserver: pod statuses (latest
+//! wins, written off the loop), Events, and the final deletion of a pod
+//! whose containers are gone. Static pods are mirrored.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod, PodStatus, Secret, Service};
+use serde_json::json;
+use skiff_api::Reason;
+use skiff_client::resources::DeleteParams;
+use skiff_client::runtime::api::Api;
+use skiff_client::runtime::events::Recorder;
+use skiff_client::runtime::informer::{Informers, Notification};
+use skiff_client::runtime::reflector::{Change, ObjectKey, Store};
+use skiff_client::runtime::watcher::WatcherConfig;
+use skiff_client::{Client, ClientConfig, ClientError};
+use skiff_shutdown::Shutdown;
+use tokio::sync::{mpsc, watch, Notify};
+
+use crate::config::NodeConfig;
+use crate::heartbeat;
+use crate::host;
+use crate::metrics::metrics;
+use crate::pod::{PodResources, PodWorkers, WorkerConfig, WorkerOutput};
+use crate::runtime::Runtime;
+use crate::server::{self, PodLookup};
+use crate::static_pods::{self, ManifestDir};
+
+/// Outputs of the workers buffered for the loop.
+const OUTPUT_BUFFER: usize = 4096;
+/// Status writes in flight at once.
+const STATUS_WRITERS: usize = 4;
+/// How often the manifest directory is checked for a change.
+const MANIFEST_POLL: Duration = Duration::from_secs(1);
+
+/// Why the agent could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    /// The apiserver client could not be set up.
+    #[error("apiserver client: {0}")]
+    Client(#[from] ClientError),
+    /// The Node could not be registered.
+    #[error("registering node {node}: {source}")]
+    Register {
+        /// The node.
+        node: String,
+        /// Why.
+        source: ClientError,
+    },
+    /// The HTTP listener could not bind.
+    #[error("cannot listen on {addr}: {source}")]
+    Listen {
+        /// The address asked for.
+        addr: std::net::SocketAddr,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// What sets up the pods' network once the node's pod CIDR is known
+/// (the CNI configuration); a no-op for tests on the fake runtime.
+pub trait NodeNetwork: Send + Sync + 'static {
+    /// Configures the node's pod network for `pod_cidr`; called again
+    /// only if the CIDR changes.
+    fn configure(&self, pod_cidr: &str) -> Result<(), String>;
+}
+
+/// No network to set up.
+pub struct NoNetwork;
+
+impl NodeNetwork for NoNetwork {
+    fn configure(&self, _pod_cidr: &str) -> Result<(), String> {
+        Ok(())
+    }
+}
+
+/// ConfigMaps, Secrets and Services for pods' env and volumes, from informers.
+struct Lookups {
+    config_maps: Store<ConfigMap>,
+    secrets: Store<Secret>,
+    services: Store<Service>,
+}
+
+impl PodResources for Lookups {
+    fn config_map(&self, namespace: &str, name: &str) -> Option<ConfigMap> {
+        self.config_maps.get_named(namespace, name).map(|c| (*c).clone())
+    }
+
+    fn secret(&self, namespace: &str, name: &str) -> Option<Secret> {
+        self.secrets.get_named(namespace, name).map(|s| (*s).clone())
+    }
+
+    fn service_env(&self, namespace: &str) -> Vec<(String, String)> {
+        service_env(&self.services.list(), namespace)
+    }
+}
+
+/// The `<NAME>_SERVICE_HOST`/`_PORT` variables kube gives every container
+/// for the Services of its namespace (and `kubernetes` in `default`).
+pub fn service_env(services: &[Arc<Service>], namespace: &str) -> Vec<(String, String)> {
+    let mut env = Vec::new();
+    for svc in services {
+        let ns = svc.metadata.namespace.as_deref().unwrap_or("");
+        let name = svc.metadata.name.as_deref().unwrap_or("");
+        let master = ns == "default" && name == "kubernetes";
+        if ns != namespace && !master {
+            continue;
+        }
+        let Some(spec) = svc.spec.as_ref() else { continue };
+        let Some(ip) = spec.cluster_ip.as_deref().filter(|ip| !ip.is_empty() && *ip != "None") else { continue };
+        let prefix = name.to_uppercase().replace('-', "_");
+        let ports = spec.ports.as_deref().unwrap_or_default();
+        let Some(first) = ports.first() else { continue };
+        env.push((format!("{prefix}_SERVICE_HOST"), ip.to_string()));
+        env.push((format!("{prefix}_SERVICE_PORT"), first.port.to_string()));
+        for p in ports {
+            if let Some(port_name) = p.name.as_deref().filter(|n| !n.is_empty()) {
+                env.push((
+                    format!("{prefix}_SERVICE_PORT_{}", port_name.to_uppercase().replace('-', "_")),
+                    p.port.to_string(),
+                ));
+            }
+        }
+        let proto = first.protocol.as_deref().unwrap_or("TCP");
+        env.push((format!("{prefix}_PORT"), format!("{}://{ip}:{}", proto.to_lowercase(), first.port)));
+        for p in ports {
+            let proto = p.protocol.as_deref().unwrap_or("TCP");
+            let base = format!("{prefix}_PORT_{}_{}", p.port, proto.to_uppercase());
+            env.push((base.clone(), format!("{}://{ip}:{}", proto.to_lowercase(), p.port)));
+            env.push((format!("{base}_PROTO"), proto.to_lowercase()));
+            env.push((format!("{base}_PORT"), p.port.to_string()));
+            env.push((format!("{base}_ADDR"), ip.to_string()));
+        }
+    }
+    env
+}
+
+/// The workers' container ids, for the HTTP API.
+struct WorkersLookup(PodWorkers);
+
+impl PodLookup for WorkersLookup {
+    fn container_id(&self, namespace: &str, pod: &str, container: &str) -> Option<String> {
+        self.0.container_id(namespace, pod, container)
+    }
+}
+
+/// Latest status per pod, written by a few writer tasks: a pod whose
+/// status changes ten times while a write is in flight is written once more.
+#[derive(Default)]
+struct StatusQueue {
+    pending: Mutex<Pending>,
+    ready: Notify,
+}
+
+/// The statuses waiting to be written, oldest pod first.
+#[derive(Default)]
+struct Pending {
+    latest: HashMap<ObjectKey, (String, PodStatus)>,
+    order: VecDeque<ObjectKey>,
+}
+
+impl StatusQueue {
+    fn push(&self, key: ObjectKey, uid: String, status: PodStatus) {
+        let mut pending = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+        if pending.latest.insert(key.clone(), (uid, status)).is_none() {
+            pending.order.push_back(key);
+        }
+        drop(pending);
+        self.ready.notify_one();
+    }
+
+    fn pop(&self) -> Option<(ObjectKey, String, PodStatus)> {
+        let mut pending = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+        while let Some(key) = pending.order.pop_front() {
+            if let Some((uid, status)) = pending.latest.remove(&key) {
+                return Some((key, uid, status));
+            }
+        }
+        None
+    }
+}
+
+/// Runs the agent until `shutdown`.
+pub async fn run(
+    config: NodeConfig,
+    runtime: Arc<dyn Runtime>,
+    network: Arc<dyn NodeNetwork>,
+    shutdown: Shutdown,
+) -> Result<(), RunError> {
+    let config = Arc::new(config);
+    let client = Client::from_config(&ClientConfig::new(&config.servers))?;
+    let info = host::info();
+    let node = heartbeat::register(&client, &config, &info)
+        .await
+        .map_err(|source| RunError::Register { node: config.name.clone(), source })?;
+    let node_uid = node.metadata.uid.clone().unwrap_or_default();
+    let (posted_tx, mut posted) = watch::channel::<Option<Node>>(Some(node));
+    shutdown.spawn(heartbeat::lease_loop(client.clone(), config.clone(), node_uid, shutdown.clone()));
+    shutdown.spawn(heartbeat::status_loop(
+        client.clone(),
+        config.clone(),
+        runtime.clone(),
+        posted_tx,
+        shutdown.clone(),
+    ));
+
+    let informers = Informers::new(client.clone(), shutdown.clone());
+    let pods = informers.informer_with::<Pod>(WatcherConfig {
+        field_selector: format!("spec.nodeName={}", config.name),
+        ..WatcherConfig::default()
+    });
+    let lookups = Arc::new(Lookups {
+        config_maps: informers.informer::<ConfigMap>().store(),
+        secrets: informers.informer::<Secret>().store(),
+        services: informers.informer::<Service>().store(),
+    });
+    let mut changes = pods.subscribe();
+    let pod_store = pods.store();
+
+    let (out_tx, mut outputs) = mpsc::channel(OUTPUT_BUFFER);
+    let worker_config = worker_config(&config);
+    let workers = PodWorkers::new(runtime.clone(), worker_config, lookups, out_tx, shutdown.clone());
+    if let Err(e) = workers.adopt().await {
+        tracing::warn!(error = %e, "listing the runtime's containers at start failed; nothing adopted");
+    }
+    let bound = server::serve(
+        config.listen,
+        &config.name,
+        runtime.clone(),
+        Arc::new(WorkersLookup(workers.clone())),
+        &config.data_dir,
+        metrics().registry.clone(),
+        shutdown.clone(),
+    )
+    .await
+    .map_err(|source| RunError::Listen { addr: config.listen, source })?;
+    tracing::info!(node = %config.name, %bound, "node agent serving");
+
+    let statuses = Arc::new(StatusQueue::default());
+    for _ in 0..STATUS_WRITERS {
+        shutdown.spawn(write_statuses(client.clone(), statuses.clone(), shutdown.clone()));
+    }
+    let recorder = Arc::new(Recorder::new("kubelet"));
+    let mut network_cidr: Option<String> = None;
+    configure_network(&config, posted.borrow().as_ref(), network.as_ref(), &mut network_cidr);
+
+    let mut manifests = config.manifest_dir.as_deref().map(ManifestDir::new);
+    let mut statics: BTreeMap<String, Arc<Pod>> = BTreeMap::new();
+    let mut url_pods: Option<Vec<Pod>> = None;
+    let mut static_statuses: HashMap<String, (ObjectKey, PodStatus)> = HashMap::new();
+    let mut last_full_read = tokio::time::Instant::now() - static_pods::RESYNC;
+    let mut manifest_tick = tokio::time::interval(MANIFEST_POLL);
+    let mut synced = false;
+    let ready = pod_store.clone();
+    let mut informer_ready = std::pin::pin!(async move { ready.wait_until_ready().await });
+    let mut informer_is_ready = false;
+
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => break,
+            r = &mut informer_ready, if !informer_is_ready => {
+                informer_is_ready = true;
+                if r.is_err() { break; }
+                for pod in pod_store.list() {
+                    if !static_pods::is_mirror(&pod) {
+                        workers.update(pod);
+                    }
+                }
+            }
+            changed = posted.changed() => {
+                if changed.is_err() { break; }
+                let node = posted.borrow_and_update().clone();
+                configure_network(&config, node.as_ref(), network.as_ref(), &mut network_cidr);
+            }
+            n = changes.recv() => match n {
+                None => break,
+                Some(Notification::Resync) => {
+                    for pod in pod_store.list() {
+                        if !static_pods::is_mirror(&pod) {
+                            workers.update(pod);
+                        }
+                    }
+                }
+                Some(Notification::Changed(Change::Applied(pod))) => {
+                    if static_pods::is_mirror(&pod) {
+                        // Being deleted by a user: the static pod still runs,
+                        // so its mirror is replaced at once.
+                        let name = pod.metadata.name.clone().unwrap_or_default();
+                        if let (Some(s), true) = (statics.get(&name), pod.metadata.deletion_timestamp.is_some()) {
+                            if ensure_mirror(&client, s, Some(&pod)).await {
+                                repost_status(&statuses, &static_statuses, &name);
+                            }
+                        }
+                        continue;
+                    }
+                    workers.update(pod);
+                }
+                Some(Notification::Changed(Change::Deleted(pod))) => {
+                    if static_pods::is_mirror(&pod) {
+                        let name = pod.metadata.name.clone().unwrap_or_default();
+                        if let Some(s) = statics.get(&name) {
+                            if ensure_mirror(&client, s, None).await {
+                                repost_status(&statuses, &static_statuses, &name);
+                            }
+                        }
+                        continue;
+                    }
+                    if let Some(uid) = pod.metadata.uid.as_deref() {
+                        workers.remove(uid);
+                    }
+                }
+            },
+            _ = manifest_tick.tick() => {
+                let due = last_full_read.elapsed() >= static_pods::RESYNC;
+                let dir_changed = manifests.as_ref().is_some_and(ManifestDir::changed);
+                let has_sources = manifests.is_some() || config.manifest_url.is_some();
+                if has_sources && (due || dir_changed || !synced) {
+                    let mut reading = manifests.as_mut().map(|d| d.read(&config.name)).unwrap_or_default();
+                    if let Some(url) = &config.manifest_url {
+                        if due || url_pods.is_none() {
+                            // A failed read keeps the last good one, as the kubelet does.
+                            match static_pods::fetch(url, &config.name).await {
+                                Ok(pods) => url_pods = Some(pods),
+                                Err(bad) => reading.bad.push(bad),
+                            }
+                        }
+                        reading.pods.extend(url_pods.clone().unwrap_or_default());
+                    }
+                    if due {
+                        last_full_read = tokio::time::Instant::now();
+                    }
+                    for bad in &reading.bad {
+                        tracing::warn!(manifest = %bad.source, reason = %bad.reason, "static pod manifest refused");
+                        let regarding = node_ref(&config.name);
+                        let message = format!("{}: {}", bad.source, bad.reason);
+                        recorder.record(&client, &regarding, "Warning", "FailedStaticPod", &message).await;
+                    }
+                    let now: BTreeMap<String, Arc<Pod>> = reading
+                        .pods
+                        .into_iter()
+                        .map(|p| (p.metadata.name.clone().unwrap_or_default(), Arc::new(p)))
+                        .collect();
+                    for (name, old) in &statics {
+                        if now.get(name).and_then(|p| p.metadata.uid.clone()) != old.metadata.uid {
+                            if let Some(uid) = old.metadata.uid.as_deref() {
+                                workers.remove(uid);
+                            }
+                            if !now.contains_key(name) {
+                                delete_mirror(&client, old).await;
+                            }
+                        }
+                    }
+                    for pod in now.values() {
+                        workers.update(pod.clone());
+                        let (ns, name) = (pod.metadata.namespace.as_deref(), pod.metadata.name.as_deref());
+                        let mirror = pod_store.get_named(ns.unwrap_or(""), name.unwrap_or(""));
+                        if ensure_mirror(&client, pod, mirror.as_deref()).await {
+                            repost_status(&statuses, &static_statuses, name.unwrap_or(""));
+                        }
+                    }
+                    statics = now;
+                }
+                if !synced && informer_is_ready {
+                    synced = true;
+                    forget_unknown(&workers).await;
+                }
+                metrics().running_pods.set(workers.len() as i64);
+            }
+            out = outputs.recv() => match out {
+                None => break,
+                Some(WorkerOutput::Status { key, uid, status }) => {
+                    // A static pod's status goes to its mirror.
+                    let uid = if statics.contains_key(&key.name) {
+                        // Kept to give a recreated mirror its status at once.
+                        static_statuses.insert(key.name.clone(), (key.clone(), status.clone()));
+                        String::new()
+                    } else {
+                        uid
+                    };
+                    statuses.push(key, uid, status);
+                }
+                Some(WorkerOutput::Event { key, uid, type_, reason, message }) => {
+                    let regarding = json!({
+                        "apiVersion": "v1", "kind": "Pod",
+                        "metadata": {"namespace": key.namespace, "name": key.name, "uid": uid},
+                    });
+                    let (client, recorder) = (client.clone(), recorder.clone());
+                    shutdown.spawn(async move { recorder.record(&client, &regarding, &type_, &reason, &message).await });
+                }
+                Some(WorkerOutput::Terminated { key, uid }) => {
+                    let deleting = pod_store
+                        .get(&key)
+                        .filter(|p| p.metadata.uid.as_deref() == Some(uid.as_str()))
+                        .is_some_and(|p| p.metadata.deletion_timestamp.is_some());
+                    if deleting {
+                        let client = client.clone();
+                        shutdown.spawn(async move { finish_deletion(&client, &key, &uid).await });
+                    }
+                }
+            },
+        }
+    }
+    tracing::info!(node = %config.name, "node agent stopping; containers keep running");
+    Ok(())
+}
+
+/// Once every source was read: what runs here that no pod wants goes.
+async fn forget_unknown(workers: &PodWorkers) {
+    match workers.forget_unknown().await {
+        Ok(removed) if !removed.is_empty() => tracing::info!(pods = ?removed, "removed containers no pod wants"),
+        Ok(_) => {}
+        Err(e) => tracing::warn!(error = %e, "listing the runtime's containers to remove orphans"),
+    }
+}
+
+/// The workers' settings from the agent's and the host's.
+fn worker_config(config: &NodeConfig) -> WorkerConfig {
+    let host = host::figures(&config.data_dir);
+    let resolv = std::fs::read_to_string("/etc/resolv.conf").unwrap_or_default();
+    WorkerConfig {
+        node_name: config.name.clone(),
+        pod_log_dir: config.pod_log_dir(),
+        pods_dir: config.pods_dir(),
+        host_ip: config.node_ip.clone(),
+        cluster_dns: config.cluster_dns.clone(),
+        cluster_domain: config.cluster_domain.clone(),
+        host_dns: crate::pod::parse_resolv_conf(&resolv),
+        // Several agents may share a host: each has its own cgroup subtree.
+        cgroup_root: format!("/skiff/{}", config.name),
+        node_cpu_cores: host.cpus as f64,
+        node_memory_bytes: host.memory_total,
+        node_ephemeral_storage_bytes: host.disk_total,
+        ..WorkerConfig::default()
+    }
+}
+
+fn node_ref(name: &str) -> serde_json::Value {
+    json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "uid": name}})
+}
+
+fn configure_network(
+    config: &NodeConfig,
+    node: Option<&Node>,
+    network: &dyn NodeNetwork,
+    current: &mut Option<String>,
+) {
+    let cidr = config
+        .pod_cidr
+        .clone()
+        .or_else(|| node.and_then(|n| n.spec.as_ref()).and_then(|s| s.pod_cidr.clone()))
+        .filter(|c| !c.is_empty());
+    let Some(cidr) = cidr else { return };
+    if current.as_deref() == Some(cidr.as_str()) {
+        return;
+    }
+    match network.configure(&cidr) {
+        Ok(()) => {
+            tracing::info!(pod_cidr = %cidr, "pod network configured");
+            *current = Some(cidr);
+        }
+        Err(e) => tracing::error!(pod_cidr = %cidr, error = %e, "configuring the pod network failed"),
+    }
+}
+
+/// Creates the mirror of a static pod, or replaces one from an older
+/// manifest or one being deleted; whether a new mirror was created.
+async fn ensure_mirror(client: &Client, pod: &Pod, existing: Option<&Pod>) -> bool {
+    let hash = pod.metadata.annotations.as_ref().and_then(|a| a.get(static_pods::CONFIG_HASH)).cloned();
+    if let Some(existing) = existing {
+        let mirrored = existing.metadata.annotations.as_ref().and_then(|a| a.get(static_pods::CONFIG_MIRROR)).cloned();
+        if mirrored == hash && existing.metadata.deletion_timestamp.is_none() {
+            return false;
+        }
+        delete_mirror(client, existing).await;
+    }
+    let ns = pod.metadata.namespace.clone().unwrap_or_default();
+    let api: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    match api.create(&static_pods::mirror_of(pod)).await {
+        Ok(_) => {
+            tracing::info!(pod = ?pod.metadata.name, "mirror pod created");
+            true
+        }
+        Err(e) if e.is(Reason::AlreadyExists) => false,
+        Err(e) => {
+            tracing::warn!(pod = ?pod.metadata.name, error = %e, "creating the mirror pod failed");
+            false
+        }
+    }
+}
+
+/// Writes a static pod's last status again, onto its new mirror.
+fn repost_status(queue: &StatusQueue, statuses: &HashMap<String, (ObjectKey, PodStatus)>, name: &str) {
+    if let Some((key, status)) = statuses.get(name) {
+        queue.push(key.clone(), String::new(), status.clone());
+    }
+}
+
+async fn delete_mirror(client: &Client, pod: &Pod) {
+    let ns = pod.metadata.namespace.clone().unwrap_or_default();
+    let api: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    let name = pod.metadata.name.clone().unwrap_or_default();
+    let mut params = DeleteParams::background();
+    params.grace_period_seconds = Some(0);
+    if let Err(e) = api.delete(&name, &params).await {
+        if !e.is(Reason::NotFound) {
+            tracing::warn!(pod = %name, error = %e, "deleting the mirror pod failed");
+        }
+    }
+}
+
+/// The pod's containers are gone: remove the object (grace 0, only that uid).
+async fn finish_deletion(client: &Client, key: &ObjectKey, uid: &str) {
+    let api: Api<Pod> = Api::namespaced(client.clone(), &key.namespace);
+    let mut params = DeleteParams::background().with_uid(uid);
+    params.grace_period_seconds = Some(0);
+    match api.delete(&key.name, &params).await {
+        Ok(_) => {}
+        Err(e) if e.is(Reason::NotFound) || e.is(Reason::Conflict) => {}
+        Err(e) => tracing::warn!(pod = %key.name, error = %e, "removing the terminated pod failed"),
+    }
+}
+
+async fn write_statuses(client: Client, queue: Arc<StatusQueue>, shutdown: Shutdown) {
+    loop {
+        while let Some((key, uid, status)) = queue.pop() {
+            let api: Api<Pod> = Api::namespaced(client.clone(), &key.namespace);
+            let mut patch = json!({ "status": status });
+            if !uid.is_empty() {
+                // Never write one pod's status onto a namesake.
+                patch["metadata"] = json!({ "uid": uid });
+            }
+            match api.patch_status(&key.name, &patch).await {
+                Ok(_) => metrics().status_writes.with_label_values(&["ok"]).inc(),
+                Err(e) if e.is(Reason::NotFound) || e.is(Reason::Conflict) => {
+                    metrics().status_writes.with_label_values(&["gone"]).inc()
+                }
+                Err(e) => {
+                    metrics().status_writes.with_label_values(&["error"]).inc();
+                    tracing::warn!(pod = %key.name, error = %e, "writing the pod status failed; retrying");
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                    queue.push(key, uid, status);
+                }
+            }
+        }
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = queue.ready.notified() => {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::{ServicePort, ServiceSpec};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+    fn service(ns: &str, name: &str, ip: &str, ports: &[(i32, Option<&str>)]) -> Arc<Service> {
+        Arc::new(Service {
+            metadata: ObjectMeta { namespace: Some(ns.into()), name: Some(name.into()), ..Default::default() },
+            spec: Some(ServiceSpec {
+                cluster_ip: Some(ip.into()),
+                ports: Some(
+                    ports
+                        .iter()
+                        .map(|(p, n)| ServicePort { port: *p, name: n.map(Into::into), ..Default::default() })
+                        .collect(),
+                ),
+                ..Default::default()
+            }),
+            status: None,
+        })
+    }
+
+    #[test]
+    fn service_variables_follow_kubes_names_for_the_pods_namespace_and_the_master() {
+        let services = vec![
+            service("web", "my-api", "10.96.0.10", &[(80, Some("http")), (443, Some("https"))]),
+            service("other", "db", "10.96.0.11", &[(5432, None)]),
+            service("default", "kubernetes", "10.96.0.1", &[(443, Some("https"))]),
+            service("web", "headless", "None", &[(80, None)]),
+        ];
+        let env: HashMap<String, String> = service_env(&services, "web").into_iter().collect();
+        assert_eq!(env["MY_API_SERVICE_HOST"], "10.96.0.10");
+        assert_eq!(env["MY_API_SERVICE_PORT"], "80");
+        assert_eq!(env["MY_API_SERVICE_PORT_HTTPS"], "443");
+        assert_eq!(env["MY_API_PORT"], "tcp://10.96.0.10:80");
+        assert_eq!(env["MY_API_PORT_443_TCP_ADDR"], "10.96.0.10");
+        assert_eq!(env["KUBERNETES_SERVICE_HOST"], "10.96.0.1");
+        assert!(!env.contains_key("DB_SERVICE_HOST"), "other namespaces' services are not given");
+        assert!(!env.contains_key("HEADLESS_SERVICE_HOST"), "headless services have no address");
+    }
+
+    #[test]
+    fn the_status_queue_keeps_only_the_latest_status_of_a_pod() {
+        let queue = StatusQueue::default();
+        let key = ObjectKey::new("ns", "p");
+        let status = |phase: &str| PodStatus { phase: Some(phase.into()), ..Default::default() };
+        queue.push(key.clone(), "u".into(), status("Pending"));
+        queue.push(key.clone(), "u".into(), status("Running"));
+        queue.push(ObjectKey::new("ns", "q"), "v".into(), status("Pending"));
+        let (k, _, s) = queue.pop().expect("one");
+        assert_eq!((k, s.phase.as_deref()), (key, Some("Running")));
+        assert_eq!(queue.pop().expect("two").0, ObjectKey::new("ns", "q"));
+        assert!(queue.pop().is_none());
+    }
+}

@@ -1,0 +1,693 @@
+//! The real runtime: a CRI v1 client (containerd's CRI plugin, or any CRI
+//! runtime) over a unix socket, converting Skiff's types to and from the
+//! `runtime.v1` messages.
+//!
+//! Every call has a deadline (the runtime answering nothing must not hang
+//! a pod worker); tonic status codes become [`RuntimeError`]s, and a failed
+//! `PullImage` is always [`RuntimeError::ImagePull`] unless the runtime
+//! itself was unreachable.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use futures::stream::{self, StreamExt, TryStreamExt};
+use hyper_util::rt::TokioIo;
+use skiff_proto::cri;
+use skiff_proto::cri::image_service_client::ImageServiceClient;
+use skiff_proto::cri::runtime_service_client::RuntimeServiceClient;
+use tonic::transport::{Channel, Endpoint, Uri};
+use tonic::{Code, Status};
+
+use super::{
+    ContainerSpec, ContainerState, ContainerStats, ContainerStatus, ExecResult, ImageInfo, LabelFilter, Runtime,
+    RuntimeError, RuntimeVersion, SandboxSpec, SandboxState, SandboxStatus,
+};
+
+/// How long an ordinary call may take.
+const CALL_TIMEOUT: Duration = Duration::from_secs(60);
+/// How long connecting (and the first `Version`) may take.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long a pull may take.
+const PULL_TIMEOUT: Duration = Duration::from_secs(600);
+/// Status calls made at once when listing.
+const LIST_CONCURRENCY: usize = 16;
+
+/// A CRI runtime reached over a unix socket. Cheap to clone; clones share
+/// one HTTP/2 connection.
+#[derive(Debug, Clone)]
+pub struct CriRuntime {
+    endpoint: String,
+    runtime: RuntimeServiceClient<Channel>,
+    images: ImageServiceClient<Channel>,
+}
+
+/// The socket path of an endpoint given as `unix:///path` or a plain path.
+pub fn socket_path(endpoint: &str) -> Result<PathBuf, RuntimeError> {
+    let path = match endpoint.strip_prefix("unix://") {
+        Some(path) => path,
+        None if endpoint.contains("://") => {
+            return Err(RuntimeError::Unavailable(format!(
+                "container runtime endpoint {endpoint}: only unix sockets are supported"
+            )))
+        }
+        None => endpoint,
+    };
+    if path.is_empty() {
+        return Err(RuntimeError::Unavailable("container runtime endpoint is empty".to_string()));
+    }
+    Ok(PathBuf::from(path))
+}
+
+impl CriRuntime {
+    /// Connects to the runtime at `endpoint` (`unix:///path` or a plain
+    /// path) and checks that it answers CRI `Version`; the error names the
+    /// endpoint in one line.
+    pub async fn connect(endpoint: &str) -> Result<CriRuntime, RuntimeError> {
+        let path = socket_path(endpoint)?;
+        let unreachable = |why: String| RuntimeError::Unavailable(format!("container runtime at {endpoint}: {why}"));
+        let channel = tokio::time::timeout(CONNECT_TIMEOUT, connect_channel(path))
+            .await
+            .map_err(|_| unreachable("timed out connecting".to_string()))?
+            .map_err(|e| unreachable(error_chain(&e)))?;
+        let runtime = CriRuntime {
+            endpoint: endpoint.to_string(),
+            runtime: RuntimeServiceClient::new(channel.clone()).max_decoding_message_size(64 << 20),
+            images: ImageServiceClient::new(channel).max_decoding_message_size(64 << 20),
+        };
+        match tokio::time::timeout(CONNECT_TIMEOUT, runtime.version()).await {
+            Ok(Ok(_)) => Ok(runtime),
+            Ok(Err(RuntimeError::Failed(why))) => Err(unreachable(format!("does not speak CRI v1: {why}"))),
+            Ok(Err(e)) => Err(unreachable(e.to_string())),
+            Err(_) => Err(unreachable(format!("no answer to CRI Version in {CONNECT_TIMEOUT:?}"))),
+        }
+    }
+
+    /// The endpoint this client was connected to.
+    pub fn endpoint(&self) -> &str {
+        &self.endpoint
+    }
+
+    /// Removes an image (CRI `RemoveImage`); removing a missing one
+    /// succeeds.
+    pub async fn remove_image(&self, image: &str) -> Result<(), RuntimeError> {
+        let request = cri::RemoveImageRequest { image: Some(image_spec(image)) };
+        let mut client = self.images.clone();
+        ignore_not_found(call(CALL_TIMEOUT, client.remove_image(request)).await.map(|_| ()))
+    }
+}
+
+/// A channel over the unix socket at `path`: tonic needs a URI, which the
+/// connector ignores.
+async fn connect_channel(path: PathBuf) -> Result<Channel, tonic::transport::Error> {
+    Endpoint::from_static("http://cri.invalid")
+        .connect_timeout(CONNECT_TIMEOUT)
+        .connect_with_connector(tower::service_fn(move |_: Uri| {
+            let path = path.clone();
+            async move { tokio::net::UnixStream::connect(path).await.map(TokioIo::new) }
+        }))
+        .await
+}
+
+/// An error and its causes, on one line (tonic's transport errors hide
+/// the io error that says "No such file or directory").
+fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        let cause_text = cause.to_string();
+        if !text.contains(&cause_text) {
+            text.push_str(": ");
+            text.push_str(&cause_text);
+        }
+        source = cause.source();
+    }
+    text
+}
+
+/// Runs one call with a client-side deadline (the runtime also gets it as
+/// `grpc-timeout`).
+async fn call<T>(
+    timeout: Duration,
+    request: impl Future<Output = Result<tonic::Response<T>, Status>>,
+) -> Result<T, RuntimeError> {
+    match tokio::time::timeout(timeout, request).await {
+        Ok(Ok(response)) => Ok(response.into_inner()),
+        Ok(Err(status)) => Err(status_to_error(&status)),
+        Err(_) => Err(RuntimeError::DeadlineExceeded(format!("no answer from the container runtime in {timeout:?}"))),
+    }
+}
+
+/// A tonic status as a runtime error.
+pub(crate) fn status_to_error(status: &Status) -> RuntimeError {
+    let message = status.message().to_string();
+    match status.code() {
+        Code::NotFound => RuntimeError::NotFound(message),
+        Code::Unavailable => RuntimeError::Unavailable(message),
+        Code::DeadlineExceeded => RuntimeError::DeadlineExceeded(message),
+        Code::Unknown if message.is_empty() => RuntimeError::Failed(format!("{status}")),
+        _ => RuntimeError::Failed(message),
+    }
+}
+
+/// A failed pull: the runtime being unreachable (or slow) stays what it
+/// is, anything else is the image's fault.
+pub(crate) fn pull_error(error: RuntimeError) -> RuntimeError {
+    match error {
+        RuntimeError::Unavailable(_) | RuntimeError::DeadlineExceeded(_) => error,
+        RuntimeError::NotFound(message) | RuntimeError::Failed(message) | RuntimeError::ImagePull(message) => {
+            RuntimeError::ImagePull(message)
+        }
+    }
+}
+
+/// Stop and remove calls succeed on what is already gone.
+fn ignore_not_found(result: Result<(), RuntimeError>) -> Result<(), RuntimeError> {
+    match result {
+        Err(RuntimeError::NotFound(_)) => Ok(()),
+        other => other,
+    }
+}
+
+fn image_spec(image: &str) -> cri::ImageSpec {
+    cri::ImageSpec { image: image.to_string(), user_specified_image: image.to_string(), ..Default::default() }
+}
+
+fn to_map(labels: &BTreeMap<String, String>) -> std::collections::HashMap<String, String> {
+    labels.iter().map(|(k, v)| (k.clone(), v.clone())).collect()
+}
+
+fn from_map(labels: std::collections::HashMap<String, String>) -> BTreeMap<String, String> {
+    labels.into_iter().collect()
+}
+
+fn protocol(name: &str) -> cri::Protocol {
+    match name.to_ascii_uppercase().as_str() {
+        "UDP" => cri::Protocol::Udp,
+        "SCTP" => cri::Protocol::Sctp,
+        _ => cri::Protocol::Tcp,
+    }
+}
+
+/// The namespaces a pod's sandbox and containers share: the pod's own
+/// network (or the host's), a PID namespace per container, one IPC
+/// namespace for the pod.
+fn namespace_options(host_network: bool) -> cri::NamespaceOption {
+    let network = if host_network { cri::NamespaceMode::Node } else { cri::NamespaceMode::Pod };
+    cri::NamespaceOption {
+        network: network as i32,
+        pid: cri::NamespaceMode::Container as i32,
+        ipc: cri::NamespaceMode::Pod as i32,
+        target_id: String::new(),
+    }
+}
+
+/// CRI's `PodSandboxConfig` for a sandbox spec.
+pub(crate) fn sandbox_config(spec: &SandboxSpec) -> cri::PodSandboxConfig {
+    cri::PodSandboxConfig {
+        metadata: Some(cri::PodSandboxMetadata {
+            name: spec.name.clone(),
+            uid: spec.uid.clone(),
+            namespace: spec.namespace.clone(),
+            attempt: spec.attempt,
+        }),
+        hostname: spec.hostname.clone(),
+        log_directory: spec.log_directory.clone(),
+        dns_config: Some(cri::DnsConfig {
+            servers: spec.dns.servers.clone(),
+            searches: spec.dns.searches.clone(),
+            options: spec.dns.options.clone(),
+        }),
+        port_mappings: spec
+            .port_mappings
+            .iter()
+            .map(|p| cri::PortMapping {
+                protocol: protocol(&p.protocol) as i32,
+                container_port: i32::from(p.container_port),
+                host_port: i32::from(p.host_port),
+                host_ip: p.host_ip.clone(),
+            })
+            .collect(),
+        labels: to_map(&spec.labels),
+        annotations: to_map(&spec.annotations),
+        linux: Some(cri::LinuxPodSandboxConfig {
+            cgroup_parent: spec.cgroup_parent.clone(),
+            security_context: Some(cri::LinuxSandboxSecurityContext {
+                namespace_options: Some(namespace_options(spec.host_network)),
+                privileged: false,
+            }),
+            sysctls: Default::default(),
+        }),
+    }
+}
+
+/// CRI's `ContainerConfig` for a container spec in a sandbox.
+pub(crate) fn container_config(spec: &ContainerSpec, sandbox: &SandboxSpec) -> cri::ContainerConfig {
+    cri::ContainerConfig {
+        metadata: Some(cri::ContainerMetadata { name: spec.name.clone(), attempt: spec.attempt }),
+        image: Some(image_spec(&spec.image)),
+        command: spec.command.clone(),
+        args: spec.args.clone(),
+        working_dir: spec.working_dir.clone(),
+        envs: spec
+            .envs
+            .iter()
+            .map(|(key, value)| cri::KeyValue { key: key.clone(), value: value.clone().into_bytes() })
+            .collect(),
+        mounts: spec
+            .mounts
+            .iter()
+            .map(|m| cri::Mount {
+                container_path: m.container_path.clone(),
+                host_path: m.host_path.clone(),
+                readonly: m.readonly,
+            })
+            .collect(),
+        labels: to_map(&spec.labels),
+        annotations: to_map(&spec.annotations),
+        log_path: spec.log_path.clone(),
+        stdin: spec.stdin,
+        stdin_once: false,
+        tty: spec.tty,
+        linux: Some(cri::LinuxContainerConfig {
+            resources: Some(cri::LinuxContainerResources {
+                cpu_period: spec.resources.cpu_period,
+                cpu_quota: spec.resources.cpu_quota,
+                cpu_shares: spec.resources.cpu_shares,
+                memory_limit_in_bytes: spec.resources.memory_limit_in_bytes,
+                oom_score_adj: 0,
+            }),
+            security_context: Some(cri::LinuxContainerSecurityContext {
+                privileged: false,
+                namespace_options: Some(namespace_options(sandbox.host_network)),
+                readonly_rootfs: false,
+            }),
+        }),
+    }
+}
+
+fn sandbox_state(state: i32) -> SandboxState {
+    if state == cri::PodSandboxState::SandboxReady as i32 {
+        SandboxState::Ready
+    } else {
+        SandboxState::NotReady
+    }
+}
+
+/// A sandbox status from CRI's.
+pub(crate) fn sandbox_status(status: cri::PodSandboxStatus) -> SandboxStatus {
+    let ip = status.network.map(|n| n.ip).filter(|ip| !ip.is_empty());
+    SandboxStatus {
+        id: status.id,
+        state: sandbox_state(status.state),
+        ip,
+        created_at: status.created_at,
+        attempt: status.metadata.map(|m| m.attempt).unwrap_or(0),
+        labels: from_map(status.labels),
+    }
+}
+
+fn container_state(state: i32) -> ContainerState {
+    match cri::ContainerState::try_from(state) {
+        Ok(cri::ContainerState::ContainerCreated) => ContainerState::Created,
+        Ok(cri::ContainerState::ContainerRunning) => ContainerState::Running,
+        Ok(cri::ContainerState::ContainerExited) => ContainerState::Exited,
+        _ => ContainerState::Unknown,
+    }
+}
+
+/// A container status from CRI's; the sandbox id comes from the listing
+/// (CRI's `ContainerStatus` does not carry it).
+pub(crate) fn container_status(status: cri::ContainerStatus, sandbox_id: String) -> ContainerStatus {
+    let (name, attempt) = status.metadata.map(|m| (m.name, m.attempt)).unwrap_or_default();
+    ContainerStatus {
+        id: status.id,
+        sandbox_id,
+        name,
+        attempt,
+        state: container_state(status.state),
+        created_at: status.created_at,
+        started_at: status.started_at,
+        finished_at: status.finished_at,
+        exit_code: status.exit_code,
+        reason: status.reason,
+        message: status.message,
+        image: status.image.map(|i| i.image).unwrap_or_default(),
+        image_ref: status.image_ref,
+        labels: from_map(status.labels),
+        annotations: from_map(status.annotations),
+        log_path: status.log_path,
+    }
+}
+
+fn image_info(image: cri::Image) -> ImageInfo {
+    ImageInfo { id: image.id, repo_tags: image.repo_tags, size: image.size }
+}
+
+fn value(v: Option<cri::UInt64Value>) -> u64 {
+    v.map(|v| v.value).unwrap_or(0)
+}
+
+fn container_stats(stats: cri::ContainerStats) -> ContainerStats {
+    let (id, labels) = stats.attributes.map(|a| (a.id, from_map(a.labels))).unwrap_or_default();
+    let cpu = stats.cpu.unwrap_or_default();
+    let memory = stats.memory.unwrap_or_default();
+    ContainerStats {
+        id,
+        labels,
+        timestamp: cpu.timestamp.max(memory.timestamp),
+        cpu_usage_core_nanoseconds: value(cpu.usage_core_nano_seconds),
+        memory_working_set_bytes: value(memory.working_set_bytes),
+    }
+}
+
+/// A timeout as CRI takes it: whole seconds, at least one (0 would mean
+/// "no timeout" to some runtimes, or "kill now" to others).
+fn whole_seconds(timeout: Duration) -> i64 {
+    i64::try_from(timeout.as_secs().max(1)).unwrap_or(i64::MAX)
+}
+
+/// Creates a pod's log directory before the runtime writes into it, as the
+/// kubelet does (the runtime is on this host: the endpoint is a unix
+/// socket).
+async fn create_log_directory(dir: &str) -> Result<(), RuntimeError> {
+    if dir.is_empty() {
+        return Ok(());
+    }
+    tokio::fs::create_dir_all(Path::new(dir))
+        .await
+        .map_err(|e| RuntimeError::Failed(format!("creating the pod log directory {dir}: {e}")))
+}
+
+#[async_trait]
+impl Runtime for CriRuntime {
+    async fn version(&self) -> Result<RuntimeVersion, RuntimeError> {
+        let mut client = self.runtime.clone();
+        let answer = call(CALL_TIMEOUT, client.version(cri::VersionRequest { version: "v1".to_string() })).await?;
+        Ok(RuntimeVersion {
+            runtime_name: answer.runtime_name,
+            runtime_version: answer.runtime_version,
+            runtime_api_version: answer.runtime_api_version,
+        })
+    }
+
+    async fn run_sandbox(&self, spec: &SandboxSpec) -> Result<String, RuntimeError> {
+        create_log_directory(&spec.log_directory).await?;
+        let request = cri::RunPodSandboxRequest { config: Some(sandbox_config(spec)), runtime_handler: String::new() };
+        let mut client = self.runtime.clone();
+        Ok(call(CALL_TIMEOUT, client.run_pod_sandbox(request)).await?.pod_sandbox_id)
+    }
+
+    async fn stop_sandbox(&self, id: &str) -> Result<(), RuntimeError> {
+        let request = cri::StopPodSandboxRequest { pod_sandbox_id: id.to_string() };
+        let mut client = self.runtime.clone();
+        ignore_not_found(call(CALL_TIMEOUT, client.stop_pod_sandbox(request)).await.map(|_| ()))
+    }
+
+    async fn remove_sandbox(&self, id: &str) -> Result<(), RuntimeError> {
+        let request = cri::RemovePodSandboxRequest { pod_sandbox_id: id.to_string() };
+        let mut client = self.runtime.clone();
+        ignore_not_found(call(CALL_TIMEOUT, client.remove_pod_sandbox(request)).await.map(|_| ()))
+    }
+
+    async fn sandbox_status(&self, id: &str) -> Result<SandboxStatus, RuntimeError> {
+        let request = cri::PodSandboxStatusRequest { pod_sandbox_id: id.to_string(), verbose: false };
+        let mut client = self.runtime.clone();
+        let answer = call(CALL_TIMEOUT, client.pod_sandbox_status(request)).await?;
+        answer
+            .status
+            .map(sandbox_status)
+            .ok_or_else(|| RuntimeError::Failed(format!("the runtime returned no status for sandbox {id}")))
+    }
+
+    async fn list_sandboxes(&self, filter: &LabelFilter) -> Result<Vec<SandboxStatus>, RuntimeError> {
+        let request = cri::ListPodSandboxRequest {
+            filter: Some(cri::PodSandboxFilter { label_selector: to_map(&filter.0), ..Default::default() }),
+        };
+        let mut client = self.runtime.clone();
+        let items = call(CALL_TIMEOUT, client.list_pod_sandbox(request)).await?.items;
+        // The listing has no IPs; each status has. A sandbox removed in
+        // between is left out.
+        let statuses: Vec<Option<SandboxStatus>> = stream::iter(items)
+            .map(|item| async move {
+                match self.sandbox_status(&item.id).await {
+                    Ok(status) => Ok(Some(status)),
+                    Err(RuntimeError::NotFound(_)) => Ok(None),
+                    Err(e) => Err(e),
+                }
+            })
+            .buffered(LIST_CONCURRENCY)
+            .try_collect()
+            .await?;
+        Ok(statuses.into_iter().flatten().collect())
+    }
+
+    async fn create_container(
+        &self,
+        sandbox_id: &str,
+        spec: &ContainerSpec,
+        sandbox: &SandboxSpec,
+    ) -> Result<String, RuntimeError> {
+        let request = cri::CreateContainerRequest {
+            pod_sandbox_id: sandbox_id.to_string(),
+            config: Some(container_config(spec, sandbox)),
+            sandbox_config: Some(sandbox_config(sandbox)),
+        };
+        let mut client = self.runtime.clone();
+        Ok(call(CALL_TIMEOUT, client.create_container(request)).await?.container_id)
+    }
+
+    async fn start_container(&self, id: &str) -> Result<(), RuntimeError> {
+        let request = cri::StartContainerRequest { container_id: id.to_string() };
+        let mut client = self.runtime.clone();
+        call(CALL_TIMEOUT, client.start_container(request)).await.map(|_| ())
+    }
+
+    async fn stop_container(&self, id: &str, timeout: Duration) -> Result<(), RuntimeError> {
+        let request = cri::StopContainerRequest { container_id: id.to_string(), timeout: timeout.as_secs() as i64 };
+        let mut client = self.runtime.clone();
+        ignore_not_found(call(timeout + CALL_TIMEOUT, client.stop_container(request)).await.map(|_| ()))
+    }
+
+    async fn remove_container(&self, id: &str) -> Result<(), RuntimeError> {
+        let request = cri::RemoveContainerRequest { container_id: id.to_string() };
+        let mut client = self.runtime.clone();
+        ignore_not_found(call(CALL_TIMEOUT, client.remove_container(request)).await.map(|_| ()))
+    }
+
+    async fn container_status(&self, id: &str) -> Result<ContainerStatus, RuntimeError> {
+        // CRI's status lacks the sandbox id; the listing filtered by id
+        // has it.
+        let list = cri::ListContainersRequest {
+            filter: Some(cri::ContainerFilter { id: id.to_string(), ..Default::default() }),
+        };
+        let mut client = self.runtime.clone();
+        let sandbox_id = call(CALL_TIMEOUT, client.list_containers(list))
+            .await?
+            .containers
+            .into_iter()
+            .find(|c| c.id == id)
+            .map(|c| c.pod_sandbox_id)
+            .ok_or_else(|| RuntimeError::NotFound(format!("container {id}")))?;
+        self.status_in(id, sandbox_id).await
+    }
+
+    async fn list_containers(&self, filter: &LabelFilter) -> Result<Vec<ContainerStatus>, RuntimeError> {
+        let request = cri::ListContainersRequest {
+            filter: Some(cri::ContainerFilter { label_selector: to_map(&filter.0), ..Default::default() }),
+        };
+        let mut client = self.runtime.clone();
+        let containers = call(CALL_TIMEOUT, client.list_containers(request)).await?.containers;
+        // The listing has no exit codes, reasons or times; each status has.
+        let statuses: Vec<Option<ContainerStatus>> = stream::iter(containers)
+            .map(|c| async move {
+                match self.status_in(&c.id, c.pod_sandbox_id).await {
+                    Ok(status) => Ok(Some(status)),
+                    Err(RuntimeError::NotFound(_)) => Ok(None),
+                    Err(e) => Err(e),
+                }
+            })
+            .buffered(LIST_CONCURRENCY)
+            .try_collect()
+            .await?;
+        Ok(statuses.into_iter().flatten().collect())
+    }
+
+    async fn exec_sync(&self, id: &str, cmd: &[String], timeout: Duration) -> Result<ExecResult, RuntimeError> {
+        let request =
+            cri::ExecSyncRequest { container_id: id.to_string(), cmd: cmd.to_vec(), timeout: whole_seconds(timeout) };
+        let mut client = self.runtime.clone();
+        let answer = call(timeout + Duration::from_secs(5), client.exec_sync(request)).await?;
+        Ok(ExecResult { stdout: answer.stdout, stderr: answer.stderr, exit_code: answer.exit_code })
+    }
+
+    async fn list_container_stats(&self, filter: &LabelFilter) -> Result<Vec<ContainerStats>, RuntimeError> {
+        let request = cri::ListContainerStatsRequest {
+            filter: Some(cri::ContainerStatsFilter { label_selector: to_map(&filter.0), ..Default::default() }),
+        };
+        let mut client = self.runtime.clone();
+        let answer = call(CALL_TIMEOUT, client.list_container_stats(request)).await?;
+        Ok(answer.stats.into_iter().map(container_stats).collect())
+    }
+
+    async fn image_status(&self, image: &str) -> Result<Option<ImageInfo>, RuntimeError> {
+        let request = cri::ImageStatusRequest { image: Some(image_spec(image)), verbose: false };
+        let mut client = self.images.clone();
+        match call(CALL_TIMEOUT, client.image_status(request)).await {
+            Ok(answer) => Ok(answer.image.map(image_info)),
+            Err(RuntimeError::NotFound(_)) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    async fn pull_image(&self, image: &str) -> Result<String, RuntimeError> {
+        let request = cri::PullImageRequest { image: Some(image_spec(image)), auth: None, sandbox_config: None };
+        let mut client = self.images.clone();
+        let answer = call(PULL_TIMEOUT, client.pull_image(request)).await.map_err(pull_error)?;
+        Ok(answer.image_ref)
+    }
+
+    async fn list_images(&self) -> Result<Vec<ImageInfo>, RuntimeError> {
+        let mut client = self.images.clone();
+        let answer = call(CALL_TIMEOUT, client.list_images(cri::ListImagesRequest { filter: None })).await?;
+        Ok(answer.images.into_iter().map(image_info).collect())
+    }
+}
+
+impl CriRuntime {
+    /// One container's status, its sandbox known.
+    async fn status_in(&self, id: &str, sandbox_id: String) -> Result<ContainerStatus, RuntimeError> {
+        let request = cri::ContainerStatusRequest { container_id: id.to_string(), verbose: false };
+        let mut client = self.runtime.clone();
+        let answer = call(CALL_TIMEOUT, client.container_status(request)).await?;
+        answer
+            .status
+            .map(|status| container_status(status, sandbox_id))
+            .ok_or_else(|| RuntimeError::Failed(format!("the runtime returned no status for container {id}")))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::runtime::{ContainerResources, DnsConfig, PortMapping};
+
+    #[test]
+    fn endpoints_are_unix_urls_or_plain_paths() {
+        assert_eq!(socket_path("unix:///run/c.sock").unwrap(), PathBuf::from("/run/c.sock"));
+        assert_eq!(socket_path("/run/c.sock").unwrap(), PathBuf::from("/run/c.sock"));
+        assert!(matches!(socket_path("tcp://1.2.3.4:5"), Err(RuntimeError::Unavailable(_))));
+        assert!(matches!(socket_path("unix://"), Err(RuntimeError::Unavailable(_))));
+    }
+
+    #[test]
+    fn status_codes_become_runtime_errors() {
+        assert_eq!(
+            status_to_error(&Status::not_found("no such container")),
+            RuntimeError::NotFound("no such container".into())
+        );
+        assert_eq!(status_to_error(&Status::unavailable("down")), RuntimeError::Unavailable("down".into()));
+        assert_eq!(status_to_error(&Status::deadline_exceeded("slow")), RuntimeError::DeadlineExceeded("slow".into()));
+        assert_eq!(status_to_error(&Status::internal("boom")), RuntimeError::Failed("boom".into()));
+    }
+
+    #[test]
+    fn a_failed_pull_is_an_image_pull_error_unless_the_runtime_is_unreachable() {
+        assert_eq!(pull_error(RuntimeError::NotFound("x".into())), RuntimeError::ImagePull("x".into()));
+        assert_eq!(pull_error(RuntimeError::Failed("401".into())), RuntimeError::ImagePull("401".into()));
+        assert_eq!(pull_error(RuntimeError::Unavailable("down".into())), RuntimeError::Unavailable("down".into()));
+    }
+
+    #[tokio::test]
+    async fn connecting_to_a_missing_socket_names_it_in_one_line() {
+        let error = CriRuntime::connect("unix:///nonexistent/skiff-test.sock").await.unwrap_err();
+        let text = error.to_string();
+        assert!(matches!(error, RuntimeError::Unavailable(_)), "{text}");
+        assert!(text.contains("unix:///nonexistent/skiff-test.sock"), "{text}");
+        assert!(!text.contains('\n'), "{text}");
+    }
+
+    fn sandbox() -> SandboxSpec {
+        SandboxSpec {
+            name: "web".into(),
+            namespace: "default".into(),
+            uid: "u1".into(),
+            attempt: 2,
+            hostname: "web".into(),
+            log_directory: "/logs/default_web_u1".into(),
+            dns: DnsConfig { servers: vec!["10.96.0.10".into()], searches: vec!["svc".into()], options: vec![] },
+            port_mappings: vec![PortMapping {
+                protocol: "udp".into(),
+                container_port: 53,
+                host_port: 5353,
+                host_ip: String::new(),
+            }],
+            labels: BTreeMap::from([("a".to_string(), "b".to_string())]),
+            annotations: BTreeMap::new(),
+            cgroup_parent: "/skiff/podu1".into(),
+            host_network: false,
+        }
+    }
+
+    #[test]
+    fn a_sandbox_spec_becomes_a_pod_sandbox_config() {
+        let config = sandbox_config(&sandbox());
+        let metadata = config.metadata.unwrap();
+        assert_eq!((metadata.name.as_str(), metadata.namespace.as_str(), metadata.attempt), ("web", "default", 2));
+        assert_eq!(config.port_mappings[0].protocol, cri::Protocol::Udp as i32);
+        assert_eq!(config.port_mappings[0].host_port, 5353);
+        assert_eq!(config.dns_config.unwrap().servers, vec!["10.96.0.10"]);
+        let linux = config.linux.unwrap();
+        assert_eq!(linux.cgroup_parent, "/skiff/podu1");
+        let namespaces = linux.security_context.unwrap().namespace_options.unwrap();
+        assert_eq!(namespaces.network, cri::NamespaceMode::Pod as i32);
+
+        let host = sandbox_config(&SandboxSpec { host_network: true, ..sandbox() });
+        let namespaces = host.linux.unwrap().security_context.unwrap().namespace_options.unwrap();
+        assert_eq!(namespaces.network, cri::NamespaceMode::Node as i32);
+    }
+
+    #[test]
+    fn a_container_spec_carries_its_limits_env_and_log_path() {
+        let spec = ContainerSpec {
+            name: "app".into(),
+            image: "skiff.local/busybox:1".into(),
+            command: vec!["sh".into()],
+            envs: vec![("A".into(), "1".into())],
+            log_path: "app/0.log".into(),
+            resources: ContainerResources {
+                cpu_period: 100_000,
+                cpu_quota: 50_000,
+                cpu_shares: 512,
+                memory_limit_in_bytes: 16 << 20,
+            },
+            ..Default::default()
+        };
+        let config = container_config(&spec, &sandbox());
+        assert_eq!(config.image.unwrap().image, "skiff.local/busybox:1");
+        assert_eq!(config.envs[0].value, b"1");
+        assert_eq!(config.log_path, "app/0.log");
+        let resources = config.linux.unwrap().resources.unwrap();
+        assert_eq!(
+            (resources.cpu_quota, resources.cpu_shares, resources.memory_limit_in_bytes),
+            (50_000, 512, 16 << 20)
+        );
+    }
+
+    #[test]
+    fn a_container_status_keeps_the_runtimes_reason() {
+        let status = cri::ContainerStatus {
+            id: "c1".into(),
+            metadata: Some(cri::ContainerMetadata { name: "app".into(), attempt: 1 }),
+            state: cri::ContainerState::ContainerExited as i32,
+            exit_code: 137,
+            reason: "OOMKilled".into(),
+            ..Default::default()
+        };
+        let status = container_status(status, "s1".into());
+        assert_eq!(status.state, ContainerState::Exited);
+        assert_eq!((status.reason.as_str(), status.exit_code, status.sandbox_id.as_str()), ("OOMKilled", 137, "s1"));
+    }
+}

@@ -1,0 +1,452 @@
+//! The agent's HTTP API, where the apiservers proxy `pods/log` and
+//! `pods/exec` to, beside `/metrics`, `/healthz` and `/stats/summary`
+//! (the seed's resource figures: node and per-pod CPU and memory).
+//!
+//! - `GET /containerLogs/{namespace}/{pod}/{container}` with `kubectl
+//!   logs`' query (`follow`, `tailLines`, `sinceSeconds`, `sinceTime`,
+//!   `timestamps`, `limitBytes`, `previous`), as text.
+//! - `POST /exec/{namespace}/{pod}/{container}?command=..&command=..`: runs
+//!   the command to its end (CRI `ExecSync`) and answers
+//!   `{"stdout": <base64>, "stderr": <base64>, "exitCode": N}`.
+//! - `GET /stats/summary`: the kubelet's summary shape, CPU and memory only.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::extract::{Path as UrlPath, RawQuery, State};
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use base64::Engine;
+use chrono::{DateTime, Utc};
+use serde_json::{json, Value};
+use skiff_shutdown::Shutdown;
+use tokio::io::{AsyncReadExt, AsyncSeekExt};
+
+use crate::logs::{self, LogOptions};
+use crate::runtime::{ContainerState, LabelFilter, Runtime, RuntimeError, LABEL_CONTAINER_NAME, LABEL_NODE};
+
+/// How long an exec may run before it is cut off.
+const EXEC_TIMEOUT: Duration = Duration::from_secs(600);
+/// How often a followed log file is checked for more.
+const FOLLOW_POLL: Duration = Duration::from_millis(100);
+
+/// What the server asks the agent about the pods it runs.
+pub trait PodLookup: Send + Sync + 'static {
+    /// The runtime id of the current instance of a container of a pod on
+    /// this node, if it has one.
+    fn container_id(&self, namespace: &str, pod: &str, container: &str) -> Option<String>;
+}
+
+struct Served {
+    node: String,
+    runtime: Arc<dyn Runtime>,
+    pods: Arc<dyn PodLookup>,
+    data_dir: PathBuf,
+    registry: prometheus::Registry,
+    shutdown: Shutdown,
+    /// The last CPU sample, for usageNanoCores: (time, core-nanoseconds).
+    node_cpu: Mutex<Option<(std::time::Instant, u64)>>,
+}
+
+/// Serves the agent's API on `addr` until `shutdown`; the address bound.
+pub async fn serve(
+    addr: SocketAddr,
+    node: &str,
+    runtime: Arc<dyn Runtime>,
+    pods: Arc<dyn PodLookup>,
+    data_dir: &Path,
+    registry: prometheus::Registry,
+    shutdown: Shutdown,
+) -> std::io::Result<SocketAddr> {
+    let listener = tokio::net::TcpListener::bind(addr).await?;
+    let bound = listener.local_addr()?;
+    let served = Arc::new(Served {
+        node: node.to_string(),
+        runtime,
+        pods,
+        data_dir: data_dir.to_path_buf(),
+        registry,
+        shutdown: shutdown.clone(),
+        node_cpu: Mutex::new(None),
+    });
+    let app = axum::Router::new()
+        .route("/healthz", get(healthz))
+        .route("/metrics", get(metrics))
+        .route("/stats/summary", get(summary))
+        .route("/containerLogs/:namespace/:pod/:container", get(container_logs))
+        .route("/exec/:namespace/:pod/:container", post(exec))
+        .with_state(served);
+    let stopped = shutdown.cancelled_owned();
+    shutdown.spawn(async move {
+        if let Err(e) = axum::serve(listener, app).with_graceful_shutdown(stopped).await {
+            tracing::error!(error = %e, "node listener failed");
+        }
+    });
+    Ok(bound)
+}
+
+/// A Kubernetes `Status` error body.
+fn status(code: StatusCode, reason: &str, message: impl Into<String>) -> Response {
+    let body = json!({
+        "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+        "message": message.into(), "reason": reason, "code": code.as_u16(),
+    });
+    (code, [(header::CONTENT_TYPE, "application/json")], body.to_string()).into_response()
+}
+
+fn runtime_error(e: RuntimeError) -> Response {
+    match e {
+        RuntimeError::NotFound(m) => status(StatusCode::NOT_FOUND, "NotFound", m),
+        other => status(StatusCode::INTERNAL_SERVER_ERROR, "InternalError", other.to_string()),
+    }
+}
+
+async fn healthz(State(s): State<Arc<Served>>) -> impl IntoResponse {
+    if s.shutdown.is_cancelled() {
+        (StatusCode::SERVICE_UNAVAILABLE, "stopping\n")
+    } else {
+        (StatusCode::OK, "ok\n")
+    }
+}
+
+async fn metrics(State(s): State<Arc<Served>>) -> impl IntoResponse {
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], skiff_metrics::text(&s.registry))
+}
+
+/// Query pairs in order; keys repeat (`command`).
+fn pairs(query: &Option<String>) -> Vec<(String, String)> {
+    query
+        .as_deref()
+        .unwrap_or("")
+        .split('&')
+        .filter(|p| !p.is_empty())
+        .map(|p| {
+            let (k, v) = p.split_once('=').unwrap_or((p, ""));
+            (decode(k), decode(v))
+        })
+        .collect()
+}
+
+fn decode(s: &str) -> String {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'+' => out.push(b' '),
+            b'%' if i + 2 < bytes.len() => {
+                match u8::from_str_radix(std::str::from_utf8(&bytes[i + 1..i + 3]).unwrap_or("zz"), 16) {
+                    Ok(b) => {
+                        out.push(b);
+                        i += 2;
+                    }
+                    Err(_) => out.push(b'%'),
+                }
+            }
+            b => out.push(b),
+        }
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// Reads `kubectl logs`' query into options; a bad value is a 400.
+pub fn log_options(pairs: &[(String, String)], now: DateTime<Utc>) -> Result<LogOptions, String> {
+    let mut options = LogOptions::default();
+    for (k, v) in pairs {
+        let number = || v.parse::<i64>().map_err(|_| format!("{k}: {v:?} is not an integer"));
+        match k.as_str() {
+            "follow" => options.follow = v == "true" || v == "1",
+            "previous" => options.previous = v == "true" || v == "1",
+            "timestamps" => options.timestamps = v == "true" || v == "1",
+            "tailLines" => options.tail_lines = Some(number()?.max(0) as usize),
+            "limitBytes" => options.limit_bytes = Some(number()?.max(1) as usize),
+            "sinceSeconds" => options.since = Some(now - chrono::Duration::seconds(number()?.max(1))),
+            "sinceTime" => {
+                let t = DateTime::parse_from_rfc3339(v).map_err(|e| format!("sinceTime: {e}"))?;
+                options.since = Some(t.with_timezone(&Utc));
+            }
+            _ => {}
+        }
+    }
+    Ok(options)
+}
+
+/// The log file of the container's previous instance: the numbered file
+/// before `current` in its directory (`<container>/<n>.log`).
+fn previous_log(current: &Path) -> Option<PathBuf> {
+    let dir = current.parent()?;
+    let number = |p: &Path| p.file_stem()?.to_str()?.parse::<u64>().ok();
+    let now = number(current)?;
+    std::fs::read_dir(dir)
+        .ok()?
+        .flatten()
+        .map(|e| e.path())
+        .filter_map(|p| Some((number(&p)?, p)))
+        .filter(|(n, _)| *n < now)
+        .max_by_key(|(n, _)| *n)
+        .map(|(_, p)| p)
+}
+
+async fn container_logs(
+    State(s): State<Arc<Served>>,
+    UrlPath((namespace, pod, container)): UrlPath<(String, String, String)>,
+    RawQuery(query): RawQuery,
+) -> Response {
+    let options = match log_options(&pairs(&query), Utc::now()) {
+        Ok(o) => o,
+        Err(m) => return status(StatusCode::BAD_REQUEST, "BadRequest", m),
+    };
+    let Some(id) = s.pods.container_id(&namespace, &pod, &container) else {
+        let message = format!("container \"{container}\" in pod \"{pod}\" is waiting to start or does not exist");
+        return status(StatusCode::BAD_REQUEST, "BadRequest", message);
+    };
+    let current = match s.runtime.container_status(&id).await {
+        Ok(c) => c,
+        Err(e) => return runtime_error(e),
+    };
+    let path = if options.previous {
+        match previous_log(Path::new(&current.log_path)) {
+            Some(p) => p,
+            None => {
+                let message = format!("previous terminated container \"{container}\" in pod \"{pod}\" not found");
+                return status(StatusCode::BAD_REQUEST, "BadRequest", message);
+            }
+        }
+    } else {
+        PathBuf::from(&current.log_path)
+    };
+    let text = match tokio::fs::read_to_string(&path).await {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
+        Err(e) => {
+            return status(StatusCode::INTERNAL_SERVER_ERROR, "InternalError", format!("{}: {e}", path.display()))
+        }
+    };
+    let head = logs::select(&text, &options);
+    let running = current.state == ContainerState::Running || current.state == ContainerState::Created;
+    if !options.follow || options.previous || !running {
+        return ([(header::CONTENT_TYPE, "text/plain")], head).into_response();
+    }
+    // Follow: what is there, then what the container writes next, until
+    // it stops (or the client goes, which drops the stream).
+    let (tx, rx) = tokio::sync::mpsc::channel::<Result<String, std::io::Error>>(16);
+    let offset = text.len() as u64;
+    let runtime = s.runtime.clone();
+    let shutdown = s.shutdown.clone();
+    s.shutdown.spawn(async move {
+        if !head.is_empty() && tx.send(Ok(head)).await.is_err() {
+            return;
+        }
+        follow(path, offset, id, runtime, options, tx, shutdown).await;
+    });
+    let stream = tokio_stream::wrappers::ReceiverStream::new(rx);
+    Response::builder()
+        .header(header::CONTENT_TYPE, "text/plain")
+        .body(Body::from_stream(stream))
+        .unwrap_or_else(|_| status(StatusCode::INTERNAL_SERVER_ERROR, "InternalError", "response"))
+}
+
+/// Sends complete lines appended to `path` after `offset` until the
+/// container is no longer running and the file is read to its end.
+async fn follow(
+    path: PathBuf,
+    mut offset: u64,
+    id: String,
+    runtime: Arc<dyn Runtime>,
+    options: LogOptions,
+    tx: tokio::sync::mpsc::Sender<Result<String, std::io::Error>>,
+    shutdown: Shutdown,
+) {
+    let options = LogOptions { tail_lines: None, limit_bytes: None, since: None, ..options };
+    let mut pending = String::new();
+    let mut checks = 0u32;
+    loop {
+        let mut grew = false;
+        if let Ok(mut file) = tokio::fs::File::open(&path).await {
+            if file.seek(std::io::SeekFrom::Start(offset)).await.is_ok() {
+                let mut more = Vec::new();
+                if let Ok(n) = file.read_to_end(&mut more).await {
+                    offset += n as u64;
+                    grew = n > 0;
+                    pending.push_str(&String::from_utf8_lossy(&more));
+                }
+            }
+        }
+        if let Some(end) = pending.rfind('\n') {
+            let complete: String = pending.drain(..=end).collect();
+            let out = logs::select(&complete, &options);
+            if !out.is_empty() && tx.send(Ok(out)).await.is_err() {
+                return;
+            }
+        }
+        if !grew {
+            checks += 1;
+            // Every second without growth, ask whether the container still runs.
+            if checks.is_multiple_of(10) {
+                match runtime.container_status(&id).await {
+                    Ok(c) if c.state == ContainerState::Running => {}
+                    _ => return,
+                }
+            }
+        }
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = tx.closed() => return,
+            _ = tokio::time::sleep(FOLLOW_POLL) => {}
+        }
+    }
+}
+
+async fn exec(
+    State(s): State<Arc<Served>>,
+    UrlPath((namespace, pod, container)): UrlPath<(String, String, String)>,
+    RawQuery(query): RawQuery,
+) -> Response {
+    let command: Vec<String> = pairs(&query).into_iter().filter(|(k, _)| k == "command").map(|(_, v)| v).collect();
+    if command.is_empty() {
+        return status(StatusCode::BAD_REQUEST, "BadRequest", "you must specify at least 1 command");
+    }
+    let Some(id) = s.pods.container_id(&namespace, &pod, &container) else {
+        let message = format!("container {container} is not valid for pod {pod}");
+        return status(StatusCode::BAD_REQUEST, "BadRequest", message);
+    };
+    match s.runtime.exec_sync(&id, &command, EXEC_TIMEOUT).await {
+        Ok(result) => {
+            let b64 = base64::engine::general_purpose::STANDARD;
+            let body = json!({
+                "stdout": b64.encode(&result.stdout),
+                "stderr": b64.encode(&result.stderr),
+                "exitCode": result.exit_code,
+            });
+            ([(header::CONTENT_TYPE, "application/json")], body.to_string()).into_response()
+        }
+        Err(e) => runtime_error(e),
+    }
+}
+
+/// Cumulative CPU time of the host in nanoseconds, from /proc/stat.
+fn host_cpu_nanoseconds() -> u64 {
+    let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+    parse_proc_stat(&stat)
+}
+
+fn parse_proc_stat(text: &str) -> u64 {
+    // user nice system idle iowait irq softirq steal: busy is all but idle and iowait.
+    let Some(line) = text.lines().find(|l| l.starts_with("cpu ")) else { return 0 };
+    let f: Vec<u64> = line.split_whitespace().skip(1).filter_map(|v| v.parse().ok()).collect();
+    let busy: u64 = f.iter().enumerate().filter(|(i, _)| *i != 3 && *i != 4).take(6).map(|(_, v)| v).sum();
+    // USER_HZ is 100 on Linux.
+    busy * 10_000_000
+}
+
+async fn summary(State(s): State<Arc<Served>>) -> Response {
+    let now = Utc::now().to_rfc3339();
+    let host = crate::host::figures(&s.data_dir);
+    let cpu_ns = host_cpu_nanoseconds();
+    let nano_cores = {
+        let mut last = s.node_cpu.lock().unwrap_or_else(|e| e.into_inner());
+        let at = std::time::Instant::now();
+        let rate = last.and_then(|(t, ns)| {
+            let secs = at.duration_since(t).as_secs_f64();
+            (secs > 0.0).then(|| (cpu_ns.saturating_sub(ns) as f64 / secs) as u64)
+        });
+        *last = Some((at, cpu_ns));
+        rate
+    };
+    let filter = LabelFilter(BTreeMap::from([(LABEL_NODE.to_string(), s.node.clone())]));
+    let stats = match s.runtime.list_container_stats(&filter).await {
+        Ok(stats) => stats,
+        Err(e) => return runtime_error(e),
+    };
+    let mut pods: BTreeMap<(String, String, String), Vec<Value>> = BTreeMap::new();
+    let mut totals: BTreeMap<(String, String, String), (u64, u64)> = BTreeMap::new();
+    for c in &stats {
+        let label = |k: &str| c.labels.get(k).cloned().unwrap_or_default();
+        let key = (
+            label(crate::runtime::LABEL_POD_NAMESPACE),
+            label(crate::runtime::LABEL_POD_NAME),
+            label(crate::runtime::LABEL_POD_UID),
+        );
+        let total = totals.entry(key.clone()).or_default();
+        total.0 += c.cpu_usage_core_nanoseconds;
+        total.1 += c.memory_working_set_bytes;
+        pods.entry(key).or_default().push(json!({
+            "name": label(LABEL_CONTAINER_NAME),
+            "cpu": {"time": now, "usageCoreNanoSeconds": c.cpu_usage_core_nanoseconds},
+            "memory": {"time": now, "workingSetBytes": c.memory_working_set_bytes},
+        }));
+    }
+    let pods: Vec<Value> = pods
+        .into_iter()
+        .map(|(key, containers)| {
+            let (cpu, memory) = totals[&key];
+            json!({
+                "podRef": {"namespace": key.0, "name": key.1, "uid": key.2},
+                "cpu": {"time": now, "usageCoreNanoSeconds": cpu},
+                "memory": {"time": now, "workingSetBytes": memory},
+                "containers": containers,
+            })
+        })
+        .collect();
+    let body = json!({
+        "node": {
+            "nodeName": s.node,
+            "cpu": {"time": now, "usageCoreNanoSeconds": cpu_ns, "usageNanoCores": nano_cores},
+            "memory": {
+                "time": now,
+                "availableBytes": host.memory_available,
+                "workingSetBytes": host.memory_total.saturating_sub(host.memory_available),
+            },
+        },
+        "pods": pods,
+    });
+    ([(header::CONTENT_TYPE, "application/json")], body.to_string()).into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn query_pairs_keep_repeated_keys_and_decode() {
+        let q = Some("command=sh&command=-c&command=echo%20hi+there&container=app".to_string());
+        let p = pairs(&q);
+        let commands: Vec<&str> = p.iter().filter(|(k, _)| k == "command").map(|(_, v)| v.as_str()).collect();
+        assert_eq!(commands, ["sh", "-c", "echo hi there"]);
+        assert_eq!(decode("100%"), "100%");
+        assert_eq!(decode("%2Ftmp%2Ffoo"), "/tmp/foo");
+    }
+
+    #[test]
+    fn log_options_read_kubectls_query_and_refuse_bad_numbers() {
+        let now = DateTime::parse_from_rfc3339("2026-12-02T10:00:00Z").expect("time").with_timezone(&Utc);
+        let p = |q: &str| pairs(&Some(q.to_string()));
+        let o = log_options(&p("follow=true&tailLines=5&timestamps=true&sinceSeconds=60"), now).expect("valid");
+        assert!(o.follow && o.timestamps);
+        assert_eq!(o.tail_lines, Some(5));
+        assert_eq!(o.since, Some(now - chrono::Duration::seconds(60)));
+        assert!(log_options(&p("tailLines=lots"), now).expect_err("refused").contains("tailLines"));
+    }
+
+    #[test]
+    fn the_previous_log_is_the_numbered_file_before_the_current_one() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        for n in [0, 1, 3] {
+            std::fs::write(dir.path().join(format!("{n}.log")), "x").expect("write");
+        }
+        assert_eq!(previous_log(&dir.path().join("3.log")), Some(dir.path().join("1.log")));
+        assert_eq!(previous_log(&dir.path().join("0.log")), None);
+    }
+
+    #[test]
+    fn proc_stat_busy_time_leaves_out_idle_and_iowait() {
+        let text = "cpu  100 10 50 1000 40 5 5 0 0 0\ncpu0 1 1 1 1 1 1 1 1\n";
+        assert_eq!(parse_proc_stat(text), (100 + 10 + 50 + 5 + 5) * 10_000_000);
+    }
+}

@@ -1,0 +1,176 @@
+//! `skiff node`'s flags, the kubelet's names where the kubelet has them.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::Args;
+use k8s_openapi::api::core::v1::Taint;
+use skiff_node::config::NodeConfig;
+use skiff_node::process::ProcessOptions;
+
+use crate::parse_duration;
+
+/// `skiff node`.
+#[derive(Args, Clone, Debug)]
+pub struct NodeArgs {
+    /// Apiservers' client addresses, comma-separated (any of them will do).
+    #[arg(long, value_delimiter = ',', required = true)]
+    pub server: Vec<String>,
+    /// The Node's name (default: this host's name).
+    #[arg(long)]
+    pub name: Option<String>,
+    /// Where the agent keeps pods' volumes and logs, and its containerd's state.
+    #[arg(long, default_value = "/var/lib/skiff/node")]
+    pub data_dir: PathBuf,
+    /// The address other nodes and the apiservers reach this node at.
+    #[arg(long, default_value = "127.0.0.1")]
+    pub node_ip: String,
+    /// Where the agent serves logs, exec, /metrics and /stats/summary.
+    #[arg(long, default_value = "127.0.0.1:10250")]
+    pub listen: SocketAddr,
+    /// Static pod manifests, read on change and at least every 20 s.
+    #[arg(long)]
+    pub manifest_dir: Option<PathBuf>,
+    /// A URL serving static pod manifests, read every 20 s.
+    #[arg(long)]
+    pub manifest_url: Option<String>,
+    /// The node's pod CIDR when no node IPAM controller assigns one.
+    #[arg(long)]
+    pub pod_cidr: Option<String>,
+    /// Labels to register the node with, `key=value,...`.
+    #[arg(long, value_delimiter = ',')]
+    pub node_labels: Vec<String>,
+    /// Taints to register the node with, `key[=value]:Effect,...`.
+    #[arg(long, value_delimiter = ',')]
+    pub register_with_taints: Vec<String>,
+    /// Resources held back for the system, `cpu=500m,memory=1Gi,...`.
+    #[arg(long, value_delimiter = ',')]
+    pub system_reserved: Vec<String>,
+    /// Pods this node takes at most.
+    #[arg(long, default_value_t = 110)]
+    pub max_pods: u32,
+    /// How often the node's Lease is renewed.
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    pub node_lease_renew_interval: Duration,
+    /// NodeStatus is posted on change and at least this often.
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    pub node_status_update_frequency: Duration,
+    /// DNS servers for pods with dnsPolicy ClusterFirst, comma-separated.
+    #[arg(long, value_delimiter = ',')]
+    pub cluster_dns: Vec<String>,
+    /// The cluster's DNS domain.
+    #[arg(long, default_value = "cluster.local")]
+    pub cluster_domain: String,
+    /// Use this CRI endpoint (e.g. unix:///run/containerd/containerd.sock)
+    /// instead of starting a private containerd.
+    #[arg(long)]
+    pub container_runtime_endpoint: Option<String>,
+    /// The containerd binary for the private containerd.
+    #[arg(long, default_value = "containerd")]
+    pub containerd: PathBuf,
+    /// Image archives (OCI or docker) imported at start and when added
+    /// [default: <data-dir>/images].
+    #[arg(long)]
+    pub images_dir: Option<PathBuf>,
+    /// Where the CNI conflist goes with --container-runtime-endpoint.
+    #[arg(long, default_value = "/etc/cni/net.d")]
+    pub cni_conf_dir: PathBuf,
+    /// Stop and remove this node's containers when the agent exits (by
+    /// default they keep running for the next start to adopt).
+    #[arg(long)]
+    pub remove_pods_on_exit: bool,
+}
+
+/// `key=value` pairs; `what` names the flag in errors.
+fn pairs(items: &[String], what: &str) -> Result<BTreeMap<String, String>, String> {
+    items
+        .iter()
+        .filter(|i| !i.is_empty())
+        .map(|i| {
+            i.split_once('=')
+                .filter(|(k, _)| !k.is_empty())
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .ok_or_else(|| format!("--{what} {i:?}: expected key=value"))
+        })
+        .collect()
+}
+
+/// Parses `key[=value]:Effect`.
+pub fn parse_taint(s: &str) -> Result<Taint, String> {
+    let (kv, effect) = s.rsplit_once(':').ok_or_else(|| format!("taint {s:?}: expected key[=value]:Effect"))?;
+    if !matches!(effect, "NoSchedule" | "PreferNoSchedule" | "NoExecute") {
+        return Err(format!("taint {s:?}: effect must be NoSchedule, PreferNoSchedule or NoExecute"));
+    }
+    let (key, value) = match kv.split_once('=') {
+        Some((k, v)) => (k, Some(v.to_string())),
+        None => (kv, None),
+    };
+    if key.is_empty() {
+        return Err(format!("taint {s:?}: empty key"));
+    }
+    Ok(Taint { key: key.to_string(), value, effect: effect.to_string(), time_added: None })
+}
+
+/// This host's name, for the default node name.
+pub fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|s| s.trim().to_lowercase())
+        .ok()
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| "localhost".to_string())
+}
+
+impl NodeArgs {
+    /// The process options, or why the flags are refused.
+    pub fn into_options(self) -> Result<ProcessOptions, String> {
+        let name = self.name.unwrap_or_else(hostname);
+        let mut node = NodeConfig::new(&name, self.server, self.data_dir);
+        node.node_ip = self.node_ip;
+        node.listen = self.listen;
+        node.manifest_dir = self.manifest_dir;
+        node.manifest_url = self.manifest_url;
+        node.pod_cidr = self.pod_cidr;
+        node.node_labels = pairs(&self.node_labels, "node-labels")?;
+        node.register_with_taints =
+            self.register_with_taints.iter().map(|t| parse_taint(t)).collect::<Result<_, _>>()?;
+        node.system_reserved = pairs(&self.system_reserved, "system-reserved")?;
+        node.max_pods = self.max_pods;
+        node.lease_renew_interval = self.node_lease_renew_interval;
+        node.status_update_frequency = self.node_status_update_frequency;
+        node.cluster_dns = self.cluster_dns;
+        node.cluster_domain = self.cluster_domain;
+        if node.lease_renew_interval.is_zero() || node.status_update_frequency.is_zero() {
+            return Err("--node-lease-renew-interval and --node-status-update-frequency must be positive".into());
+        }
+        let mut options = ProcessOptions::new(node);
+        options.runtime_endpoint = self.container_runtime_endpoint;
+        options.containerd_binary = self.containerd;
+        options.images_dir = self.images_dir;
+        options.cni_conf_dir = self.cni_conf_dir;
+        options.remove_pods_on_exit = self.remove_pods_on_exit;
+        Ok(options)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn taints_parse_with_and_without_values() {
+        let t = parse_taint("dedicated=gpu:NoSchedule").expect("valid");
+        assert_eq!((t.key.as_str(), t.value.as_deref(), t.effect.as_str()), ("dedicated", Some("gpu"), "NoSchedule"));
+        assert_eq!(parse_taint("spot:NoExecute").expect("valid").value, None);
+        assert!(parse_taint("spot").is_err());
+        assert!(parse_taint("spot:Sometimes").is_err());
+        assert!(parse_taint("=x:NoSchedule").is_err());
+    }
+
+    #[test]
+    fn key_value_flags_refuse_entries_without_a_key() {
+        assert_eq!(pairs(&["a=1".into(), "b=".into()], "x").expect("valid")["b"], "");
+        assert!(pairs(&["nokey".into()], "node-labels").expect_err("refused").contains("--node-labels"));
+    }
+}

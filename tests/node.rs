@@ -1,0 +1,459 @@
+//! Node agents as real processes running real containers: three masters,
+//! a controller manager, a scheduler and two `skiff node`s, each with its
+//! private containerd, runc and a CNI bridge for its own pod CIDR. Images
+//! are Skiff's built-in busybox image (no registry); pod traffic goes only
+//! to the pods' own addresses on the bridges the nodes make.
+//!
+//! The tests run one at a time (they share the host's bridges and the
+//! 10.244.0.0/16 blackhole route) and need root.
+
+mod support;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use support::controllers::*;
+use support::kubectl::*;
+use support::node::NodeAgent;
+use support::*;
+
+/// The tests share the host's network: one at a time.
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+const BUSYBOX: &str = "skiff.local/busybox:1";
+
+/// Dropped in field order: the nodes stop (removing their pods) while the
+/// masters still run.
+struct Setup {
+    nodes: Vec<NodeAgent>,
+    _components: Vec<Component>,
+    cluster: Cluster,
+    /// A follower master's HTTP address: logs and exec are proxied from any.
+    http: String,
+}
+
+fn is_root() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .map(|s| s.lines().any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(1) == Some("0")))
+        .unwrap_or(false)
+}
+
+impl Setup {
+    /// Masters, components, and nodes named `node-<i>` with pod CIDRs
+    /// 10.244.<base+i>.0/24; `node_extra[i]` are extra flags for node i.
+    async fn new(base: u8, node_extra: &[&[&str]]) -> Setup {
+        let cluster = Cluster::spawn(3).await;
+        let servers = cluster.endpoints();
+        let leader = cluster.must_leader().await;
+        let follower = cluster.members.keys().copied().find(|id| *id != leader).unwrap();
+        let http = cluster.members[&follower].http.clone();
+        let fast_eviction = ["--node-monitor-grace-period", "6s", "--default-not-ready-toleration-seconds", "2"];
+        let components = vec![
+            Component::spawn(cluster.root.path(), &servers, "cm", &fast_eviction),
+            Component::scheduler(cluster.root.path(), &servers, "sched", &[]),
+        ];
+        let nodes = node_extra
+            .iter()
+            .enumerate()
+            .map(|(i, extra)| {
+                let cidr = format!("10.244.{}.0/24", base as usize + i);
+                NodeAgent::start(cluster.root.path(), &servers, &format!("node-{i}"), &cidr, extra)
+            })
+            .collect();
+        let setup = Setup { nodes, _components: components, cluster, http };
+        for node in &setup.nodes {
+            setup.wait(&format!("node {} Ready", node.name), Duration::from_secs(60), || {
+                let node = setup.json(&["get", "node", &node.name]);
+                condition(&node, "Ready") == "True"
+            });
+        }
+        setup
+    }
+
+    fn kubectl(&self, args: &[&str]) -> String {
+        ok(kubectl(&self.http, args))
+    }
+
+    fn apply(&self, manifest: &str) {
+        ok(kubectl_stdin(&self.http, &["apply", "-f", "-"], manifest));
+    }
+
+    fn json(&self, args: &[&str]) -> Value {
+        let mut args = args.to_vec();
+        args.extend(["-o", "json"]);
+        let out = kubectl(&self.http, &args);
+        serde_json::from_slice(&out.stdout).unwrap_or(Value::Null)
+    }
+
+    fn pod(&self, name: &str) -> Value {
+        self.json(&["get", "pod", name])
+    }
+
+    fn pods(&self, selector: &str) -> Vec<Value> {
+        self.json(&["get", "pods", "-l", selector])["items"].as_array().cloned().unwrap_or_default()
+    }
+
+    /// Waits until `done`, or fails with the node agents' logs.
+    fn wait(&self, what: &str, within: Duration, mut done: impl FnMut() -> bool) {
+        let deadline = Instant::now() + within;
+        while Instant::now() < deadline {
+            if done() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(300));
+        }
+        let logs: Vec<String> =
+            self.nodes.iter().map(|n| format!("--- {} ---\n{}", n.name, tail(&n.log(), 60))).collect();
+        panic!("timed out waiting for {what}\n{}", logs.join("\n"));
+    }
+
+    fn wait_phase(&self, pod: &str, phase: &str, within: Duration) -> Value {
+        let mut last = Value::Null;
+        self.wait(&format!("pod {pod} {phase}"), within, || {
+            last = self.pod(pod);
+            last["status"]["phase"] == phase
+        });
+        last
+    }
+}
+
+fn tail(text: &str, lines: usize) -> String {
+    let all: Vec<&str> = text.lines().collect();
+    all[all.len().saturating_sub(lines)..].join("\n")
+}
+
+fn condition(obj: &Value, type_: &str) -> String {
+    obj["status"]["conditions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|c| c["type"] == type_)
+        .and_then(|c| c["status"].as_str())
+        .unwrap_or("")
+        .to_string()
+}
+
+/// A plain HTTP GET to a pod's address (one the test's nodes made).
+fn http_get(ip: &str, port: u16, path: &str) -> Option<String> {
+    let mut stream = TcpStream::connect_timeout(&format!("{ip}:{port}").parse().ok()?, Duration::from_secs(2)).ok()?;
+    stream.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+    write!(stream, "GET {path} HTTP/1.0\r\nHost: {ip}\r\n\r\n").ok()?;
+    let mut body = String::new();
+    stream.read_to_string(&mut body).ok()?;
+    Some(body)
+}
+
+fn web_deployment(replicas: u32) -> String {
+    format!(
+        r#"
+apiVersion: apps/v1
+kind: Deployment
+metadata: {{name: web}}
+spec:
+  replicas: {replicas}
+  selector: {{matchLabels: {{app: web}}}}
+  template:
+    metadata: {{labels: {{app: web}}}}
+    spec:
+      terminationGracePeriodSeconds: 2
+      affinity:
+        podAntiAffinity:
+          requiredDuringSchedulingIgnoredDuringExecution:
+          - labelSelector: {{matchLabels: {{app: web}}}}
+            topologyKey: kubernetes.io/hostname
+      containers:
+      - name: httpd
+        image: {BUSYBOX}
+        imagePullPolicy: Never
+        command: ["sh", "-c", "mkdir -p /www && echo hello-from-$(hostname) > /www/index.html && echo started && exec httpd -f -p 8080 -h /www"]
+        ports: [{{containerPort: 8080}}]
+        readinessProbe:
+          httpGet: {{path: /index.html, port: 8080}}
+          periodSeconds: 1
+          failureThreshold: 1
+"#
+    )
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_deployment_runs_in_containers_answers_across_nodes_and_serves_logs_and_exec() {
+    if !is_root() {
+        eprintln!("skipped: needs root for containerd, runc and bridges");
+        return;
+    }
+    let _serial = SERIAL.lock().await;
+    let setup = Setup::new(201, &[&[], &[]]).await;
+
+    // The nodes as kubectl shows them.
+    let wide = setup.kubectl(&["get", "nodes", "-o", "wide"]);
+    assert!(wide.contains("node-0") && wide.contains("node-1") && wide.contains("containerd://"), "{wide}");
+    let node = setup.json(&["get", "node", "node-0"]);
+    assert!(node["status"]["capacity"]["cpu"].is_string(), "{node}");
+    assert_eq!(node["metadata"]["labels"]["kubernetes.io/os"], "linux");
+    assert!(!node["status"]["nodeInfo"]["kernelVersion"].as_str().unwrap_or("").is_empty());
+
+    setup.apply(&web_deployment(2));
+    let mut pods = Vec::new();
+    setup.wait("2 web pods Running and Ready on both nodes", Duration::from_secs(90), || {
+        pods = setup.pods("app=web");
+        let ready = pods.iter().filter(|p| p["status"]["phase"] == "Running" && condition(p, "Ready") == "True");
+        let nodes: std::collections::BTreeSet<&str> = ready.filter_map(|p| p["spec"]["nodeName"].as_str()).collect();
+        nodes.len() == 2
+    });
+    let name = |p: &Value| p["metadata"]["name"].as_str().unwrap().to_string();
+    let ip = |p: &Value| p["status"]["podIP"].as_str().unwrap().to_string();
+    for p in &pods {
+        assert!(ip(p).starts_with("10.244.20"), "pod IP from its node's CIDR: {p}");
+        let status = &p["status"]["containerStatuses"][0];
+        assert!(status["containerID"].as_str().unwrap().starts_with("containerd://"), "{status}");
+        assert_eq!(status["ready"], true);
+        // Each pod answers on its own address, from the host.
+        let body = http_get(&ip(p), 8080, "/").unwrap_or_default();
+        assert!(body.contains(&format!("hello-from-{}", name(p))), "{body}");
+    }
+
+    // From one pod to the other across nodes, through kubectl exec on a follower.
+    let (a, b) = (&pods[0], &pods[1]);
+    let url = format!("http://{}:8080/", ip(b));
+    let fetched = setup.kubectl(&["exec", &name(a), "--", "wget", "-qO-", &url]);
+    assert!(fetched.contains(&format!("hello-from-{}", name(b))), "{fetched}");
+    // The exit code comes back.
+    let failed = kubectl(&setup.http, &["exec", &name(a), "--", "sh", "-c", "echo out; echo err >&2; exit 3"]);
+    assert_eq!(failed.status.code(), Some(3), "{failed:?}");
+    assert_eq!(String::from_utf8_lossy(&failed.stdout), "out\n");
+    assert!(String::from_utf8_lossy(&failed.stderr).contains("err"));
+
+    // Logs through the follower.
+    let logs = setup.kubectl(&["logs", &name(a)]);
+    assert_eq!(logs, "started\n");
+
+    // Readiness: take the page away and the pod turns not Ready, its container still running.
+    setup.kubectl(&["exec", &name(a), "--", "rm", "/www/index.html"]);
+    setup.wait("pod not Ready after its readiness probe fails", Duration::from_secs(20), || {
+        condition(&setup.pod(&name(a)), "Ready") == "False"
+    });
+    let pod = setup.pod(&name(a));
+    assert_eq!(pod["status"]["phase"], "Running");
+    assert_eq!(pod["status"]["containerStatuses"][0]["restartCount"], 0);
+
+    // Events as kubectl describe shows them.
+    let described = setup.kubectl(&["describe", "pod", &name(a)]);
+    for reason in ["Scheduled", "Created", "Started", "Unhealthy"] {
+        assert!(described.contains(reason), "no {reason} event:\n{described}");
+    }
+    drop(setup);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn containers_start_restart_and_end_by_kubernetes_rules() {
+    if !is_root() {
+        eprintln!("skipped: needs root for containerd, runc and bridges");
+        return;
+    }
+    let _serial = SERIAL.lock().await;
+    let setup = Setup::new(211, &[&[]]).await;
+    let marks = setup.cluster.root.path().join("marks");
+    std::fs::create_dir_all(&marks).unwrap();
+    let marks = marks.display().to_string();
+
+    setup.apply(&format!(
+        r#"
+apiVersion: v1
+kind: Pod
+metadata: {{name: inits}}
+spec:
+  restartPolicy: Never
+  volumes: [{{name: data, emptyDir: {{}}}}]
+  initContainers:
+  - {{name: one, image: {BUSYBOX}, command: ["sh", "-c", "echo -n 1 >> /data/order"], volumeMounts: [{{name: data, mountPath: /data}}]}}
+  - {{name: two, image: {BUSYBOX}, command: ["sh", "-c", "echo -n 2 >> /data/order"], volumeMounts: [{{name: data, mountPath: /data}}]}}
+  containers:
+  - {{name: main, image: {BUSYBOX}, command: ["sh", "-c", "cat /data/order; echo"], volumeMounts: [{{name: data, mountPath: /data}}]}}
+---
+apiVersion: v1
+kind: Pod
+metadata: {{name: never}}
+spec:
+  restartPolicy: Never
+  containers: [{{name: c, image: {BUSYBOX}, command: ["sh", "-c", "exit 1"]}}]
+---
+apiVersion: v1
+kind: Pod
+metadata: {{name: onfailure}}
+spec:
+  restartPolicy: OnFailure
+  volumes: [{{name: data, emptyDir: {{}}}}]
+  containers:
+  - name: c
+    image: {BUSYBOX}
+    command: ["sh", "-c", "if [ -f /data/ran ]; then exit 0; fi; touch /data/ran; exit 1"]
+    volumeMounts: [{{name: data, mountPath: /data}}]
+---
+apiVersion: v1
+kind: Pod
+metadata: {{name: liveness}}
+spec:
+  containers:
+  - name: c
+    image: {BUSYBOX}
+    command: ["sh", "-c", "touch /tmp/alive; sleep 2; rm /tmp/alive; sleep 3600"]
+    livenessProbe:
+      exec: {{command: ["cat", "/tmp/alive"]}}
+      periodSeconds: 1
+      failureThreshold: 1
+      terminationGracePeriodSeconds: 1
+---
+apiVersion: v1
+kind: Pod
+metadata: {{name: hungry}}
+spec:
+  restartPolicy: Never
+  containers:
+  - name: c
+    image: {BUSYBOX}
+    command: ["sh", "-c", "dd if=/dev/zero of=/dev/null bs=64M count=1"]
+    resources: {{limits: {{memory: 16Mi}}}}
+---
+apiVersion: v1
+kind: Pod
+metadata: {{name: graceful}}
+spec:
+  terminationGracePeriodSeconds: 10
+  volumes: [{{name: marks, hostPath: {{path: {marks}}}}}]
+  containers:
+  - name: c
+    image: {BUSYBOX}
+    command: ["sh", "-c", "trap 'echo term >> /marks/log; exit 0' TERM; echo started >> /marks/log; while :; do sleep 1; done"]
+    volumeMounts: [{{name: marks, mountPath: /marks}}]
+    lifecycle:
+      preStop:
+        exec: {{command: ["sh", "-c", "echo prestop >> /marks/log"]}}
+"#
+    ));
+
+    // Init containers ran one by one, in order, before the main one.
+    setup.wait_phase("inits", "Succeeded", Duration::from_secs(60));
+    assert_eq!(setup.kubectl(&["logs", "inits", "-c", "main"]), "12\n");
+    let inits = setup.pod("inits");
+    assert_eq!(inits["status"]["initContainerStatuses"][1]["state"]["terminated"]["reason"], "Completed");
+
+    // Never: one failure ends the pod. OnFailure: restarted until it succeeds.
+    let never = setup.wait_phase("never", "Failed", Duration::from_secs(60));
+    let state = &never["status"]["containerStatuses"][0];
+    assert_eq!(state["state"]["terminated"]["exitCode"], 1, "{state}");
+    assert_eq!(state["restartCount"], 0);
+    let onfailure = setup.wait_phase("onfailure", "Succeeded", Duration::from_secs(60));
+    assert_eq!(onfailure["status"]["containerStatuses"][0]["restartCount"], 1, "{onfailure}");
+
+    // Liveness: the container is killed and started again.
+    let mut live = Value::Null;
+    setup.wait("liveness restart", Duration::from_secs(60), || {
+        live = setup.pod("liveness");
+        live["status"]["containerStatuses"][0]["restartCount"].as_u64().unwrap_or(0) >= 1
+    });
+    assert!(live["status"]["containerStatuses"][0]["lastState"]["terminated"].is_object(), "{live}");
+
+    // Over its memory limit: killed by the OOM killer (SIGKILL, 137).
+    // containerd reports the reason `OOMKilled` only when its OOM event
+    // beats the exit; otherwise the status says `Error` (a known gap: the
+    // agent does not yet read the cgroup's OOM count itself).
+    let hungry = setup.wait_phase("hungry", "Failed", Duration::from_secs(60));
+    let terminated = &hungry["status"]["containerStatuses"][0]["state"]["terminated"];
+    assert_eq!(terminated["exitCode"], 137, "{hungry}");
+    assert!(matches!(terminated["reason"].as_str(), Some("OOMKilled" | "Error")), "{hungry}");
+
+    // Graceful deletion: preStop, then SIGTERM, well before the grace ends, then the pod goes.
+    let log = format!("{marks}/log");
+    setup.wait_phase("graceful", "Running", Duration::from_secs(60));
+    setup.wait("graceful started", Duration::from_secs(10), || {
+        std::fs::read_to_string(&log).unwrap_or_default().contains("started")
+    });
+    let started = Instant::now();
+    setup.kubectl(&["delete", "pod", "graceful", "--wait=true"]);
+    assert!(started.elapsed() < Duration::from_secs(9), "deleted in {:?}", started.elapsed());
+    assert_eq!(std::fs::read_to_string(&log).unwrap(), "started\nprestop\nterm\n");
+    drop(setup);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn static_pods_are_mirrored_and_agents_adopt_their_containers_and_lost_nodes_are_evicted() {
+    if !is_root() {
+        eprintln!("skipped: needs root for containerd, runc and bridges");
+        return;
+    }
+    let _serial = SERIAL.lock().await;
+    let manifests = tempfile::tempdir().unwrap();
+    let dir = manifests.path().display().to_string();
+    let setup = Setup::new(221, &[&["--manifest-dir", &dir], &[]]).await;
+
+    // A static pod, mirrored as <name>-<node>.
+    std::fs::write(
+        manifests.path().join("static.yaml"),
+        format!(
+            "apiVersion: v1\nkind: Pod\nmetadata: {{name: static}}\nspec:\n  containers:\n  - {{name: c, image: {BUSYBOX}, command: [sleep, '3600']}}\n"
+        ),
+    )
+    .unwrap();
+    let mirror = setup.wait_phase("static-node-0", "Running", Duration::from_secs(60));
+    assert!(mirror["metadata"]["annotations"]["kubernetes.io/config.mirror"].is_string(), "{mirror}");
+    // A deleted mirror comes back; the static pod kept running.
+    let first_uid = mirror["metadata"]["uid"].clone();
+    let container = mirror["status"]["containerStatuses"][0]["containerID"].clone();
+    setup.kubectl(&["delete", "pod", "static-node-0", "--wait=false"]);
+    setup.wait("the mirror recreated", Duration::from_secs(30), || {
+        let m = setup.pod("static-node-0");
+        m["metadata"]["uid"] != first_uid && m["status"]["containerStatuses"][0]["containerID"] == container
+    });
+
+    // A Deployment on node-1 only (the node we will lose).
+    setup.apply(&format!(
+        r#"
+apiVersion: apps/v1
+kind: Deployment
+metadata: {{name: sleeper}}
+spec:
+  replicas: 1
+  selector: {{matchLabels: {{app: sleeper}}}}
+  template:
+    metadata: {{labels: {{app: sleeper}}}}
+    spec:
+      terminationGracePeriodSeconds: 1
+      affinity:
+        nodeAffinity:
+          preferredDuringSchedulingIgnoredDuringExecution:
+          - weight: 100
+            preference: {{matchExpressions: [{{key: kubernetes.io/hostname, operator: In, values: [node-1]}}]}}
+      containers: [{{name: c, image: {BUSYBOX}, command: [sleep, "3600"]}}]
+"#
+    ));
+    let mut pod = Value::Null;
+    setup.wait("sleeper Running on node-1", Duration::from_secs(60), || {
+        pod = setup.pods("app=sleeper").into_iter().next().unwrap_or(Value::Null);
+        pod["status"]["phase"] == "Running" && pod["spec"]["nodeName"] == "node-1"
+    });
+    let sleeper = pod["metadata"]["name"].as_str().unwrap().to_string();
+    let id = pod["status"]["containerStatuses"][0]["containerID"].clone();
+
+    // A restarted agent adopts what runs: same container, no restart.
+    let mut setup = setup;
+    setup.nodes[1].restart();
+    setup.wait("node-1 back and its pod still Running", Duration::from_secs(60), || {
+        let p = setup.pod(&sleeper);
+        condition(&setup.json(&["get", "node", "node-1"]), "Ready") == "True" && p["status"]["phase"] == "Running"
+    });
+    std::thread::sleep(Duration::from_secs(3));
+    let after = setup.pod(&sleeper);
+    assert_eq!(after["status"]["containerStatuses"][0]["containerID"], id, "{after}");
+    assert_eq!(after["status"]["containerStatuses"][0]["restartCount"], 0, "{after}");
+
+    // Lose node-1: NotReady, its pod evicted and made again on node-0.
+    setup.nodes[1].kill();
+    setup.wait("sleeper recreated on node-0", Duration::from_secs(90), || {
+        setup.pods("app=sleeper").iter().any(|p| p["spec"]["nodeName"] == "node-0" && p["status"]["phase"] == "Running")
+    });
+    let node = setup.json(&["get", "node", "node-1"]);
+    assert_ne!(condition(&node, "Ready"), "True", "{node}");
+    drop(setup);
+}
