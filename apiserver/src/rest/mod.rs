@@ -223,7 +223,10 @@ async fn stream_to_node(
     parts: &mut axum::http::request::Parts,
     (namespace, pod, sub): (String, String, String),
 ) -> Result<Response, ApiError> {
-    let ctx = Context { user: state.registry.security().authenticate(&credentials(&parts.headers))? };
+    let user = state.registry.security().authenticate(&credentials(&parts.headers))?;
+    // Logs and exec write nothing; the manager is only for completeness.
+    let agent = parts.headers.get(header::USER_AGENT).and_then(|v| v.to_str().ok()).unwrap_or_default();
+    let ctx = Context { user, field_manager: crate::registry::manager_from_user_agent(agent) };
     let pairs = node_proxy::query_pairs(parts.uri.query());
     let container = pairs.iter().rev().find(|(k, _)| k == "container").map(|(_, v)| v.as_str());
     match sub.as_str() {
