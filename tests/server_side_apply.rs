@@ -149,3 +149,45 @@ async fn kubectl_server_side_apply_removes_config_map_keys_it_no_longer_applies(
     let body = String::from_utf8_lossy(&out.stdout);
     assert!(body.contains("fieldManager: Required value") && body.contains("\"code\":422"), "{body}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_moves_client_side_apply_ownership_to_server_side_apply() {
+    let cluster = Cluster::spawn(1).await;
+    let leader = cluster.must_leader().await;
+    let server = cluster.members[&leader].http.as_str();
+    must_ready(server).await;
+    ok(kubectl(server, &["create", "namespace", NS]));
+    let cm = |data: &str| {
+        format!("apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: mig, namespace: {NS}}}\ndata: {{{data}}}\n")
+    };
+    let managers = || {
+        ok(kubectl(
+            server,
+            &[
+                "get",
+                "cm/mig",
+                "-n",
+                NS,
+                "--show-managed-fields",
+                "-o",
+                "jsonpath={.metadata.managedFields[*].manager}",
+            ],
+        ))
+    };
+
+    // A client-side apply records its Update under kubectl's CSA manager.
+    assert_eq!(ok(kubectl_stdin(server, &["apply", "-f", "-"], &cm("a: '1', b: '2'"))), "configmap/mig created\n");
+    assert_eq!(managers(), "kubectl-client-side-apply");
+
+    // The same configuration applied server-side: kubectl sees the CSA
+    // manager and moves its fields to its own Apply entry (a JSON patch of
+    // managedFields), as it does against Kubernetes.
+    let ssa = |manifest: &str| kubectl_stdin(server, &["apply", "--server-side", "-f", "-"], manifest);
+    assert_eq!(ok(ssa(&cm("a: '1', b: '2'"))), "configmap/mig serverside-applied\n");
+    assert!(!managers().split(' ').any(|m| m == "kubectl-client-side-apply"), "{}", managers());
+
+    // Now kubectl owns what it applied before: a change is no conflict and
+    // a key it stops applying goes.
+    assert_eq!(ok(ssa(&cm("a: '9'"))), "configmap/mig serverside-applied\n");
+    assert_eq!(jsonpath(server, "cm/mig", "{.data}"), "{\"a\":\"9\"}");
+}
