@@ -13,6 +13,8 @@
 //!   between their reasons and gRPC status codes.
 //! - [`watch`]: the types of watch events, shared by server and clients.
 //! - [`patch`]: merge and strategic merge patches.
+//! - [`fieldpath`] and [`managed_fields`]: field sets in `FieldsV1` form, and
+//!   field ownership (`metadata.managedFields`) and server-side apply on them.
 //! - [`history`]: what changed between two stored versions of an object.
 //! - [`protobuf`]: `application/vnd.kubernetes.protobuf` request bodies decoded to JSON.
 
@@ -20,7 +22,9 @@
 
 pub mod defaults;
 pub mod field;
+pub mod fieldpath;
 pub mod history;
+pub mod managed_fields;
 pub mod meta;
 pub mod patch;
 pub mod protobuf;

@@ -74,7 +74,8 @@ fn object(v: &Value) -> Object {
 impl ResourceService {
     fn context<T>(&self, request: &Request<T>) -> Result<Context, ApiError> {
         let user = self.registry.security().authenticate(&credentials(request))?;
-        Ok(Context { user })
+        let agent = request.metadata().get("user-agent").and_then(|v| v.to_str().ok()).unwrap_or_default();
+        Ok(Context { user, field_manager: crate::registry::manager_from_user_agent(agent) })
     }
 
     /// Runs one request, recording its metrics and mapping its error.

@@ -16,6 +16,7 @@ use base64::Engine as _;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use skiff_api::field::FieldError;
+use skiff_api::managed_fields::{self, Manager, Writer};
 use skiff_api::resources::{self, Kind, ResourceInfo};
 use skiff_api::selector::{object_fields, FieldSelector, LabelSelector};
 use skiff_api::{defaults, meta, validation, ApiError};
@@ -44,13 +45,43 @@ pub const DEFAULT_NAMESPACES: [&str; 4] = ["default", "kube-system", "kube-publi
 #[derive(Clone, Debug)]
 pub struct Context {
     pub user: UserInfo,
+    /// The manager this request's writes are recorded under in
+    /// `metadata.managedFields`: the `fieldManager` parameter, else derived
+    /// from the client's User-Agent as Kubernetes derives it.
+    pub field_manager: String,
 }
 
 impl Context {
     /// An internal caller (bootstrap tasks, tests).
     pub fn internal() -> Context {
-        Context { user: UserInfo { name: "system:apiserver".into(), groups: vec!["system:masters".into()] } }
+        Context {
+            user: UserInfo { name: "system:apiserver".into(), groups: vec!["system:masters".into()] },
+            field_manager: "skiff-apiserver".into(),
+        }
     }
+}
+
+/// The manager Kubernetes derives from a User-Agent when a request names
+/// none: what precedes the first `/` (`kubectl/v1.32.4 (linux/amd64) …` is
+/// `kubectl`), at most 128 characters; `unknown` without a User-Agent.
+pub fn manager_from_user_agent(user_agent: &str) -> String {
+    let prefix: String = user_agent.split('/').next().unwrap_or_default().chars().take(128).collect();
+    if prefix.is_empty() {
+        "unknown".to_string()
+    } else {
+        prefix
+    }
+}
+
+/// How a write records its manager in `metadata.managedFields`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Record {
+    /// As an Update by the request's manager (create, update, patch).
+    Update,
+    /// The change already recorded it (server-side apply).
+    Done,
+    /// Not at all (`pods/binding`, as Kubernetes).
+    Skip,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -103,6 +134,8 @@ pub enum PatchType {
     Merge,
     Json,
     Strategic,
+    /// Server-side apply (`application/apply-patch+yaml`).
+    Apply,
 }
 
 impl PatchType {
@@ -111,9 +144,12 @@ impl PatchType {
             "merge" | "application/merge-patch+json" => Ok(PatchType::Merge),
             "json" | "application/json-patch+json" => Ok(PatchType::Json),
             "strategic" | "application/strategic-merge-patch+json" => Ok(PatchType::Strategic),
+            "apply" | "application/apply-patch+yaml" => Ok(PatchType::Apply),
             other => Err(ApiError::new(
                 skiff_api::Reason::UnsupportedMediaType,
-                format!("the patch type {other:?} is not supported; use \"merge\", \"json\" or \"strategic\""),
+                format!(
+                    "the patch type {other:?} is not supported; use \"merge\", \"json\", \"strategic\" or \"apply\""
+                ),
             )),
         }
     }
@@ -128,6 +164,58 @@ pub struct PatchOptions {
     pub strict_fields: bool,
     /// `fieldValidation=Warn`: the fields dropped are reported here.
     pub warnings: Option<std::sync::Arc<std::sync::Mutex<Vec<String>>>>,
+    /// Server-side apply only: take the fields other managers own instead
+    /// of failing with a conflict.
+    pub force: bool,
+}
+
+/// The managers recorded before a write: those the new object carries if
+/// the client set them (Kubernetes lets clients rewrite managedFields, and
+/// kubectl does when it moves from client-side to server-side apply),
+/// else the live object's. A subresource write never sets them.
+fn managers_before(live: &Value, next: &Value, subresource: &str) -> Result<Vec<Manager>, ApiError> {
+    if subresource.is_empty() {
+        if let Some(supplied) =
+            managed_fields::decode(next).map_err(|e| ApiError::bad_request(format!("invalid managedFields: {e}")))?
+        {
+            return Ok(supplied);
+        }
+    }
+    // Unreadable live bookkeeping is dropped, as Kubernetes resets it.
+    Ok(managed_fields::decode(live).ok().flatten().unwrap_or_default())
+}
+
+fn writer<'a>(
+    info: &ResourceInfo,
+    ctx: &'a Context,
+    subresource: &'a str,
+    api_version: &'a str,
+    now: &'a str,
+) -> Writer<'a> {
+    Writer {
+        manager: &ctx.field_manager,
+        api_version,
+        subresource,
+        status_subresource: info.has_subresource("status"),
+        now,
+    }
+}
+
+/// Records an Update by the request's manager that turns `live` (`Null`
+/// for a create) into `next`.
+fn record_update(
+    info: &ResourceInfo,
+    ctx: &Context,
+    subresource: &str,
+    live: &Value,
+    next: &mut Value,
+) -> Result<(), ApiError> {
+    let managers = managers_before(live, next, subresource)?;
+    let (now, api_version) = (meta::now_rfc3339(), info.api_version());
+    let w = writer(info, ctx, subresource, &api_version, &now);
+    let managers = managed_fields::update(info.kind_id, live, next, managers, &w);
+    managed_fields::encode(&managers, next);
+    Ok(())
 }
 
 /// Every field of `original` that decoding into the Kubernetes type
@@ -435,8 +523,27 @@ impl Registry {
         obj: Value,
         dry_run: bool,
     ) -> Result<Value, ApiError> {
+        self.create_with(ctx, info, namespace, obj, dry_run, None).await
+    }
+
+    /// Creates an object; `applied` are its managers when a server-side
+    /// apply creates it, else the create is recorded as an Update.
+    async fn create_with(
+        &self,
+        ctx: &Context,
+        info: &'static ResourceInfo,
+        namespace: &str,
+        obj: Value,
+        dry_run: bool,
+        applied: Option<Vec<Manager>>,
+    ) -> Result<Value, ApiError> {
         let strategy = strategy::of(info.kind_id);
         let mut obj = self.normalize(info, &obj)?;
+        let recorded = applied.is_some();
+        let supplied = match applied {
+            Some(managers) => managers,
+            None => managers_before(&Value::Null, &obj, "")?,
+        };
         let ns = if info.namespaced {
             let body_ns = meta::namespace(&obj).unwrap_or_default().to_string();
             let ns = match (namespace, body_ns.as_str()) {
@@ -519,6 +626,14 @@ impl Registry {
             };
             self.security.admit(&attrs, &mut candidate, None)?;
             let chosen = strategy.allocate(&mut candidate, None).map_err(|e| ApiError::invalid(info, &name, &[e]))?;
+            let managers = if recorded {
+                supplied.clone()
+            } else {
+                let (now, api_version) = (meta::now_rfc3339(), info.api_version());
+                let w = writer(info, ctx, "", &api_version, &now);
+                managed_fields::update(info.kind_id, &Value::Null, &candidate, supplied.clone(), &w)
+            };
+            managed_fields::encode(&managers, &mut candidate);
             self.check_valid(info, &candidate, strategy.validate_create(info, &candidate))?;
             let bytes = storage::encode(&candidate);
             size_check(&bytes)?;
@@ -604,9 +719,18 @@ impl Registry {
         }
         let precondition = meta::resource_version(&body).map(parse_resource_version).transpose()?;
         let owned = subresource.to_string();
-        self.read_modify_write(ctx, info, ns, name, precondition, dry_run, "update", subresource, move |current| {
-            Ok(merge_update(info, current, &body, &owned))
-        })
+        self.read_modify_write(
+            ctx,
+            info,
+            ns,
+            name,
+            precondition,
+            dry_run,
+            "update",
+            subresource,
+            Record::Update,
+            move |current| Ok(merge_update(info, current, &body, &owned)),
+        )
         .await
     }
 
@@ -628,6 +752,12 @@ impl Registry {
         self.authorize(ctx, "patch", info, subresource, ns.unwrap_or(""), name)?;
         if !subresource.is_empty() && !info.has_subresource(subresource) {
             return Err(ApiError::not_found(info, &format!("{name}/{subresource}")));
+        }
+        if patch_type == PatchType::Apply {
+            return Ok(self.apply_scoped(ctx, info, ns, name, patch, subresource, opts).await?.0);
+        }
+        if opts.force {
+            return Err(ApiError::bad_request("force: Forbidden: may not be specified for non-apply patch"));
         }
         let patch: Value = serde_json::from_slice(patch)
             .map_err(|e| ApiError::bad_request(format!("the patch is not valid JSON: {e}")))?;
@@ -652,6 +782,7 @@ impl Registry {
                 }
                 PatchType::Strategic => skiff_api::patch::strategic_merge(info.kind_id, doc, &patch)
                     .map_err(|e| ApiError::bad_request(format!("the strategic merge patch could not be applied: {e}"))),
+                PatchType::Apply => Err(ApiError::bad_request("an apply patch is not a patch of a document")),
             }
         };
         if subresource == "scale" {
@@ -661,40 +792,181 @@ impl Registry {
         }
         // A patch naming a resourceVersion is a precondition on it.
         let owned = subresource.to_string();
-        self.read_modify_write(ctx, info, ns, name, None, dry_run, "patch", subresource, move |current| {
-            let patched = apply_patch(current)?;
-            if let Some(rv) = meta::resource_version(&patched) {
-                if Some(rv) != meta::resource_version(current) {
-                    return Err(ApiError::conflict(
-                        info,
-                        meta::name(current).unwrap_or_default(),
-                        "the object has been modified; please apply your changes to the latest version and try again",
-                    ));
-                }
-            }
-            let normalized = validation::normalize(info, &patched)
-                .map_err(|e| ApiError::bad_request(format!("invalid {} after patching: {e}", info.kind)))?;
-            if opts.strict_fields || opts.warnings.is_some() {
-                let mut unknown = Vec::new();
-                unknown_fields(&patched, &normalized, "", &mut unknown);
-                let list: Vec<String> = unknown.iter().map(|f| format!("unknown field \"{f}\"")).collect();
-                if opts.strict_fields && !list.is_empty() {
-                    return Err(ApiError::bad_request(format!("strict decoding error: {}", list.join(", "))));
-                }
-                if let Some(sink) = &opts.warnings {
-                    // This attempt's findings replace an earlier attempt's.
-                    *sink.lock().expect("warnings lock") = list;
-                }
-            }
-            let patched = normalized;
-            if meta::name(&patched) != meta::name(current) {
-                return Err(ApiError::bad_request("a patch may not change the name of the object"));
-            }
-            Ok(merge_update(info, current, &patched, &owned))
-        })
+        self.read_modify_write(
+            ctx,
+            info,
+            ns,
+            name,
+            None,
+            dry_run,
+            "patch",
+            subresource,
+            Record::Update,
+            move |current| {
+                let patched = apply_patch(current)?;
+                finish_patch(info, current, patched, &opts, &owned)
+            },
+        )
         .await
     }
 
+    /// Server-side apply of `config` (YAML or JSON) by the request's
+    /// manager: merged into the live object, or creating it. The flag says
+    /// whether it was created.
+    #[allow(clippy::too_many_arguments)]
+    pub async fn apply(
+        &self,
+        ctx: &Context,
+        info: &'static ResourceInfo,
+        namespace: &str,
+        name: &str,
+        config: &[u8],
+        subresource: &str,
+        opts: PatchOptions,
+    ) -> Result<(Value, bool), ApiError> {
+        let ns = self.scope(info, namespace)?;
+        self.authorize(ctx, "patch", info, subresource, ns.unwrap_or(""), name)?;
+        if !subresource.is_empty() && !info.has_subresource(subresource) {
+            return Err(ApiError::not_found(info, &format!("{name}/{subresource}")));
+        }
+        self.apply_scoped(ctx, info, ns, name, config, subresource, opts).await
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    async fn apply_scoped(
+        &self,
+        ctx: &Context,
+        info: &'static ResourceInfo,
+        ns: Option<&str>,
+        name: &str,
+        config: &[u8],
+        subresource: &str,
+        opts: PatchOptions,
+    ) -> Result<(Value, bool), ApiError> {
+        let mut config: Value = serde_yaml::from_slice(config)
+            .map_err(|e| ApiError::bad_request(format!("the apply configuration is not valid YAML or JSON: {e}")))?;
+        if !config.is_object() {
+            return Err(ApiError::bad_request("the apply configuration must be an object"));
+        }
+        let text = |k: &str| config.get(k).and_then(Value::as_str).unwrap_or_default().to_string();
+        if text("apiVersion") != info.api_version() || text("kind") != info.kind {
+            return Err(ApiError::bad_request(format!(
+                "the apply configuration must have apiVersion {:?} and kind {:?}, not {:?} and {:?}",
+                info.api_version(),
+                info.kind,
+                text("apiVersion"),
+                text("kind")
+            )));
+        }
+        match meta::name(&config) {
+            Some(n) if n != name => {
+                return Err(ApiError::bad_request(format!(
+                    "the name of the object ({n}) does not match the name on the URL ({name})"
+                )))
+            }
+            Some(_) => {}
+            None => meta::set_str(&mut config, "name", name),
+        }
+        if let (Some(ns), Some(b)) = (ns, meta::namespace(&config)) {
+            if ns != b {
+                return Err(ApiError::bad_request(
+                    "the namespace of the provided object does not match the namespace sent on the request",
+                ));
+            }
+        }
+        if config["metadata"].get("managedFields").is_some_and(|m| !m.is_null()) {
+            return Err(ApiError::bad_request("metadata.managedFields must be nil"));
+        }
+        let precondition = meta::resource_version(&config).map(parse_resource_version).transpose()?;
+        let (dry_run, force) = (opts.dry_run, opts.force);
+        let api_version = info.api_version();
+        for _ in 0..UPDATE_ATTEMPTS {
+            let now = meta::now_rfc3339();
+            let w = writer(info, ctx, subresource, &api_version, &now);
+            let owned = subresource.to_string();
+            let updated = self
+                .read_modify_write(
+                    ctx,
+                    info,
+                    ns,
+                    name,
+                    precondition,
+                    dry_run,
+                    "patch",
+                    subresource,
+                    Record::Done,
+                    |current| {
+                        let managers = managers_before(current, &Value::Null, "")?;
+                        let (mut merged, managers) =
+                            managed_fields::apply(info.kind_id, current, &config, managers, &w, force)?;
+                        managed_fields::encode(&managers, &mut merged);
+                        let mut next = finish_patch(info, current, merged, &opts, &owned)?;
+                        // A subresource write keeps the live managedFields: put the new ones back.
+                        managed_fields::encode(&managers, &mut next);
+                        Ok(next)
+                    },
+                )
+                .await;
+            match updated {
+                Err(e) if e.reason == skiff_api::Reason::NotFound && subresource.is_empty() => {}
+                other => return other.map(|v| (v, false)),
+            }
+            if precondition.is_some() {
+                return Err(not_found(info, name));
+            }
+            let (mut obj, managers) =
+                managed_fields::apply(info.kind_id, &Value::Null, &config, Vec::new(), &w, force)?;
+            meta::meta_mut(&mut obj).remove("resourceVersion");
+            match self.create_with(ctx, info, ns.unwrap_or(""), obj, dry_run, Some(managers)).await {
+                Err(e) if e.reason == skiff_api::Reason::AlreadyExists => continue,
+                other => return other.map(|v| (v, true)),
+            }
+        }
+        Err(ApiError::conflict(info, name, "too many concurrent writers; try again"))
+    }
+}
+
+/// The end of every patch: the patched document decoded into its type
+/// (unknown fields refused or reported per `fieldValidation`), then laid
+/// over the live object as an update is.
+fn finish_patch(
+    info: &'static ResourceInfo,
+    current: &Value,
+    patched: Value,
+    opts: &PatchOptions,
+    subresource: &str,
+) -> Result<Value, ApiError> {
+    if let Some(rv) = meta::resource_version(&patched) {
+        if Some(rv) != meta::resource_version(current) {
+            return Err(ApiError::conflict(
+                info,
+                meta::name(current).unwrap_or_default(),
+                "the object has been modified; please apply your changes to the latest version and try again",
+            ));
+        }
+    }
+    let normalized = validation::normalize(info, &patched)
+        .map_err(|e| ApiError::bad_request(format!("invalid {} after patching: {e}", info.kind)))?;
+    if opts.strict_fields || opts.warnings.is_some() {
+        let mut unknown = Vec::new();
+        unknown_fields(&patched, &normalized, "", &mut unknown);
+        let list: Vec<String> = unknown.iter().map(|f| format!("unknown field \"{f}\"")).collect();
+        if opts.strict_fields && !list.is_empty() {
+            return Err(ApiError::bad_request(format!("strict decoding error: {}", list.join(", "))));
+        }
+        if let Some(sink) = &opts.warnings {
+            // This attempt's findings replace an earlier attempt's.
+            *sink.lock().expect("warnings lock") = list;
+        }
+    }
+    let patched = normalized;
+    if meta::name(&patched) != meta::name(current) {
+        return Err(ApiError::bad_request("a patch may not change the name of the object"));
+    }
+    Ok(merge_update(info, current, &patched, subresource))
+}
+
+impl Registry {
     /// The optimistic loop shared by update and patch: read the object,
     /// compute the new one, write it if nobody wrote in between.
     #[allow(clippy::too_many_arguments)]
@@ -708,6 +980,7 @@ impl Registry {
         dry_run: bool,
         verb: &str,
         subresource: &str,
+        record: Record,
         change: impl Fn(&Value) -> Result<Value, ApiError>,
     ) -> Result<Value, ApiError> {
         let strategy = strategy::of(info.kind_id);
@@ -759,6 +1032,9 @@ impl Registry {
             self.security.admit(&attrs, &mut next, Some(&current))?;
             let chosen =
                 strategy.allocate(&mut next, Some(&current)).map_err(|e| ApiError::invalid(info, name, &[e]))?;
+            if record == Record::Update {
+                record_update(info, ctx, subresource, &current, &mut next)?;
+            }
             self.check_valid(info, &next, strategy.validate_update(info, &next, &current, subresource))?;
             meta::set_resource_version(&mut next, stored.mod_revision);
             if next == current {
@@ -1054,7 +1330,7 @@ impl Registry {
             .filter(|n| !n.is_empty())
             .ok_or_else(|| ApiError::invalid(info, name, &[FieldError::required("target.name", "")]))?;
         let node = node.to_string();
-        self.read_modify_write(ctx, info, ns, name, None, false, "create", "binding", move |current| {
+        self.read_modify_write(ctx, info, ns, name, None, false, "create", "binding", Record::Skip, move |current| {
             strategy::pod::bind(info, current, &node)
         })
         .await?;
@@ -1097,11 +1373,22 @@ impl Registry {
         }
         let precondition = meta::resource_version(&scale).map(parse_resource_version).transpose()?;
         let updated = self
-            .read_modify_write(ctx, info, ns, name, precondition, dry_run, "update", "scale", move |current| {
-                let mut next = current.clone();
-                next["spec"]["replicas"] = json!(replicas);
-                Ok(next)
-            })
+            .read_modify_write(
+                ctx,
+                info,
+                ns,
+                name,
+                precondition,
+                dry_run,
+                "update",
+                "scale",
+                Record::Update,
+                move |current| {
+                    let mut next = current.clone();
+                    next["spec"]["replicas"] = json!(replicas);
+                    Ok(next)
+                },
+            )
             .await?;
         Ok(scale_of(&updated))
     }
@@ -1264,7 +1551,8 @@ fn merge_update(info: &ResourceInfo, current: &Value, body: &Value, subresource:
             }
         }
     }
-    m.remove("managedFields");
+    // managedFields stay as the body has them: the write's bookkeeping
+    // starts from them if the client set them (see `managers_before`).
     m.remove("resourceVersion");
     if let Some(rv) = cm.get("resourceVersion") {
         m.insert("resourceVersion".into(), rv.clone());

@@ -722,3 +722,42 @@ async fn authorization_and_admission_layers_can_refuse_and_mutate() {
     client.get(cms, "sec", "ok").await.unwrap();
     assert_eq!(api(client.get(cms, "sec", "no").await.unwrap_err()).reason, Reason::NotFound);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn writes_record_their_managers_and_a_server_side_apply_conflicts_with_them() {
+    let cluster = InProcessCluster::spawn(3).await;
+    let client = client(&cluster).await;
+    must_namespace(&client, "own").await;
+    let cms = of(Kind::ConfigMap);
+    let created = client.create(cms, "own", &configmap("own", "c", json!({"a": "b"}))).await.unwrap();
+    let entries = created["metadata"]["managedFields"].as_array().expect("a create records its manager");
+    assert_eq!(entries.len(), 1);
+    assert_eq!(entries[0]["operation"], "Update");
+    assert_eq!(entries[0]["apiVersion"], "v1");
+    assert_eq!(
+        entries[0]["fieldsV1"],
+        json!({"f:data": {".": {}, "f:k": {}}, "f:metadata": {"f:labels": {".": {}, "f:a": {}}}})
+    );
+    let manager = entries[0]["manager"].as_str().unwrap().to_string();
+
+    let config =
+        |data: Value| json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}, "data": data});
+    let applied = client.patch(cms, "own", "c", "apply", &config(json!({"x": "1"})), "").await.unwrap();
+    assert_eq!(applied["data"], json!({"k": "v", "x": "1"}), "an apply merges into the live object");
+    assert_eq!(applied["metadata"]["managedFields"][0]["operation"], "Apply");
+    assert_eq!(applied["metadata"]["managedFields"][0]["fieldsV1"], json!({"f:data": {"f:x": {}}}));
+
+    let err = api(client.patch(cms, "own", "c", "apply", &config(json!({"k": "changed"})), "").await.unwrap_err());
+    assert_eq!(err.reason, Reason::Conflict);
+    assert_eq!(err.message, format!("Apply failed with 1 conflict: conflict with \"{manager}\" using v1: .data.k"));
+    assert_eq!(client.get(cms, "own", "c").await.unwrap()["data"]["k"], "v", "a conflict writes nothing");
+
+    // Applying what no longer names x removes it; an apply creates a missing object.
+    let applied = client.patch(cms, "own", "c", "apply", &config(json!({"k": "v"})), "").await.unwrap();
+    assert_eq!(applied["data"], json!({"k": "v"}));
+    let fresh = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "fresh"}, "data": {"z": "1"}});
+    let made = client.patch(cms, "own", "fresh", "apply", &fresh, "").await.unwrap();
+    assert_eq!(made["data"]["z"], "1");
+    assert!(rv(&made) > 0);
+    assert_eq!(made["metadata"]["managedFields"].as_array().unwrap().len(), 1);
+}

@@ -193,7 +193,10 @@ async fn stream_to_node(
     parts: &mut axum::http::request::Parts,
     (namespace, pod, sub): (String, String, String),
 ) -> Result<Response, ApiError> {
-    let ctx = Context { user: state.registry.security().authenticate(&credentials(&parts.headers))? };
+    let user = state.registry.security().authenticate(&credentials(&parts.headers))?;
+    // Logs and exec write nothing; the manager is only for completeness.
+    let agent = parts.headers.get(header::USER_AGENT).and_then(|v| v.to_str().ok()).unwrap_or_default();
+    let ctx = Context { user, field_manager: crate::registry::manager_from_user_agent(agent) };
     let pairs = node_proxy::query_pairs(parts.uri.query());
     let container = pairs.iter().rev().find(|(k, _)| k == "container").map(|(_, v)| v.as_str());
     match sub.as_str() {
@@ -509,7 +512,21 @@ impl Request<'_> {
     }
 
     fn context(&self) -> Result<Context, ApiError> {
-        Ok(Context { user: self.state.registry.security().authenticate(&credentials(self.headers))? })
+        let user = self.state.registry.security().authenticate(&credentials(self.headers))?;
+        let field_manager = match self.param("fieldManager") {
+            "" => {
+                let agent = self.headers.get(header::USER_AGENT).and_then(|v| v.to_str().ok()).unwrap_or_default();
+                crate::registry::manager_from_user_agent(agent)
+            }
+            m if m.chars().count() > 128 => {
+                return Err(ApiError::new(
+                    Reason::Invalid,
+                    format!("fieldManager: Invalid value: {m:?}: must be no more than 128 characters"),
+                ))
+            }
+            m => m.to_string(),
+        };
+        Ok(Context { user, field_manager })
     }
 
     fn table(&self, objects: &[Value], resource_version: Option<String>, continue_token: Option<String>) -> Value {
@@ -599,14 +616,30 @@ impl Request<'_> {
                 }
                 let mode = self.param("fieldValidation");
                 let sink = (mode == "Warn").then(Default::default);
-                let opts =
-                    PatchOptions { dry_run: self.dry_run()?, strict_fields: mode == "Strict", warnings: sink.clone() };
-                let patched = registry.patch(&ctx, info, ns, name, patch_type, &body, sub.unwrap_or(""), opts).await?;
+                let opts = PatchOptions {
+                    dry_run: self.dry_run()?,
+                    strict_fields: mode == "Strict",
+                    warnings: sink.clone(),
+                    force: self.flag("force"),
+                };
+                let sub = sub.unwrap_or("");
+                let (patched, created) = if patch_type == PatchType::Apply {
+                    if self.param("fieldManager").is_empty() {
+                        return Err(ApiError::new(
+                            Reason::Invalid,
+                            "PatchOptions.meta.k8s.io \"\" is invalid: fieldManager: Required value: is required for apply patch",
+                        ));
+                    }
+                    registry.apply(&ctx, info, ns, name, &body, sub, opts).await?
+                } else {
+                    (registry.patch(&ctx, info, ns, name, patch_type, &body, sub, opts).await?, false)
+                };
                 if let Some(sink) = sink {
                     let found = std::mem::take(&mut *sink.lock().expect("warnings lock"));
                     self.warnings.lock().expect("warnings lock").extend(found);
                 }
-                Ok(self.warned(self.object_response(StatusCode::OK, &patched)))
+                let status = if created { StatusCode::CREATED } else { StatusCode::OK };
+                Ok(self.warned(self.object_response(status, &patched)))
             }
             ("delete", Some(name), None) => {
                 let opts = self.delete_options(&body)?;

@@ -1,0 +1,884 @@
+//! Field ownership and server-side apply, as Kubernetes does them
+//! (structured-merge-diff under `metadata.managedFields`). Pure functions on
+//! JSON; the registry calls [`update`] on every write and [`apply`] for an
+//! `application/apply-patch+yaml` PATCH.
+//!
+//! # How ownership flows
+//!
+//! Every writer is a *manager*: a name (`kubectl`, `kubectl-edit`, …), an
+//! operation ([`Operation::Apply`] or [`Operation::Update`]), an apiVersion
+//! and a subresource (`status`). Each owns a [`FieldSet`].
+//!
+//! - An **update** (create, PUT, merge/strategic/JSON patch) compares the
+//!   object before and after: the writer gains every field it added or
+//!   changed and every other manager loses them (an update never
+//!   conflicts); fields removed are removed from everyone.
+//! - An **apply** merges the applied configuration into the live object by
+//!   the schema's list markers ([`schema`](self#schema)): list-maps merge
+//!   element by element on their keys, set-lists by value, other lists are
+//!   replaced whole. A field the merge changes or adds that another manager
+//!   owns is a *conflict*: the apply fails with 409 listing them, unless
+//!   `force` moves their ownership to the applier. The applier then owns
+//!   exactly the fields of its configuration; a field it applied last time
+//!   and applies no more is removed from the object, unless another manager
+//!   still owns it (or something below it).
+//!
+//! Server-set metadata (`name`, `uid`, `resourceVersion`, …) is owned by
+//! no one, as are `status` fields written through the main resource of a
+//! kind with a status subresource and anything but `status` written through
+//! that subresource.
+//!
+//! # Schema
+//!
+//! Which lists are maps (and on which keys), sets or atomic, and which
+//! structs are atomic, comes from a static table of the built-in kinds'
+//! `x-kubernetes-list-type` / `x-kubernetes-list-map-keys` /
+//! `x-kubernetes-map-type` markers. Fields the table does not know are
+//! granular maps and atomic lists, as for an unknown schema.
+
+use serde_json::{json, Map, Value};
+
+use crate::fieldpath::{FieldSet, FieldsError, Path, PathElement};
+use crate::resources::Kind;
+use crate::status::{ApiError, Cause, Details, Reason};
+
+// ---------------------------------------------------------------------------
+// Schema
+
+/// The types whose fields carry markers or lead to types that do.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Ty {
+    /// No markers known: maps are granular, lists atomic.
+    Any,
+    /// `x-kubernetes-map-type: atomic` (or a struct marked atomic): owned
+    /// and replaced as one value.
+    Atomic,
+    Root(Kind),
+    ObjectMeta,
+    /// `spec` of a Deployment, ReplicaSet, ReplicationController, DaemonSet or Job.
+    WorkloadSpec,
+    CronJobSpec,
+    JobTemplateSpec,
+    PodTemplateSpec,
+    PodSpec,
+    Container,
+    EnvVar,
+    EnvVarSource,
+    Resources,
+    Affinity,
+    NodeAffinity,
+    TopologySpreadConstraint,
+    ServiceSpec,
+    NodeSpec,
+    PodStatus,
+    NodeStatus,
+    /// A status whose only marked list is `conditions` (by `type`).
+    ConditionsStatus,
+}
+
+impl Ty {
+    /// Whether the type is a struct of its own (not a free-form map): its
+    /// node is not itself owned when added, only its fields.
+    fn is_struct(self) -> bool {
+        !matches!(self, Ty::Any | Ty::Atomic)
+    }
+}
+
+/// How a list field merges (`x-kubernetes-list-type`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum ListType {
+    Atomic,
+    /// Elements are identified by their value.
+    Set,
+    /// Elements are identified by these key fields (`x-kubernetes-list-map-keys`).
+    Map(&'static [&'static str]),
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Field {
+    ty: Ty,
+    list: ListType,
+}
+
+const PLAIN: Field = Field { ty: Ty::Any, list: ListType::Atomic };
+
+const fn typed(ty: Ty) -> Field {
+    Field { ty, list: ListType::Atomic }
+}
+
+const fn map_list(ty: Ty, keys: &'static [&'static str]) -> Field {
+    Field { ty, list: ListType::Map(keys) }
+}
+
+const SET: Field = Field { ty: Ty::Any, list: ListType::Set };
+const ATOMIC: Field = typed(Ty::Atomic);
+
+static FIELDS: &[(Ty, &str, Field)] = &[
+    (Ty::ObjectMeta, "ownerReferences", map_list(Ty::Atomic, &["uid"])),
+    (Ty::ObjectMeta, "finalizers", SET),
+    (Ty::ObjectMeta, "managedFields", ATOMIC),
+    (Ty::WorkloadSpec, "selector", ATOMIC),
+    (Ty::WorkloadSpec, "template", typed(Ty::PodTemplateSpec)),
+    (Ty::CronJobSpec, "jobTemplate", typed(Ty::JobTemplateSpec)),
+    (Ty::JobTemplateSpec, "metadata", typed(Ty::ObjectMeta)),
+    (Ty::JobTemplateSpec, "spec", typed(Ty::WorkloadSpec)),
+    (Ty::PodTemplateSpec, "metadata", typed(Ty::ObjectMeta)),
+    (Ty::PodTemplateSpec, "spec", typed(Ty::PodSpec)),
+    (Ty::PodSpec, "containers", map_list(Ty::Container, &["name"])),
+    (Ty::PodSpec, "initContainers", map_list(Ty::Container, &["name"])),
+    (Ty::PodSpec, "ephemeralContainers", map_list(Ty::Container, &["name"])),
+    (Ty::PodSpec, "volumes", map_list(Ty::Any, &["name"])),
+    (Ty::PodSpec, "imagePullSecrets", map_list(Ty::Atomic, &["name"])),
+    (Ty::PodSpec, "hostAliases", map_list(Ty::Any, &["ip"])),
+    (
+        Ty::PodSpec,
+        "topologySpreadConstraints",
+        map_list(Ty::TopologySpreadConstraint, &["topologyKey", "whenUnsatisfiable"]),
+    ),
+    (Ty::PodSpec, "schedulingGates", map_list(Ty::Any, &["name"])),
+    (Ty::PodSpec, "resourceClaims", map_list(Ty::Any, &["name"])),
+    (Ty::PodSpec, "nodeSelector", ATOMIC),
+    (Ty::PodSpec, "affinity", typed(Ty::Affinity)),
+    (Ty::Affinity, "nodeAffinity", typed(Ty::NodeAffinity)),
+    (Ty::NodeAffinity, "requiredDuringSchedulingIgnoredDuringExecution", ATOMIC),
+    (Ty::TopologySpreadConstraint, "labelSelector", ATOMIC),
+    (Ty::Container, "ports", map_list(Ty::Any, &["containerPort", "protocol"])),
+    (Ty::Container, "env", map_list(Ty::EnvVar, &["name"])),
+    (Ty::Container, "volumeMounts", map_list(Ty::Any, &["mountPath"])),
+    (Ty::Container, "volumeDevices", map_list(Ty::Any, &["devicePath"])),
+    (Ty::Container, "resources", typed(Ty::Resources)),
+    (Ty::Resources, "claims", map_list(Ty::Any, &["name"])),
+    (Ty::EnvVar, "valueFrom", typed(Ty::EnvVarSource)),
+    (Ty::EnvVarSource, "configMapKeyRef", ATOMIC),
+    (Ty::EnvVarSource, "secretKeyRef", ATOMIC),
+    (Ty::EnvVarSource, "fieldRef", ATOMIC),
+    (Ty::EnvVarSource, "resourceFieldRef", ATOMIC),
+    (Ty::ServiceSpec, "ports", map_list(Ty::Any, &["port", "protocol"])),
+    (Ty::ServiceSpec, "selector", ATOMIC),
+    (Ty::NodeSpec, "podCIDRs", SET),
+    (Ty::PodStatus, "conditions", map_list(Ty::Any, &["type"])),
+    (Ty::PodStatus, "podIPs", map_list(Ty::Any, &["ip"])),
+    (Ty::NodeStatus, "conditions", map_list(Ty::Any, &["type"])),
+    (Ty::NodeStatus, "addresses", map_list(Ty::Any, &["type"])),
+    (Ty::ConditionsStatus, "conditions", map_list(Ty::Any, &["type"])),
+];
+
+/// Key fields with a default (`protocol` of ports): an element without
+/// them is keyed as if it had the default, as Kubernetes keys it.
+fn key_default(key: &str) -> Option<Value> {
+    (key == "protocol").then(|| json!("TCP"))
+}
+
+fn root_field(kind: Kind, name: &str) -> Field {
+    use Kind::*;
+    match (kind, name) {
+        (_, "metadata") => typed(Ty::ObjectMeta),
+        (Pod, "spec") => typed(Ty::PodSpec),
+        (Deployment | ReplicaSet | ReplicationController | DaemonSet | Job, "spec") => typed(Ty::WorkloadSpec),
+        (CronJob, "spec") => typed(Ty::CronJobSpec),
+        (Service, "spec") => typed(Ty::ServiceSpec),
+        (Node, "spec") => typed(Ty::NodeSpec),
+        (Pod, "status") => typed(Ty::PodStatus),
+        (Node, "status") => typed(Ty::NodeStatus),
+        (Namespace | Service | Deployment | ReplicaSet | ReplicationController | DaemonSet, "status") => {
+            typed(Ty::ConditionsStatus)
+        }
+        (ServiceAccount, "secrets") => map_list(Ty::Any, &["name"]),
+        _ => PLAIN,
+    }
+}
+
+fn field(ty: Ty, name: &str) -> Field {
+    match ty {
+        Ty::Any | Ty::Atomic => PLAIN,
+        Ty::Root(kind) => root_field(kind, name),
+        _ => FIELDS.iter().find(|(t, n, _)| *t == ty && *n == name).map_or(PLAIN, |(_, _, f)| *f),
+    }
+}
+
+/// The path element of a list element, `None` if a list-map element lacks
+/// a key field (and it has no default).
+fn element(item: &Value, list: ListType, index: usize) -> Option<PathElement> {
+    match list {
+        ListType::Atomic => Some(PathElement::Index(index)),
+        ListType::Set => Some(PathElement::value(item)),
+        ListType::Map(keys) => {
+            let m = item.as_object()?;
+            let values: Vec<Value> = keys
+                .iter()
+                .map(|k| m.get(*k).filter(|v| !v.is_null()).cloned().or_else(|| key_default(k)))
+                .collect::<Option<_>>()?;
+            let fields: Vec<(&str, &Value)> = keys.iter().copied().zip(values.iter()).collect();
+            Some(PathElement::key(&fields))
+        }
+    }
+}
+
+/// The element of a list, falling back to its index when it has no key.
+fn element_or_index(item: &Value, list: ListType, index: usize) -> PathElement {
+    element(item, list, index).unwrap_or(PathElement::Index(index))
+}
+
+// ---------------------------------------------------------------------------
+// Field sets of values
+
+/// Why an applied configuration cannot be applied (before any conflict).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ApplyError {
+    #[error("the apply configuration must be a JSON or YAML object")]
+    NotAnObject,
+    #[error("{path}: element {index} of an associative list with keys {keys:?} omits a key field")]
+    MissingKey { path: String, index: usize, keys: &'static [&'static str] },
+    #[error("{path}: duplicate entries for key {key}")]
+    DuplicateKey { path: String, key: String },
+    #[error("Apply failed with {} conflict{}: {}", .0.len(), if .0.len() == 1 { "" } else { "s" }, conflict_message(.0))]
+    Conflicts(Vec<Conflict>),
+}
+
+/// A field another manager owns that an apply would change.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Conflict {
+    /// The manager as Kubernetes prints it: `"kubectl"`, or
+    /// `"kubectl-client-side-apply" using v1` for an Update manager.
+    pub manager: String,
+    pub path: Path,
+}
+
+fn conflict_message(conflicts: &[Conflict]) -> String {
+    if let [c] = conflicts {
+        return format!("conflict with {}: {}", c.manager, c.path);
+    }
+    let mut managers: Vec<&str> = conflicts.iter().map(|c| c.manager.as_str()).collect();
+    managers.sort();
+    managers.dedup();
+    let mut lines = Vec::new();
+    for m in managers {
+        lines.push(format!("conflicts with {m}"));
+        lines.extend(conflicts.iter().filter(|c| c.manager == m).map(|c| format!("- {}", c.path)));
+    }
+    lines.join("\n")
+}
+
+impl From<ApplyError> for ApiError {
+    fn from(e: ApplyError) -> ApiError {
+        match &e {
+            ApplyError::Conflicts(conflicts) => {
+                let causes = conflicts
+                    .iter()
+                    .map(|c| Cause {
+                        kind: "FieldManagerConflict".into(),
+                        message: format!("conflict with {}", c.manager),
+                        field: c.path.to_string(),
+                    })
+                    .collect();
+                ApiError {
+                    reason: Reason::Conflict,
+                    message: e.to_string(),
+                    details: Some(Box::new(Details { causes, ..Default::default() })),
+                }
+            }
+            _ => ApiError::new(Reason::Invalid, e.to_string()),
+        }
+    }
+}
+
+/// Inserts the fields `v` specifies below `path`: its leaves (scalars,
+/// empty maps, atomic values) and every element of a granular list.
+/// With `strict`, list-map elements without keys and duplicate keys are
+/// errors (an applied configuration); otherwise they are keyed by index.
+fn collect(v: &Value, ty: Ty, path: &Path, out: &mut FieldSet, strict: bool) -> Result<(), ApplyError> {
+    match v {
+        Value::Object(m) if ty != Ty::Atomic && !m.is_empty() => {
+            for (k, child) in m {
+                collect_field(child, field(ty, k), &path.child(PathElement::field(k)), out, strict)?;
+            }
+            Ok(())
+        }
+        _ => {
+            out.insert(path.clone());
+            Ok(())
+        }
+    }
+}
+
+fn collect_field(v: &Value, f: Field, path: &Path, out: &mut FieldSet, strict: bool) -> Result<(), ApplyError> {
+    match (v, f.list) {
+        (Value::Array(items), ListType::Set | ListType::Map(_)) => {
+            let mut seen = std::collections::HashSet::new();
+            for (i, item) in items.iter().enumerate() {
+                let e = match (element(item, f.list, i), f.list) {
+                    (Some(e), _) => e,
+                    (None, ListType::Map(keys)) if strict => {
+                        return Err(ApplyError::MissingKey { path: path.to_string(), index: i, keys })
+                    }
+                    (None, _) => PathElement::Index(i),
+                };
+                if strict && !seen.insert(e.clone()) {
+                    return Err(ApplyError::DuplicateKey { path: path.to_string(), key: e.to_string() });
+                }
+                let p = path.child(e);
+                out.insert(p.clone());
+                if f.list != ListType::Set {
+                    collect(item, f.ty, &p, out, strict)?;
+                }
+            }
+            Ok(())
+        }
+        _ => collect(v, f.ty, path, out, strict),
+    }
+}
+
+/// Inserts `path` and everything below it: what an added or removed
+/// subtree contributes to a comparison. Struct nodes are not themselves
+/// inserted, only their fields.
+fn collect_all(v: &Value, f: Field, path: &Path, out: &mut FieldSet, element: bool) {
+    if element || !f.ty.is_struct() {
+        out.insert(path.clone());
+    }
+    match (v, f.list) {
+        (Value::Array(items), ListType::Set | ListType::Map(_)) => {
+            for (i, item) in items.iter().enumerate() {
+                let p = path.child(element_or_index(item, f.list, i));
+                if f.list == ListType::Set {
+                    out.insert(p);
+                } else {
+                    collect_all(item, typed(f.ty), &p, out, true);
+                }
+            }
+        }
+        (Value::Object(m), _) if f.ty != Ty::Atomic => {
+            if m.is_empty() {
+                out.insert(path.clone());
+            }
+            for (k, child) in m {
+                collect_all(child, field(f.ty, k), &path.child(PathElement::field(k)), out, false);
+            }
+        }
+        _ => out.insert(path.clone()),
+    }
+}
+
+/// The fields an object or applied configuration of `kind` specifies.
+pub fn field_set(kind: Kind, v: &Value) -> FieldSet {
+    let mut out = FieldSet::new();
+    // Never fails when not strict.
+    let _ = collect(v, Ty::Root(kind), &Path::default(), &mut out, false);
+    out
+}
+
+/// The fields an applied configuration specifies; list-map elements must
+/// carry their keys, once each.
+pub fn config_field_set(kind: Kind, config: &Value) -> Result<FieldSet, ApplyError> {
+    let mut out = FieldSet::new();
+    collect(config, Ty::Root(kind), &Path::default(), &mut out, true)?;
+    Ok(out)
+}
+
+// ---------------------------------------------------------------------------
+// Merge, compare, remove
+
+/// Equality of JSON values, numbers by value.
+fn same(a: &Value, b: &Value) -> bool {
+    match (a, b) {
+        (Value::Number(x), Value::Number(y)) => x == y || x.as_f64() == y.as_f64(),
+        (Value::Array(x), Value::Array(y)) => x.len() == y.len() && x.iter().zip(y).all(|(a, b)| same(a, b)),
+        (Value::Object(x), Value::Object(y)) => {
+            x.len() == y.len() && x.iter().all(|(k, v)| y.get(k).is_some_and(|w| same(v, w)))
+        }
+        _ => a == b,
+    }
+}
+
+/// Merges an applied configuration into the live object of `kind`: maps
+/// merge field by field, list-maps and set-lists element by element, every
+/// other value of the configuration replaces the live one.
+pub fn merge(kind: Kind, live: &Value, config: &Value) -> Value {
+    merge_value(live, config, Ty::Root(kind))
+}
+
+fn merge_value(live: &Value, config: &Value, ty: Ty) -> Value {
+    match (live, config) {
+        (Value::Object(l), Value::Object(c)) if ty != Ty::Atomic => {
+            let mut out = l.clone();
+            for (k, cv) in c {
+                let merged = match l.get(k) {
+                    Some(lv) => merge_field(lv, cv, field(ty, k)),
+                    None => cv.clone(),
+                };
+                out.insert(k.clone(), merged);
+            }
+            Value::Object(out)
+        }
+        _ => config.clone(),
+    }
+}
+
+fn merge_field(live: &Value, config: &Value, f: Field) -> Value {
+    match (live, config, f.list) {
+        (Value::Array(l), Value::Array(c), ListType::Set | ListType::Map(_)) => {
+            let key = |items: &[Value]| -> Vec<PathElement> {
+                items.iter().enumerate().map(|(i, v)| element_or_index(v, f.list, i)).collect()
+            };
+            let (lkeys, ckeys) = (key(l), key(c));
+            let mut out = Vec::with_capacity(l.len() + c.len());
+            let mut emitted = vec![false; c.len()];
+            // Live order; an element new to the list goes just before the
+            // first live element that follows it in the configuration.
+            for (li, lv) in l.iter().enumerate() {
+                match ckeys.iter().position(|k| *k == lkeys[li]) {
+                    Some(ci) => {
+                        for cj in 0..ci {
+                            if !emitted[cj] && !lkeys.contains(&ckeys[cj]) {
+                                emitted[cj] = true;
+                                out.push(c[cj].clone());
+                            }
+                        }
+                        emitted[ci] = true;
+                        out.push(if f.list == ListType::Set { lv.clone() } else { merge_value(lv, &c[ci], f.ty) });
+                    }
+                    None => out.push(lv.clone()),
+                }
+            }
+            for (cj, cv) in c.iter().enumerate() {
+                if !emitted[cj] && !lkeys.contains(&ckeys[cj]) {
+                    out.push(cv.clone());
+                }
+            }
+            Value::Array(out)
+        }
+        _ => merge_value(live, config, f.ty),
+    }
+}
+
+/// What changed between two versions of an object.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Comparison {
+    pub added: FieldSet,
+    pub modified: FieldSet,
+    pub removed: FieldSet,
+}
+
+/// Compares two versions of an object of `kind`, field by field and
+/// list element by list element.
+pub fn compare(kind: Kind, old: &Value, new: &Value) -> Comparison {
+    let mut c = Comparison::default();
+    compare_field(Some(old), Some(new), typed(Ty::Root(kind)), &Path::default(), &mut c);
+    c
+}
+
+fn compare_field(old: Option<&Value>, new: Option<&Value>, f: Field, path: &Path, c: &mut Comparison) {
+    match (old, new) {
+        (None, None) => {}
+        (None, Some(n)) => collect_all(n, f, path, &mut c.added, false),
+        (Some(o), None) => collect_all(o, f, path, &mut c.removed, false),
+        (Some(Value::Array(o)), Some(Value::Array(n))) if f.list != ListType::Atomic => {
+            let (o, n) = (keyed(o, f.list), keyed(n, f.list));
+            for (e, ov) in &o {
+                let p = path.child(e.clone());
+                match n.iter().find(|(k, _)| k == e) {
+                    Some((_, nv)) if f.list != ListType::Set => compare_field(Some(ov), Some(nv), typed(f.ty), &p, c),
+                    Some(_) => {}
+                    None if f.list == ListType::Set => c.removed.insert(p),
+                    None => collect_all(ov, typed(f.ty), &p, &mut c.removed, true),
+                }
+            }
+            for (e, nv) in &n {
+                if !o.iter().any(|(k, _)| k == e) {
+                    let p = path.child(e.clone());
+                    if f.list == ListType::Set {
+                        c.added.insert(p);
+                    } else {
+                        collect_all(nv, typed(f.ty), &p, &mut c.added, true);
+                    }
+                }
+            }
+        }
+        (Some(Value::Object(o)), Some(Value::Object(n))) if f.ty != Ty::Atomic && !(o.is_empty() && n.is_empty()) => {
+            for (k, ov) in o {
+                compare_field(Some(ov), n.get(k), field(f.ty, k), &path.child(PathElement::field(k)), c);
+            }
+            for (k, nv) in n {
+                if !o.contains_key(k) {
+                    compare_field(None, Some(nv), field(f.ty, k), &path.child(PathElement::field(k)), c);
+                }
+            }
+        }
+        (Some(o), Some(n)) => {
+            if !same(o, n) {
+                c.modified.insert(path.clone());
+            }
+        }
+    }
+}
+
+fn keyed(items: &[Value], list: ListType) -> Vec<(PathElement, &Value)> {
+    items.iter().enumerate().map(|(i, v)| (element_or_index(v, list, i), v)).collect()
+}
+
+/// Removes the field or list element at `path` from `obj`; `false` if it
+/// was not there.
+fn remove_path(kind: Kind, obj: &mut Value, path: &Path) -> bool {
+    fn walk(v: &mut Value, f: Field, rest: &[PathElement]) -> bool {
+        let Some((first, tail)) = rest.split_first() else { return false };
+        match (v, first) {
+            (Value::Object(m), PathElement::Field(name)) => {
+                let child = field(f.ty, name);
+                if tail.is_empty() {
+                    return m.remove(name).is_some();
+                }
+                m.get_mut(name).is_some_and(|c| walk(c, child, tail))
+            }
+            (Value::Array(items), e) => {
+                let Some(i) = items.iter().enumerate().position(|(i, item)| element_or_index(item, f.list, i) == *e)
+                else {
+                    return false;
+                };
+                if tail.is_empty() {
+                    items.remove(i);
+                    return true;
+                }
+                walk(&mut items[i], typed(f.ty), tail)
+            }
+            _ => false,
+        }
+    }
+    walk(obj, typed(Ty::Root(kind)), &path.0)
+}
+
+/// The value at `path`, if any.
+fn value_at<'a>(kind: Kind, obj: &'a Value, path: &Path) -> Option<&'a Value> {
+    let mut v = obj;
+    let mut f = typed(Ty::Root(kind));
+    for e in &path.0 {
+        match (v, e) {
+            (Value::Object(m), PathElement::Field(name)) => {
+                f = field(f.ty, name);
+                v = m.get(name)?;
+            }
+            (Value::Array(items), e) => {
+                v = items.iter().enumerate().find(|(i, item)| element_or_index(item, f.list, *i) == *e)?.1;
+                f = typed(f.ty);
+            }
+            _ => return None,
+        }
+    }
+    Some(v)
+}
+
+// ---------------------------------------------------------------------------
+// Managers
+
+/// `Apply` or `Update`, as in `managedFields[].operation`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Operation {
+    Apply,
+    Update,
+}
+
+/// One entry of `metadata.managedFields`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Manager {
+    pub name: String,
+    pub operation: Operation,
+    pub api_version: String,
+    /// `status`, `scale`, or empty for the main resource.
+    pub subresource: String,
+    /// RFC 3339, when the manager last changed the object.
+    pub time: Option<String>,
+    pub fields: FieldSet,
+}
+
+/// Who is writing: the identity of the manager the write is recorded under.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Writer<'a> {
+    pub manager: &'a str,
+    pub api_version: &'a str,
+    pub subresource: &'a str,
+    /// Whether `status` belongs to a status subresource, so that writes to
+    /// the main resource own none of it.
+    pub status_subresource: bool,
+    /// The time to record, RFC 3339.
+    pub now: &'a str,
+}
+
+impl Manager {
+    /// Kubernetes keys managers by name, operation, subresource and, for
+    /// Update managers, apiVersion.
+    fn is(&self, name: &str, operation: Operation, api_version: &str, subresource: &str) -> bool {
+        self.name == name
+            && self.operation == operation
+            && self.subresource == subresource
+            && (operation == Operation::Apply || self.api_version == api_version)
+    }
+
+    /// As conflict messages print it.
+    pub fn display(&self) -> String {
+        let mut s = format!("{:?}", self.name);
+        if !self.subresource.is_empty() {
+            s.push_str(&format!(" with subresource {:?}", self.subresource));
+        }
+        if self.operation == Operation::Update {
+            s.push_str(&format!(" using {}", self.api_version));
+        }
+        s
+    }
+}
+
+/// Why `metadata.managedFields` could not be read.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ManagedFieldsError {
+    #[error("metadata.managedFields must be a list of ManagedFieldsEntry")]
+    NotAList,
+    #[error("metadata.managedFields[{index}]: {reason}")]
+    Entry { index: usize, reason: String },
+    #[error("metadata.managedFields[{index}].fieldsV1: {source}")]
+    Fields {
+        index: usize,
+        #[source]
+        source: FieldsError,
+    },
+}
+
+/// The managers recorded in `obj`; `None` when it has no (or an empty)
+/// `metadata.managedFields`.
+pub fn decode(obj: &Value) -> Result<Option<Vec<Manager>>, ManagedFieldsError> {
+    let entries = match obj.get("metadata").and_then(|m| m.get("managedFields")) {
+        None | Some(Value::Null) => return Ok(None),
+        Some(Value::Array(a)) if a.is_empty() => return Ok(None),
+        Some(Value::Array(a)) => a,
+        Some(_) => return Err(ManagedFieldsError::NotAList),
+    };
+    let mut out = Vec::with_capacity(entries.len());
+    for (index, e) in entries.iter().enumerate() {
+        let text = |k: &str| e.get(k).and_then(Value::as_str).unwrap_or_default().to_string();
+        let operation = match text("operation").as_str() {
+            "Apply" => Operation::Apply,
+            "Update" | "" => Operation::Update,
+            other => return Err(ManagedFieldsError::Entry { index, reason: format!("unknown operation {other:?}") }),
+        };
+        if !matches!(text("fieldsType").as_str(), "FieldsV1" | "") {
+            return Err(ManagedFieldsError::Entry { index, reason: "fieldsType must be FieldsV1".into() });
+        }
+        let fields = match e.get("fieldsV1") {
+            None | Some(Value::Null) => FieldSet::new(),
+            Some(v) => FieldSet::from_fields_v1(v).map_err(|source| ManagedFieldsError::Fields { index, source })?,
+        };
+        out.push(Manager {
+            name: text("manager"),
+            operation,
+            api_version: text("apiVersion"),
+            subresource: text("subresource"),
+            time: e.get("time").and_then(Value::as_str).map(str::to_string),
+            fields,
+        });
+    }
+    Ok(Some(out))
+}
+
+/// Writes `managers` into `obj`'s `metadata.managedFields`, in Kubernetes'
+/// order (Apply before Update, then oldest first), dropping managers that
+/// own nothing.
+pub fn encode(managers: &[Manager], obj: &mut Value) {
+    let mut kept: Vec<&Manager> = managers.iter().filter(|m| !m.fields.is_empty()).collect();
+    kept.sort_by(|a, b| {
+        (a.operation, &a.time, &a.name, &a.api_version, &a.subresource).cmp(&(
+            b.operation,
+            &b.time,
+            &b.name,
+            &b.api_version,
+            &b.subresource,
+        ))
+    });
+    let entries: Vec<Value> = kept
+        .iter()
+        .map(|m| {
+            let mut e = Map::new();
+            e.insert("manager".into(), json!(m.name));
+            e.insert("operation".into(), json!(if m.operation == Operation::Apply { "Apply" } else { "Update" }));
+            e.insert("apiVersion".into(), json!(m.api_version));
+            if let Some(t) = &m.time {
+                e.insert("time".into(), json!(t));
+            }
+            e.insert("fieldsType".into(), json!("FieldsV1"));
+            e.insert("fieldsV1".into(), m.fields.to_fields_v1());
+            if !m.subresource.is_empty() {
+                e.insert("subresource".into(), json!(m.subresource));
+            }
+            Value::Object(e)
+        })
+        .collect();
+    let Some(meta) = obj.get_mut("metadata").and_then(Value::as_object_mut) else { return };
+    if entries.is_empty() {
+        meta.remove("managedFields");
+    } else {
+        meta.insert("managedFields".into(), Value::Array(entries));
+    }
+}
+
+/// Server-set metadata no manager owns.
+const SERVER_METADATA: [&str; 8] =
+    ["name", "namespace", "uid", "resourceVersion", "generation", "creationTimestamp", "managedFields", "selfLink"];
+
+/// Whether a write by `w` can own `path`.
+fn ownable(w: &Writer, path: &Path) -> bool {
+    let first = |name: &str| matches!(path.0.first(), Some(PathElement::Field(f)) if f == name);
+    if first("apiVersion") || first("kind") {
+        return false;
+    }
+    if first("metadata") {
+        if let Some(PathElement::Field(f)) = path.0.get(1) {
+            if SERVER_METADATA.contains(&f.as_str()) {
+                return false;
+            }
+        }
+    }
+    match w.subresource {
+        "status" => first("status"),
+        _ => !(w.status_subresource && first("status")),
+    }
+}
+
+/// Records an update (create, PUT, non-apply PATCH) by `w` that turned
+/// `live` (`Value::Null` for a create) into `new`. `managers` are the
+/// managers before the write.
+pub fn update(kind: Kind, live: &Value, new: &Value, mut managers: Vec<Manager>, w: &Writer) -> Vec<Manager> {
+    let empty = json!({});
+    let live = if live.is_null() { &empty } else { live };
+    let c = compare(kind, live, new);
+    let keep = |p: &Path| ownable(w, p);
+    let (added, modified, removed) = (c.added.filter(keep), c.modified.filter(keep), c.removed.filter(keep));
+    let taken = added.union(&modified);
+    for m in &mut managers {
+        m.fields = m.fields.difference(&taken).difference(&removed);
+    }
+    let existing = managers.iter().position(|m| m.is(w.manager, Operation::Update, w.api_version, w.subresource));
+    if let Some(i) = existing {
+        if !taken.is_empty() {
+            managers[i].time = Some(w.now.to_string());
+        }
+        managers[i].fields = managers[i].fields.union(&taken);
+    } else if !taken.is_empty() {
+        managers.push(Manager {
+            name: w.manager.to_string(),
+            operation: Operation::Update,
+            api_version: w.api_version.to_string(),
+            subresource: w.subresource.to_string(),
+            time: Some(w.now.to_string()),
+            fields: taken,
+        });
+    }
+    managers.retain(|m| !m.fields.is_empty());
+    managers
+}
+
+/// Server-side apply of `config` by `w` to `live` (`Value::Null` when the
+/// object does not exist yet). Returns the new object (managedFields not
+/// yet written: pass the managers to [`encode`]) and the new managers, or
+/// the conflicts with other managers when `force` is off.
+pub fn apply(
+    kind: Kind,
+    live: &Value,
+    config: &Value,
+    mut managers: Vec<Manager>,
+    w: &Writer,
+    force: bool,
+) -> Result<(Value, Vec<Manager>), ApplyError> {
+    if !config.is_object() {
+        return Err(ApplyError::NotAnObject);
+    }
+    let empty = json!({});
+    let live = if live.is_null() { &empty } else { live };
+    let keep = |p: &Path| ownable(w, p);
+    let config = strip_unowned(config, w);
+    let applied = config_field_set(kind, &config)?.filter(keep);
+    let mut merged = merge(kind, live, &config);
+
+    let c = compare(kind, live, &merged);
+    let changed = c.added.union(&c.modified).filter(keep);
+    let me = |m: &Manager| m.is(w.manager, Operation::Apply, w.api_version, w.subresource);
+    let mut conflicts = Vec::new();
+    for m in managers.iter().filter(|m| !me(m)) {
+        for p in m.fields.intersection(&changed).iter() {
+            conflicts.push(Conflict { manager: m.display(), path: p.clone() });
+        }
+    }
+    if !conflicts.is_empty() && !force {
+        return Err(ApplyError::Conflicts(conflicts));
+    }
+    for m in managers.iter_mut().filter(|m| !me(m)) {
+        m.fields = m.fields.difference(&changed);
+    }
+
+    let previous = managers.iter().position(&me);
+    let last = previous.map(|i| managers[i].fields.clone()).unwrap_or_default();
+    let time = previous.and_then(|i| managers[i].time.clone());
+    managers.retain(|m| !me(m));
+    managers.push(Manager {
+        name: w.manager.to_string(),
+        operation: Operation::Apply,
+        api_version: w.api_version.to_string(),
+        subresource: w.subresource.to_string(),
+        time,
+        fields: applied,
+    });
+
+    // Fields applied last time and not now go, unless someone owns them.
+    let owned = managers.iter().fold(FieldSet::new(), |acc, m| acc.union(&m.fields));
+    let held = |p: &Path| owned.contains(p) || owned.has_descendant(p);
+    for p in last.iter() {
+        if held(p) || !remove_path(kind, &mut merged, p) {
+            continue;
+        }
+        // A map or list left empty by the removal goes too.
+        let mut parent = Path(p.0[..p.len() - 1].to_vec());
+        while !parent.is_empty() && !held(&parent) {
+            let empty = match value_at(kind, &merged, &parent) {
+                Some(Value::Object(m)) => m.is_empty(),
+                Some(Value::Array(a)) => a.is_empty(),
+                _ => false,
+            };
+            if !empty || !remove_path(kind, &mut merged, &parent) {
+                break;
+            }
+            parent = Path(parent.0[..parent.len() - 1].to_vec());
+        }
+    }
+
+    if !same(&merged, live) {
+        if let Some(m) = managers.iter_mut().find(|m| me(m)) {
+            m.time = Some(w.now.to_string());
+        }
+    } else if let Some(m) = managers.iter_mut().find(|m| me(m) && m.time.is_none()) {
+        m.time = Some(w.now.to_string());
+    }
+    managers.retain(|m| !m.fields.is_empty());
+    Ok((merged, managers))
+}
+
+/// The configuration without what the writer cannot set: server-set
+/// metadata, and `status` or everything but `status` per subresource.
+fn strip_unowned(config: &Value, w: &Writer) -> Value {
+    let mut c = config.clone();
+    let Some(m) = c.as_object_mut() else { return c };
+    m.retain(|k, _| ownable(w, &Path::fields(&[k])) || k == "metadata" || k == "apiVersion" || k == "kind");
+    if let Some(meta) = m.get_mut("metadata").and_then(Value::as_object_mut) {
+        meta.retain(|k, v| !v.is_null() && !SERVER_METADATA[2..].contains(&k.as_str()));
+    }
+    drop_nulls(&mut c);
+    c
+}
+
+/// Nulls in an applied configuration specify nothing.
+fn drop_nulls(v: &mut Value) {
+    match v {
+        Value::Object(m) => {
+            m.retain(|_, v| !v.is_null());
+            m.values_mut().for_each(drop_nulls);
+        }
+        Value::Array(a) => a.iter_mut().for_each(drop_nulls),
+        _ => {}
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,333 @@
+use super::*;
+
+const NOW: &str = "2026-01-01T00:00:00Z";
+const LATER: &str = "2026-01-01T00:01:00Z";
+
+fn writer(manager: &str) -> Writer<'_> {
+    Writer { manager, api_version: "apps/v1", subresource: "", status_subresource: true, now: NOW }
+}
+
+fn deployment(replicas: i64, image: &str) -> Value {
+    json!({
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": "web", "namespace": "default", "labels": {"app": "web"}},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": {"app": "web"}},
+            "template": {
+                "metadata": {"labels": {"app": "web"}},
+                "spec": {"containers": [{"name": "web", "image": image, "ports": [{"containerPort": 80}]}]}
+            }
+        }
+    })
+}
+
+fn path(names: &[&str]) -> Path {
+    Path::fields(names)
+}
+
+fn container(name: &str) -> Path {
+    path(&["spec", "template", "spec", "containers"]).child(PathElement::key(&[("name", &json!(name))]))
+}
+
+/// A live object as the registry stores it: the applied result with its
+/// managers encoded.
+fn stored(mut obj: Value, managers: &[Manager]) -> Value {
+    encode(managers, &mut obj);
+    obj
+}
+
+fn must_decode(obj: &Value) -> Vec<Manager> {
+    decode(obj).unwrap().unwrap_or_default()
+}
+
+#[test]
+fn the_field_set_keys_list_maps_defaults_missing_key_fields_and_keeps_atomic_structs_whole() {
+    let set = field_set(Kind::Deployment, &deployment(2, "nginx"));
+    let port = container("web")
+        .child(PathElement::field("ports"))
+        .child(PathElement::key(&[("containerPort", &json!(80)), ("protocol", &json!("TCP"))]));
+    assert!(set.contains(&path(&["spec", "replicas"])));
+    assert!(set.contains(&container("web")), "list-map elements are members");
+    assert!(set.contains(&container("web").child(PathElement::field("image"))));
+    assert!(set.contains(&port), "ports are keyed by containerPort and protocol, TCP by default");
+    assert!(set.contains(&path(&["spec", "selector"])), "a LabelSelector is atomic");
+    assert!(!set.contains(&path(&["spec", "selector", "matchLabels", "app"])));
+    assert!(!set.contains(&path(&["spec"])), "a struct is not owned, only its fields");
+}
+
+#[test]
+fn sets_and_atomic_lists_are_owned_by_value_and_as_a_whole() {
+    let pod = json!({"metadata": {"finalizers": ["a", "b"]}, "spec": {"tolerations": [{"key": "k"}], "containers": [{"name": "c", "args": ["x"]}]}});
+    let set = field_set(Kind::Pod, &pod);
+    assert!(set.contains(&path(&["metadata", "finalizers"]).child(PathElement::value(&json!("b")))));
+    assert!(set.contains(&path(&["spec", "tolerations"])));
+    assert!(!set.contains(&path(&["spec", "tolerations"]).child(PathElement::Index(0))));
+    let args = Path::fields(&["spec", "containers"])
+        .child(PathElement::key(&[("name", &json!("c"))]))
+        .child(PathElement::field("args"));
+    assert!(set.contains(&args));
+}
+
+#[test]
+fn merging_combines_list_maps_by_key_and_replaces_atomic_lists() {
+    let live = json!({"spec": {
+        "tolerations": [{"key": "a"}, {"key": "b"}],
+        "containers": [{"name": "app", "image": "v1", "env": [{"name": "A", "value": "1"}]}, {"name": "side", "image": "s"}]
+    }});
+    let config = json!({"spec": {
+        "tolerations": [{"key": "c"}],
+        "containers": [{"name": "app", "image": "v2", "env": [{"name": "B", "value": "2"}]}, {"name": "new", "image": "n"}]
+    }});
+    let merged = merge(Kind::Pod, &live, &config);
+    assert_eq!(merged["spec"]["tolerations"], json!([{"key": "c"}]));
+    assert_eq!(
+        merged["spec"]["containers"],
+        json!([
+            {"name": "app", "image": "v2", "env": [{"name": "A", "value": "1"}, {"name": "B", "value": "2"}]},
+            {"name": "side", "image": "s"},
+            {"name": "new", "image": "n"}
+        ])
+    );
+}
+
+#[test]
+fn merging_a_set_list_is_a_union_in_live_order() {
+    let merged = merge(
+        Kind::ConfigMap,
+        &json!({"metadata": {"finalizers": ["a", "b"]}}),
+        &json!({"metadata": {"finalizers": ["c", "b"]}}),
+    );
+    assert_eq!(merged["metadata"]["finalizers"], json!(["a", "c", "b"]));
+}
+
+#[test]
+fn a_create_records_its_manager_with_the_fields_it_set_and_none_of_the_server_metadata() {
+    let mut obj = deployment(2, "nginx");
+    obj["metadata"]["uid"] = json!("u1");
+    obj["metadata"]["resourceVersion"] = json!("5");
+    let managers = update(Kind::Deployment, &Value::Null, &obj, Vec::new(), &writer("kubectl-create"));
+    assert_eq!(managers.len(), 1);
+    let m = &managers[0];
+    assert_eq!((m.name.as_str(), m.operation, m.time.as_deref()), ("kubectl-create", Operation::Update, Some(NOW)));
+    assert!(m.fields.contains(&path(&["spec", "replicas"])));
+    assert!(m.fields.contains(&path(&["metadata", "labels"])), "an added map is owned with its entries");
+    assert!(!m.fields.iter().any(|p| p.starts_with(&path(&["metadata", "uid"]))));
+    assert!(!m.fields.iter().any(|p| p.starts_with(&path(&["metadata", "name"]))));
+    assert!(!m.fields.iter().any(|p| p.starts_with(&path(&["apiVersion"]))));
+}
+
+#[test]
+fn an_update_takes_the_fields_it_changes_from_their_previous_managers() {
+    let v1 = deployment(2, "nginx");
+    let managers = update(Kind::Deployment, &Value::Null, &v1, Vec::new(), &writer("creator"));
+    let v2 = deployment(5, "nginx");
+    let managers = update(Kind::Deployment, &v1, &v2, managers, &Writer { now: LATER, ..writer("scaler") });
+    let creator = managers.iter().find(|m| m.name == "creator").unwrap();
+    let scaler = managers.iter().find(|m| m.name == "scaler").unwrap();
+    assert!(!creator.fields.contains(&path(&["spec", "replicas"])));
+    assert!(creator.fields.contains(&container("web").child(PathElement::field("image"))));
+    assert_eq!(scaler.fields, [path(&["spec", "replicas"])].into_iter().collect());
+    assert_eq!(creator.time.as_deref(), Some(NOW), "the creator did not write again");
+}
+
+#[test]
+fn an_update_that_changes_nothing_leaves_the_managers_as_they_were() {
+    let v1 = deployment(2, "nginx");
+    let managers = update(Kind::Deployment, &Value::Null, &v1, Vec::new(), &writer("creator"));
+    let again = update(Kind::Deployment, &v1, &v1, managers.clone(), &Writer { now: LATER, ..writer("creator") });
+    assert_eq!(again, managers);
+    let other = update(Kind::Deployment, &v1, &v1, managers.clone(), &writer("other"));
+    assert_eq!(other, managers, "a manager that changed nothing is not recorded");
+}
+
+#[test]
+fn a_status_write_owns_only_status_and_a_main_resource_write_owns_no_status() {
+    let mut v1 = deployment(2, "nginx");
+    v1["status"] = json!({"replicas": 1});
+    let main = update(Kind::Deployment, &Value::Null, &v1, Vec::new(), &writer("creator"));
+    assert!(!main[0].fields.iter().any(|p| p.starts_with(&path(&["status"]))));
+    let mut v2 = v1.clone();
+    v2["status"]["replicas"] = json!(2);
+    v2["spec"]["replicas"] = json!(3);
+    let status = update(Kind::Deployment, &v1, &v2, main, &Writer { subresource: "status", ..writer("controller") });
+    let controller = status.iter().find(|m| m.name == "controller").unwrap();
+    assert_eq!(controller.subresource, "status");
+    assert_eq!(controller.fields, [path(&["status", "replicas"])].into_iter().collect());
+}
+
+#[test]
+fn applying_to_nothing_creates_the_object_owned_by_the_applier() {
+    let config = deployment(2, "nginx");
+    let (obj, managers) =
+        apply(Kind::Deployment, &Value::Null, &config, Vec::new(), &writer("kubectl"), false).unwrap();
+    assert_eq!(obj, config);
+    assert_eq!(managers.len(), 1);
+    assert_eq!(managers[0].operation, Operation::Apply);
+    assert_eq!(
+        managers[0].fields,
+        config_field_set(Kind::Deployment, &config).unwrap().filter(|p| ownable(&writer("kubectl"), p))
+    );
+}
+
+#[test]
+fn applying_the_same_configuration_again_changes_nothing() {
+    let config = deployment(2, "nginx");
+    let (obj, managers) =
+        apply(Kind::Deployment, &Value::Null, &config, Vec::new(), &writer("kubectl"), false).unwrap();
+    let live = stored(obj, &managers);
+    let w = Writer { now: LATER, ..writer("kubectl") };
+    let (again, again_managers) = apply(Kind::Deployment, &live, &config, must_decode(&live), &w, false).unwrap();
+    assert_eq!(stored(again, &again_managers), live, "not even the time moves");
+}
+
+#[test]
+fn applying_a_different_value_for_a_field_another_applier_owns_is_a_conflict() {
+    let (obj, managers) =
+        apply(Kind::Deployment, &Value::Null, &deployment(2, "nginx"), Vec::new(), &writer("kubectl"), false).unwrap();
+    let live = stored(obj, &managers);
+    let err = apply(Kind::Deployment, &live, &deployment(3, "nginx"), must_decode(&live), &writer("other"), false)
+        .unwrap_err();
+    assert_eq!(err.to_string(), "Apply failed with 1 conflict: conflict with \"kubectl\": .spec.replicas");
+    let status = ApiError::from(err).to_status();
+    assert_eq!(status["code"], 409);
+    assert_eq!(status["reason"], "Conflict");
+    assert_eq!(
+        status["details"]["causes"],
+        json!([{"reason": "FieldManagerConflict", "message": "conflict with \"kubectl\"", "field": ".spec.replicas"}])
+    );
+}
+
+#[test]
+fn applying_the_same_value_shares_ownership_without_conflict() {
+    let (obj, managers) =
+        apply(Kind::Deployment, &Value::Null, &deployment(2, "nginx"), Vec::new(), &writer("kubectl"), false).unwrap();
+    let live = stored(obj, &managers);
+    let (_, managers) =
+        apply(Kind::Deployment, &live, &deployment(2, "nginx"), must_decode(&live), &writer("other"), false).unwrap();
+    let owners = managers.iter().filter(|m| m.fields.contains(&path(&["spec", "replicas"]))).count();
+    assert_eq!(owners, 2);
+}
+
+#[test]
+fn conflicts_with_an_update_manager_name_its_api_version_and_several_are_listed_per_manager() {
+    let v1 = deployment(2, "nginx");
+    let managers = update(Kind::Deployment, &Value::Null, &v1, Vec::new(), &writer("kubectl-client-side-apply"));
+    let live = stored(v1, &managers);
+    let err = apply(Kind::Deployment, &live, &deployment(3, "httpd"), must_decode(&live), &writer("kubectl"), false)
+        .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "Apply failed with 2 conflicts: conflicts with \"kubectl-client-side-apply\" using apps/v1\n\
+         - .spec.replicas\n- .spec.template.spec.containers[name=\"web\"].image"
+    );
+}
+
+#[test]
+fn a_forced_apply_takes_the_conflicting_fields() {
+    let (obj, managers) =
+        apply(Kind::Deployment, &Value::Null, &deployment(2, "nginx"), Vec::new(), &writer("kubectl"), false).unwrap();
+    let live = stored(obj, &managers);
+    let config =
+        json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web"}, "spec": {"replicas": 3}});
+    let (obj, managers) = apply(Kind::Deployment, &live, &config, must_decode(&live), &writer("other"), true).unwrap();
+    assert_eq!(obj["spec"]["replicas"], 3);
+    let kubectl = managers.iter().find(|m| m.name == "kubectl").unwrap();
+    let other = managers.iter().find(|m| m.name == "other").unwrap();
+    assert!(!kubectl.fields.contains(&path(&["spec", "replicas"])));
+    assert_eq!(other.fields, [path(&["spec", "replicas"])].into_iter().collect());
+}
+
+#[test]
+fn a_field_the_applier_no_longer_applies_is_removed_unless_another_manager_owns_it() {
+    let mut config = deployment(2, "nginx");
+    config["metadata"]["labels"]["tier"] = json!("front");
+    config["metadata"]["annotations"] = json!({"note": "x"});
+    let (obj, managers) =
+        apply(Kind::Deployment, &Value::Null, &config, Vec::new(), &writer("kubectl"), false).unwrap();
+    // Another applier sets the annotation too, and an editor adds one.
+    let helm = json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web", "annotations": {"note": "x"}}});
+    let (shared, managers) = apply(Kind::Deployment, &obj, &helm, managers, &writer("helm"), false).unwrap();
+    let mut touched = shared.clone();
+    touched["metadata"]["annotations"]["other"] = json!("y");
+    let managers = update(Kind::Deployment, &shared, &touched, managers, &writer("editor"));
+    let live = stored(touched, &managers);
+
+    let smaller = deployment(2, "nginx");
+    let (obj, _) = apply(Kind::Deployment, &live, &smaller, must_decode(&live), &writer("kubectl"), false).unwrap();
+    assert_eq!(obj["metadata"]["labels"], json!({"app": "web"}), "tier was only kubectl's");
+    assert_eq!(obj["metadata"]["annotations"], json!({"note": "x", "other": "y"}), "helm's and the editor's stay");
+
+    let (obj, _) = apply(Kind::Deployment, &live, &helm, must_decode(&live), &writer("kubectl"), false).unwrap();
+    assert_eq!(
+        obj["spec"]["template"]["spec"].get("containers"),
+        None,
+        "kubectl's containers go when it stops applying them"
+    );
+}
+
+#[test]
+fn a_removed_list_map_element_goes_and_an_emptied_map_goes_with_it() {
+    let cm = |data: Value| json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}, "data": data});
+    let w = Writer { api_version: "v1", status_subresource: false, ..writer("kubectl") };
+    let (obj, managers) = apply(Kind::ConfigMap, &Value::Null, &cm(json!({"a": "1"})), Vec::new(), &w, false).unwrap();
+    let live = stored(obj, &managers);
+    let config = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}});
+    let (obj, managers) = apply(Kind::ConfigMap, &live, &config, must_decode(&live), &w, false).unwrap();
+    assert_eq!(obj.get("data"), None);
+    assert!(managers.is_empty(), "kubectl owns nothing any more");
+
+    let mut two = deployment(2, "nginx");
+    two["spec"]["template"]["spec"]["containers"]
+        .as_array_mut()
+        .unwrap()
+        .push(json!({"name": "side", "image": "busybox"}));
+    let (obj, managers) = apply(Kind::Deployment, &Value::Null, &two, Vec::new(), &writer("kubectl"), false).unwrap();
+    let live = stored(obj, &managers);
+    let (obj, _) =
+        apply(Kind::Deployment, &live, &deployment(2, "nginx"), must_decode(&live), &writer("kubectl"), false).unwrap();
+    assert_eq!(obj["spec"]["template"]["spec"]["containers"].as_array().unwrap().len(), 1);
+}
+
+#[test]
+fn an_applied_list_map_element_without_its_key_is_refused() {
+    let config = json!({"spec": {"containers": [{"image": "nginx"}]}});
+    let err = apply(Kind::Pod, &Value::Null, &config, Vec::new(), &writer("kubectl"), false).unwrap_err();
+    assert!(matches!(err, ApplyError::MissingKey { index: 0, .. }), "{err}");
+    let twice = json!({"spec": {"containers": [{"name": "a"}, {"name": "a"}]}});
+    let err = apply(Kind::Pod, &Value::Null, &twice, Vec::new(), &writer("kubectl"), false).unwrap_err();
+    assert!(matches!(err, ApplyError::DuplicateKey { .. }), "{err}");
+}
+
+#[test]
+fn managers_round_trip_through_managed_fields_in_kubernetes_order() {
+    let v1 = deployment(2, "nginx");
+    let managers = update(Kind::Deployment, &Value::Null, &v1, Vec::new(), &writer("creator"));
+    let (obj, managers) = apply(
+        Kind::Deployment,
+        &v1,
+        &deployment(2, "nginx"),
+        managers,
+        &Writer { now: LATER, ..writer("kubectl") },
+        false,
+    )
+    .unwrap();
+    let live = stored(obj, &managers);
+    let entries = live["metadata"]["managedFields"].as_array().unwrap();
+    assert_eq!(entries[0]["manager"], "kubectl");
+    assert_eq!(entries[0]["operation"], "Apply");
+    assert_eq!(entries[1]["operation"], "Update");
+    assert_eq!(entries[1]["fieldsType"], "FieldsV1");
+    assert_eq!(entries[1]["fieldsV1"]["f:spec"]["f:replicas"], json!({}));
+    let mut again = live.clone();
+    encode(&must_decode(&live), &mut again);
+    assert_eq!(again, live);
+}
+
+#[test]
+fn malformed_managed_fields_are_refused() {
+    assert!(decode(&json!({"metadata": {"managedFields": {}}})).is_err());
+    assert!(decode(&json!({"metadata": {"managedFields": [{"operation": "Delete"}]}})).is_err());
+    assert!(decode(&json!({"metadata": {"managedFields": [{"fieldsV1": {"bad": {}}}]}})).is_err());
+    assert_eq!(decode(&json!({"metadata": {"managedFields": []}})), Ok(None));
+}
