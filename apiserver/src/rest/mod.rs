@@ -186,6 +186,14 @@ fn pod_stream(path: &str) -> Option<(String, String, String)> {
     }
 }
 
+/// The context of a request that writes nothing (logs, exec, metrics):
+/// its user; the field manager is only for completeness.
+fn reader_context(state: &RestState, headers: &HeaderMap) -> Result<Context, ApiError> {
+    let user = state.registry.security().authenticate(&credentials(headers))?;
+    let agent = headers.get(header::USER_AGENT).and_then(|v| v.to_str().ok()).unwrap_or_default();
+    Ok(Context { user, field_manager: crate::registry::manager_from_user_agent(agent) })
+}
+
 /// `pods/log` and `pods/exec`, proxied to the pod's node (`node_proxy`);
 /// `attach` and `portforward` are refused with a Status saying so.
 async fn stream_to_node(
@@ -193,10 +201,7 @@ async fn stream_to_node(
     parts: &mut axum::http::request::Parts,
     (namespace, pod, sub): (String, String, String),
 ) -> Result<Response, ApiError> {
-    let user = state.registry.security().authenticate(&credentials(&parts.headers))?;
-    // Logs and exec write nothing; the manager is only for completeness.
-    let agent = parts.headers.get(header::USER_AGENT).and_then(|v| v.to_str().ok()).unwrap_or_default();
-    let ctx = Context { user, field_manager: crate::registry::manager_from_user_agent(agent) };
+    let ctx = reader_context(state, &parts.headers)?;
     let pairs = node_proxy::query_pairs(parts.uri.query());
     let container = pairs.iter().rev().find(|(k, _)| k == "container").map(|(_, v)| v.as_str());
     match sub.as_str() {
@@ -289,7 +294,7 @@ async fn route(
             name,
             sub,
         } => {
-            let ctx = Context { user: state.registry.security().authenticate(&credentials(headers))? };
+            let ctx = reader_context(state, headers)?;
             let label_selector = query(uri).remove("labelSelector").unwrap_or_default();
             let request = resource_metrics::MetricsRequest { resource, namespace, name, sub, label_selector };
             resource_metrics::serve(&state.registry, &ctx, method, request).await
