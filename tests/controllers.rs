@@ -177,6 +177,10 @@ async fn a_deployment_rolls_out_scales_undoes_and_cascades_through_a_controller_
     assert!(holder == "cm-1" || holder == "cm-2", "one manager holds the lease: {holder:?}");
     let lease = s.kubectl(&["get", "lease", "-n", "kube-system"]);
     assert!(lease.contains("kube-controller-manager") && lease.contains(&holder), "{lease}");
+    // The ReplicaSet is recorded as the controller manager's in managedFields.
+    let path = "jsonpath={.items[0].metadata.managedFields[*].manager}";
+    let managers = s.kubectl(&["get", "rs", "-n", ns, "--show-managed-fields", "-o", path]);
+    assert!(managers.split_whitespace().any(|m| m == "skiff-controller-manager"), "{managers}");
 
     // Scale, through the scale subresource as kubectl does it.
     s.kubectl(&["scale", "deployment/web", "-n", ns, "--replicas=6"]);

@@ -203,6 +203,35 @@ fn from_json(bytes: &[u8]) -> Result<Value, ClientError> {
     serde_json::from_slice(bytes).map_err(|e| ClientError::Decode(e.to_string()))
 }
 
+/// The User-Agent every client sends: `<program>/<version>`, the program
+/// being `skiff-<subcommand>` for the one binary's components
+/// (`skiff-scheduler`, `skiff-controller-manager`, `skiff-node`), as
+/// client-go names a program after its binary. The apiserver records a
+/// client's writes in `metadata.managedFields` under that program name.
+pub fn default_user_agent() -> String {
+    let args: Vec<String> = std::env::args().take(2).collect();
+    user_agent_of(&args)
+}
+
+fn user_agent_of(args: &[String]) -> String {
+    let program = args
+        .first()
+        .and_then(|a| std::path::Path::new(a).file_name())
+        .map(|n| n.to_string_lossy().into_owned())
+        .filter(|n| !n.is_empty())
+        .unwrap_or_else(|| "skiff-client".to_string());
+    let name = match args.get(1) {
+        Some(sub) if !sub.starts_with('-') && sub.chars().all(|c| c.is_ascii_alphanumeric() || c == '-') => {
+            format!("{program}-{sub}")
+        }
+        _ => program,
+    };
+    // Header-safe: what is not a token character becomes '-'.
+    let name: String =
+        name.chars().map(|c| if c.is_ascii_alphanumeric() || "-_.".contains(c) { c } else { '-' }).collect();
+    format!("{name}/{}", env!("CARGO_PKG_VERSION"))
+}
+
 impl Client {
     /// `endpoints`: `HOST:PORT` or URLs. Connections are made lazily.
     pub fn new<S: AsRef<str>>(endpoints: &[S]) -> Result<Client, ClientError> {
@@ -226,7 +255,9 @@ impl Client {
                 .connect_timeout(Duration::from_secs(2))
                 .tcp_nodelay(true)
                 .http2_keep_alive_interval(Duration::from_secs(5))
-                .keep_alive_timeout(Duration::from_secs(5));
+                .keep_alive_timeout(Duration::from_secs(5))
+                .user_agent(default_user_agent())
+                .map_err(|err| ClientError::Unreachable(format!("user agent: {err}")))?;
             channels.push((e.to_string(), endpoint.connect_lazy()));
         }
         if channels.is_empty() {
@@ -524,6 +555,16 @@ impl Client {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_user_agent_names_the_component_as_its_field_manager() {
+        let args = |a: &[&str]| a.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let version = env!("CARGO_PKG_VERSION");
+        assert_eq!(user_agent_of(&args(&["/usr/bin/skiff", "scheduler"])), format!("skiff-scheduler/{version}"));
+        assert_eq!(user_agent_of(&args(&["skiff", "--help"])), format!("skiff/{version}"));
+        assert_eq!(user_agent_of(&args(&["my operator"])), format!("my-operator/{version}"));
+        assert_eq!(user_agent_of(&[]), format!("skiff-client/{version}"));
+    }
 
     #[test]
     fn resource_of_reads_api_version_and_kind() {
