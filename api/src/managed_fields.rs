@@ -158,6 +158,7 @@ static FIELDS: &[(Ty, &str, Field)] = &[
     (Ty::NodeSpec, "podCIDRs", SET),
     (Ty::PodStatus, "conditions", map_list(Ty::Any, &["type"])),
     (Ty::PodStatus, "podIPs", map_list(Ty::Any, &["ip"])),
+    (Ty::PodStatus, "hostIPs", map_list(Ty::Any, &["ip"])),
     (Ty::NodeStatus, "conditions", map_list(Ty::Any, &["type"])),
     (Ty::NodeStatus, "addresses", map_list(Ty::Any, &["type"])),
     (Ty::ConditionsStatus, "conditions", map_list(Ty::Any, &["type"])),
@@ -180,7 +181,7 @@ fn root_field(kind: Kind, name: &str) -> Field {
         (Node, "spec") => typed(Ty::NodeSpec),
         (Pod, "status") => typed(Ty::PodStatus),
         (Node, "status") => typed(Ty::NodeStatus),
-        (Namespace | Service | Deployment | ReplicaSet | ReplicationController | DaemonSet, "status") => {
+        (Namespace | Service | Deployment | ReplicaSet | ReplicationController | DaemonSet | Job, "status") => {
             typed(Ty::ConditionsStatus)
         }
         (ServiceAccount, "secrets") => map_list(Ty::Any, &["name"]),

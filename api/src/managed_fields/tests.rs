@@ -57,6 +57,18 @@ fn the_field_set_keys_list_maps_defaults_missing_key_fields_and_keeps_atomic_str
 }
 
 #[test]
+fn job_conditions_and_pod_host_ips_are_keyed_as_strategic_merge_keys_them() {
+    let job = json!({"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "j"},
+        "status": {"conditions": [{"type": "Complete", "status": "True"}]}});
+    let condition = path(&["status", "conditions"]).child(PathElement::key(&[("type", &json!("Complete"))]));
+    assert!(field_set(Kind::Job, &job).contains(&condition.child(PathElement::field("status"))));
+    let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
+        "status": {"hostIPs": [{"ip": "10.0.0.1"}]}});
+    let host_ip = path(&["status", "hostIPs"]).child(PathElement::key(&[("ip", &json!("10.0.0.1"))]));
+    assert!(field_set(Kind::Pod, &pod).contains(&host_ip));
+}
+
+#[test]
 fn sets_and_atomic_lists_are_owned_by_value_and_as_a_whole() {
     let pod = json!({"metadata": {"finalizers": ["a", "b"]}, "spec": {"tolerations": [{"key": "k"}], "containers": [{"name": "c", "args": ["x"]}]}});
     let set = field_set(Kind::Pod, &pod);
