@@ -176,6 +176,7 @@ async fn auth_survives_snapshot_catch_up_and_a_restart_of_every_member() {
     // roles from the snapshot it catches up by.
     let lagging = cluster.members.keys().copied().find(|id| *id != leader).unwrap();
     cluster.kill(lagging);
+    let lagging_at = cluster.gauge(leader, "skiff_raft_last_log_index").expect("the leader serves /metrics");
     must_set_up_auth(&cluster, &leader_ep);
     let token = must_authenticate(&leader_ep, "root", "rootpw").await;
     let mut kv = kv(&leader_ep).await;
@@ -190,10 +191,16 @@ async fn auth_survives_snapshot_catch_up_and_a_restart_of_every_member() {
             .map(|d| d.flatten().any(|e| e.path().extension().is_some_and(|x| x == "snap")))
             .unwrap_or(false)
     };
-    let leader_snapshots = cluster.members[&leader].data_dir.join("snapshots");
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while !has_snapshot(&leader_snapshots) {
-        assert!(std::time::Instant::now() < deadline, "leader built no snapshot:\n{}", cluster.log_of(leader));
+    // A snapshot on disk is not enough: the leader purges its log after
+    // building one, and only once the entries the lagging member lacks are
+    // gone must it send a snapshot rather than the entries.
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while cluster.gauge(leader, "skiff_raft_purged_index").unwrap_or(0) <= lagging_at {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the leader kept entries {lagging_at}.. in its log:\n{}",
+            cluster.log_of(leader)
+        );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     cluster.start(lagging);

@@ -42,6 +42,8 @@ async fn metrics(State(store): State<Store>) -> impl IntoResponse {
     gauge(&registry, "skiff_raft_has_leader", "1 if this member knows a leader.", s.leader.is_some() as i64);
     gauge(&registry, "skiff_raft_last_log_index", "Index of the last entry in the log.", s.last_log_index as i64);
     gauge(&registry, "skiff_raft_applied_index", "Index of the last applied entry.", s.applied_index as i64);
+    gauge(&registry, "skiff_raft_snapshot_index", "Log index the newest snapshot covers.", s.snapshot_index as i64);
+    gauge(&registry, "skiff_raft_purged_index", "Last log index purged after a snapshot.", s.purged_index as i64);
     gauge(&registry, "skiff_mvcc_revision", "Current store revision.", s.revision);
     gauge(&registry, "skiff_mvcc_compacted_revision", "Compacted revision.", s.compacted);
     gauge(&registry, "skiff_mvcc_db_size_bytes", "Approximate state-machine database size.", s.db_size as i64);

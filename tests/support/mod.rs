@@ -230,6 +230,14 @@ impl Cluster {
         self.members.values().filter(|m| m.child.is_some())
     }
 
+    /// A gauge from member `id`'s `/metrics` (None if it does not answer).
+    pub fn gauge(&self, id: u64, name: &str) -> Option<i64> {
+        let url = format!("http://{}/metrics", self.members[&id].http);
+        let out = Command::new("curl").args(["-s", "--max-time", "2", &url]).output().ok()?;
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        text.lines().find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse::<f64>().ok()).map(|v| v as i64)
+    }
+
     pub fn log_of(&self, id: u64) -> String {
         std::fs::read_to_string(&self.members[&id].log).unwrap_or_default()
     }

@@ -477,11 +477,13 @@ mod tests {
         }
         assert_eq!(times[0], ("Init".to_string(), Duration::ZERO));
         // Errors at 0, then waits of [d/2, 3d/2) for d = 1, 2, 4, 8 seconds.
+        // Tokio's timer counts whole milliseconds and rounds a sleep up, so
+        // a wait drawn just under 3d/2 may be observed as exactly 3d/2.
         let errors: Vec<Duration> = times[1..6].iter().map(|(_, t)| *t).collect();
         for (i, d) in [1u64, 2, 4, 8].iter().enumerate() {
             let gap = errors[i + 1] - errors[i];
             let d = Duration::from_secs(*d);
-            assert!(gap >= d / 2 && gap < d * 3 / 2, "gap {i}: {gap:?}");
+            assert!(gap >= d / 2 && gap <= d * 3 / 2, "gap {i}: {gap:?}");
         }
         assert_eq!(times[6].0, "InitApply a");
         let recovered = times[6].1;

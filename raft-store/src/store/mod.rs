@@ -99,6 +99,9 @@ pub struct MemberStatus {
     pub applied_index: u64,
     /// The log index the newest snapshot covers (0: none yet).
     pub snapshot_index: u64,
+    /// The last log index purged from this member's log (0: none yet): a
+    /// follower behind it can only catch up from a snapshot.
+    pub purged_index: u64,
     pub revision: i64,
     pub compacted: i64,
     pub db_size: u64,
@@ -343,6 +346,7 @@ impl Store {
             last_log_index: m.last_log_index.unwrap_or(0),
             applied_index: m.last_applied.map_or(0, |l| l.index),
             snapshot_index: m.snapshot.map_or(0, |l| l.index),
+            purged_index: m.purged.map_or(0, |l| l.index),
             revision: self.inner.sm.revision(),
             compacted: self.inner.sm.compacted(),
             db_size: self.inner.sm.db_size(),
