@@ -58,6 +58,8 @@ pub fn apply(info: &ResourceInfo, obj: &mut Value) {
         Kind::Node => node(obj),
         Kind::LimitRange => limit_range(obj),
         Kind::PriorityClass => set(obj, "preemptionPolicy", json!("PreemptLowerPriority")),
+        Kind::CustomResourceDefinition => crate::custom::default_definition(obj),
+        Kind::Custom => crate::custom::default(info, obj),
         Kind::ConfigMap | Kind::ServiceAccount | Kind::Event | Kind::Lease | Kind::ResourceQuota => {}
     }
 }

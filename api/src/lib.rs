@@ -3,6 +3,8 @@
 //!
 //! # Layout
 //! - [`resources`]: the catalog of served resources (names, scope, subresources).
+//! - [`custom`]: custom resources from their CustomResourceDefinitions:
+//!   schema pruning, defaulting and validation, printer columns.
 //! - [`meta`]: reading and writing `metadata` on an object's JSON.
 //! - [`defaults`]: defaulting, as Kubernetes does for the fields Skiff uses.
 //! - [`validation`] and [`field`]: validation with field paths.
@@ -19,7 +21,10 @@
 //! - [`protobuf`]: `application/vnd.kubernetes.protobuf` request bodies decoded to JSON.
 
 #![forbid(unsafe_code)]
+// The custom resource tests build whole CRDs with one `json!`.
+#![recursion_limit = "256"]
 
+pub mod custom;
 pub mod defaults;
 pub mod field;
 pub mod fieldpath;

@@ -1,7 +1,10 @@
 //! The catalog of resources Skiff serves: what each is called on the wire
 //! (group, version, kind, plural, short names), whether it is namespaced and
 //! which subresources it has. The registry, the REST discovery documents and
-//! `skiffctl` all read this one table.
+//! `skiffctl` all read this one table. Custom resources come from their
+//! definitions at run time ([`crate::custom`]).
+
+use crate::custom::CustomResource;
 
 /// The built-in kinds, for code that behaves differently per kind
 /// (validation, defaulting, field selectors, table columns).
@@ -27,6 +30,10 @@ pub enum Kind {
     ResourceQuota,
     LimitRange,
     PriorityClass,
+    CustomResourceDefinition,
+    /// A kind a CustomResourceDefinition adds: never in the catalog; its
+    /// [`ResourceInfo`] carries a [`CustomResource`].
+    Custom,
 }
 
 /// One served resource.
@@ -45,6 +52,8 @@ pub struct ResourceInfo {
     pub subresources: &'static [&'static str],
     /// `all` for the kinds `kubectl get all` lists.
     pub categories: &'static [&'static str],
+    /// The schema and columns of a custom resource ([`Kind::Custom`]).
+    pub custom: Option<&'static CustomResource>,
 }
 
 impl ResourceInfo {
@@ -76,26 +85,33 @@ impl ResourceInfo {
         self.subresources.contains(&name)
     }
 
-    /// The storage prefix of every object of this resource, ending in `/`.
+    /// The storage prefix of every object of this resource, ending in `/`:
+    /// `/registry/<plural>/` for built-in resources, and, as Kubernetes
+    /// stores them, `/registry/<group>/<plural>/` for custom ones (every
+    /// served version of a CRD shares it).
     pub fn prefix(&self) -> String {
-        format!("/registry/{}/", self.plural)
+        if self.kind_id == Kind::Custom {
+            format!("/registry/{}/{}/", self.group, self.plural)
+        } else {
+            format!("/registry/{}/", self.plural)
+        }
     }
 
     /// The storage prefix of this resource in one namespace (or, for
     /// cluster-scoped resources or `None`, of all of it).
     pub fn namespace_prefix(&self, namespace: Option<&str>) -> String {
         match namespace {
-            Some(ns) if self.namespaced => format!("/registry/{}/{}/", self.plural, ns),
+            Some(ns) if self.namespaced => format!("{}{ns}/", self.prefix()),
             _ => self.prefix(),
         }
     }
 
-    /// Where one object is stored: `/registry/<plural>/<namespace>/<name>`,
-    /// without the namespace for cluster-scoped resources.
+    /// Where one object is stored: `<prefix>/<namespace>/<name>`, without
+    /// the namespace for cluster-scoped resources.
     pub fn key(&self, namespace: Option<&str>, name: &str) -> String {
         match namespace {
-            Some(ns) if self.namespaced => format!("/registry/{}/{}/{}", self.plural, ns, name),
-            _ => format!("/registry/{}/{}", self.plural, name),
+            Some(ns) if self.namespaced => format!("{}{ns}/{name}", self.prefix()),
+            _ => format!("{}{name}", self.prefix()),
         }
     }
 }
@@ -123,12 +139,13 @@ const fn info(
         namespaced,
         subresources,
         categories,
+        custom: None,
     }
 }
 
 const ALL: &[&str] = &["all"];
 
-static CATALOG: [ResourceInfo; 20] = [
+static CATALOG: [ResourceInfo; 21] = [
     info(Kind::Namespace, "", "Namespace", "namespaces", "namespace", &["ns"], false, &["status", "finalize"], &[]),
     info(
         Kind::Pod,
@@ -209,6 +226,17 @@ static CATALOG: [ResourceInfo; 20] = [
         &[],
         &[],
     ),
+    info(
+        Kind::CustomResourceDefinition,
+        "apiextensions.k8s.io",
+        "CustomResourceDefinition",
+        "customresourcedefinitions",
+        "customresourcedefinition",
+        &["crd", "crds"],
+        false,
+        &["status"],
+        &["api-extensions"],
+    ),
 ];
 
 /// Every served resource.
@@ -226,6 +254,8 @@ pub fn by_kind(api_version: &str, kind: &str) -> Option<&'static ResourceInfo> {
     CATALOG.iter().find(|r| r.kind == kind && r.api_version() == api_version)
 }
 
+/// The resource of a built-in kind. Custom resources are not here: the
+/// apiserver builds theirs from their definitions.
 pub fn of(kind: Kind) -> &'static ResourceInfo {
     CATALOG.iter().find(|r| r.kind_id == kind).expect("every kind is in the catalog")
 }

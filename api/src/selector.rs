@@ -927,7 +927,9 @@ pub fn supported_fields(kind: Kind) -> &'static [&'static str] {
         | Kind::CronJob
         | Kind::ResourceQuota
         | Kind::LimitRange
-        | Kind::PriorityClass => META_FIELDS,
+        | Kind::PriorityClass
+        | Kind::CustomResourceDefinition
+        | Kind::Custom => META_FIELDS,
     }
 }
 
@@ -956,11 +958,13 @@ fn int_at(obj: &Value, pointer: &str) -> String {
 /// The values of the [`supported_fields`] of an object of `kind` (exactly
 /// those fields). What the object lacks is the empty string, except the
 /// booleans (`false`) and counts (`0`) Kubernetes reads from Go zero values.
-/// Cluster-scoped objects have the namespace `""`.
+/// Cluster-scoped objects have the namespace `""` (custom ones are stored
+/// without one, the registry drops it).
 pub fn object_fields(kind: Kind, obj: &Value) -> Fields {
     let mut fields = Fields::new();
     fields.insert(METADATA_NAME, string_at(obj, "/metadata/name"));
-    let namespace = if resources::of(kind).namespaced { string_at(obj, "/metadata/namespace") } else { String::new() };
+    let namespaced = kind == Kind::Custom || resources::of(kind).namespaced;
+    let namespace = if namespaced { string_at(obj, "/metadata/namespace") } else { String::new() };
     fields.insert(METADATA_NAMESPACE, namespace);
     match kind {
         Kind::Pod => {
@@ -1028,7 +1032,9 @@ pub fn object_fields(kind: Kind, obj: &Value) -> Fields {
         | Kind::CronJob
         | Kind::ResourceQuota
         | Kind::LimitRange
-        | Kind::PriorityClass => {}
+        | Kind::PriorityClass
+        | Kind::CustomResourceDefinition
+        | Kind::Custom => {}
     }
     fields
 }

@@ -65,10 +65,14 @@ pub fn normalize(info: &ResourceInfo, obj: &Value) -> Result<Value, FieldError> 
     if info.kind_id == Kind::Secret {
         merge_string_data(&mut input)?;
     }
+    if info.kind_id == Kind::Custom {
+        return crate::custom::normalize(info, &input);
+    }
     use k8s_openapi::api::{
         apps::v1 as apps, batch::v1 as batch, coordination::v1 as coordination, core::v1 as core,
         discovery::v1 as discovery, scheduling::v1 as scheduling,
     };
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1 as crds;
     let mut out = match info.kind_id {
         Kind::Namespace => roundtrip::<core::Namespace>(input),
         Kind::Pod => roundtrip::<core::Pod>(input),
@@ -89,6 +93,8 @@ pub fn normalize(info: &ResourceInfo, obj: &Value) -> Result<Value, FieldError> 
         Kind::CronJob => roundtrip::<batch::CronJob>(input),
         Kind::ResourceQuota => roundtrip::<core::ResourceQuota>(input),
         Kind::LimitRange => roundtrip::<core::LimitRange>(input),
+        Kind::CustomResourceDefinition => roundtrip::<crds::CustomResourceDefinition>(input),
+        Kind::Custom => unreachable!("custom resources return above"),
         Kind::PriorityClass => {
             let has_value = input.get("value").is_some_and(|v| !v.is_null());
             roundtrip::<scheduling::PriorityClass>(input).map(|mut out| {
@@ -137,6 +143,8 @@ pub fn validate(info: &ResourceInfo, obj: &Value, old: Option<&Value>) -> Vec<Fi
         Kind::PriorityClass => scheduling::validate_priority_class(obj, old),
         Kind::Event => other::validate_event(obj),
         Kind::ServiceAccount => Vec::new(),
+        Kind::CustomResourceDefinition => crate::custom::validate_definition(obj, old),
+        Kind::Custom => crate::custom::validate(info, obj),
     });
     errs
 }

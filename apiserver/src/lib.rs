@@ -8,6 +8,8 @@
 //!   optimistic concurrency, finalizers, history) on the object store.
 //! - [`priority`]: priority admission (a pod's priority from its
 //!   PriorityClass), the registry's step that reads other objects.
+//! - [`crds`]: the resources CustomResourceDefinitions add, as this
+//!   member knows them.
 //! - [`strategy`]: per-kind rules the registry asks at fixed points of a
 //!   write (one file per kind with rules of its own).
 //! - [`allocator`]: Service cluster IPs and node ports.
@@ -28,6 +30,7 @@
 pub mod admission;
 pub mod allocator;
 pub mod config;
+pub mod crds;
 pub mod grpc;
 pub mod http;
 pub mod metrics;

@@ -24,6 +24,7 @@ use skiff_raft_store::types::{Compare, OpResult, Txn};
 use skiff_raft_store::Store;
 
 use crate::admission::{Attributes, Security, UserInfo};
+use crate::crds::CustomResources;
 use crate::priority;
 use crate::storage::{
     self, absent, parse_resource_version, prefix_end, unchanged_since, Consistency, ObjectStore, Stored,
@@ -301,11 +302,28 @@ pub struct Registry {
     objects: ObjectStore,
     security: Security,
     fanout: Fanout,
+    custom: CustomResources,
 }
 
 impl Registry {
     pub fn new(store: Store, security: Security, fanout: Fanout) -> Registry {
-        Registry { objects: ObjectStore { store }, security, fanout }
+        Registry { objects: ObjectStore { store }, security, fanout, custom: CustomResources::default() }
+    }
+
+    /// The resource served at `group`/`version` under `plural`, built-in
+    /// or added by a CustomResourceDefinition.
+    pub async fn resource(
+        &self,
+        group: &str,
+        version: &str,
+        plural: &str,
+    ) -> Result<Option<&'static ResourceInfo>, ApiError> {
+        self.custom.find(&self.objects, group, version, plural).await
+    }
+
+    /// Every resource CustomResourceDefinitions add, for discovery.
+    pub async fn custom_resources(&self) -> Result<Vec<&'static ResourceInfo>, ApiError> {
+        self.custom.all(&self.objects).await
     }
 
     pub fn store(&self) -> &Store {
@@ -759,6 +777,14 @@ impl Registry {
         if opts.force {
             return Err(ApiError::bad_request("force: Forbidden: may not be specified for non-apply patch"));
         }
+        if patch_type == PatchType::Strategic && info.kind_id == Kind::Custom {
+            // Custom resources have no patch strategies: Kubernetes refuses.
+            return Err(ApiError::new(
+                skiff_api::Reason::UnsupportedMediaType,
+                "the body of the request was in an unknown format - accepted media types include: \
+                 application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml",
+            ));
+        }
         let patch: Value = serde_json::from_slice(patch)
             .map_err(|e| ApiError::bad_request(format!("the patch is not valid JSON: {e}")))?;
         let apply_patch = move |doc: &Value| -> Result<Value, ApiError> {
@@ -1057,7 +1083,7 @@ impl Registry {
                 && next["metadata"]["deletionGracePeriodSeconds"].as_i64().unwrap_or(0) == 0;
             if finished {
                 // The last finalizer is gone: the delete completes now.
-                match self.remove(strategy, &key, &stored, &current).await? {
+                match self.remove(info, strategy, &key, &stored, &current).await? {
                     Some(revision) => {
                         meta::set_resource_version(&mut next, revision);
                         return Ok(next);
@@ -1123,9 +1149,12 @@ impl Registry {
     }
 
     /// Deletes `key` if it is still at `stored`'s revision, releasing the
-    /// keys the object held. `None`: it changed in between.
+    /// keys the object held. `None`: it changed in between. A namespace
+    /// takes the custom resources left in it along (the namespace
+    /// controller empties it of built-in kinds only).
     async fn remove(
         &self,
+        info: &ResourceInfo,
         strategy: &dyn Strategy,
         key: &str,
         stored: &Stored,
@@ -1133,6 +1162,19 @@ impl Registry {
     ) -> Result<Option<i64>, ApiError> {
         let mut success = vec![storage::delete(key)];
         success.extend(strategy.held(current).iter().map(|k| storage::delete(k)));
+        success.extend(strategy.owned_prefixes(current).iter().map(|p| storage::delete_prefix(p)));
+        if info.kind_id == Kind::Namespace {
+            let ns = meta::name(current).unwrap_or_default();
+            let prefixes: BTreeSet<String> = self
+                .custom
+                .all(&self.objects)
+                .await?
+                .into_iter()
+                .filter(|r| r.namespaced && !ns.is_empty())
+                .map(|r| r.namespace_prefix(Some(ns)))
+                .collect();
+            success.extend(prefixes.iter().map(|p| storage::delete_prefix(p)));
+        }
         let txn = Txn { compare: vec![unchanged_since(key, stored.mod_revision)], success, failure: vec![] };
         let (ok, _, revision) = self.objects.txn(txn).await?;
         Ok(ok.then_some(revision))
@@ -1231,7 +1273,7 @@ impl Registry {
                 if opts.dry_run {
                     return Ok(Deleted::Now(current));
                 }
-                match self.remove(strategy, &key, &stored, &current).await? {
+                match self.remove(info, strategy, &key, &stored, &current).await? {
                     Some(_) => return Ok(Deleted::Now(current)),
                     None => {
                         fresh = self.refresh().await?;
@@ -1261,7 +1303,7 @@ impl Registry {
                 return Ok(Deleted::Marked(current));
             }
             if grace == 0 && finalizers.is_empty() && !finalizing {
-                match self.remove(strategy, &key, &stored, &current).await? {
+                match self.remove(info, strategy, &key, &stored, &current).await? {
                     Some(_) => return Ok(Deleted::Now(current)),
                     None => {
                         fresh = self.refresh().await?;

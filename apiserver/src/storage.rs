@@ -271,6 +271,15 @@ pub fn delete(key: &str) -> Op {
     Op::DeleteRange(DeleteRequest { key: key.as_bytes().to_vec(), ..Default::default() })
 }
 
+/// Deletes every key that starts with `prefix`.
+pub fn delete_prefix(prefix: &str) -> Op {
+    Op::DeleteRange(DeleteRequest {
+        key: prefix.as_bytes().to_vec(),
+        range_end: prefix_end(prefix.as_bytes()),
+        ..Default::default()
+    })
+}
+
 pub fn get_op(key: &str) -> Op {
     Op::Range(RangeRequest { key: key.as_bytes().to_vec(), ..Default::default() })
 }

@@ -307,7 +307,9 @@ struct FanoutInner {
     /// The member's shutdown: feed and watcher tasks run on it, so a
     /// stopping member ends its watches and waits for them.
     shutdown: Shutdown,
-    feeds: Mutex<HashMap<Kind, Arc<Feed>>>,
+    /// By storage prefix: one per built-in kind, one per custom resource
+    /// (its served versions share it).
+    feeds: Mutex<HashMap<String, Arc<Feed>>>,
     bookmark_interval: Duration,
 }
 
@@ -326,15 +328,16 @@ impl Fanout {
 
     fn feed(&self, info: &'static ResourceInfo) -> Arc<Feed> {
         let mut feeds = self.inner.feeds.lock().expect("fanout lock poisoned");
-        if let Some(f) = feeds.get(&info.kind_id) {
+        let key = info.prefix();
+        if let Some(f) = feeds.get(&key) {
             return f.clone();
         }
         let store = &self.inner.objects.store;
-        let prefix = info.prefix().into_bytes();
+        let prefix = key.clone().into_bytes();
         let changes = store.subscribe(&prefix, &prefix_end(&prefix), None);
         let dispatched = changes.next_revision() - 1;
         let feed = Arc::new(Feed { info, state: Mutex::new(FeedState { dispatched, ..Default::default() }) });
-        feeds.insert(info.kind_id, feed.clone());
+        feeds.insert(key, feed.clone());
         let stopped = self.inner.shutdown.cancelled_owned();
         let run = run_feed(feed.clone(), changes);
         self.inner.shutdown.spawn(async move {

@@ -259,6 +259,8 @@ pub fn columns(info: &ResourceInfo) -> &'static [Column] {
         Kind::ResourceQuota => &RESOURCE_QUOTA,
         Kind::LimitRange => &DEFAULT,
         Kind::PriorityClass => &PRIORITY_CLASS,
+        Kind::CustomResourceDefinition => &DEFAULT,
+        Kind::Custom => info.custom.map_or(&DEFAULT[..], |c| &c.columns[..]),
     }
 }
 
@@ -401,6 +403,8 @@ pub fn cells(info: &ResourceInfo, obj: &Value, now: DateTime<Utc>) -> Vec<Value>
             age,
             obj.pointer("/preemptionPolicy").and_then(Value::as_str).unwrap_or("<unset>").into(),
         ],
+        Kind::CustomResourceDefinition => vec![name, created_at(obj).into()],
+        Kind::Custom => crate::custom::cells(info, obj, now),
     }
 }
 

@@ -2,7 +2,8 @@
 //! the aggregated (apidiscovery.k8s.io/v2) and the legacy formats, the
 //! per-group-version resource lists (the OpenAPI documents built from the
 //! same catalog are in `openapi`). What kubectl sends and expects is in
-//! KUBECTL.md §2.
+//! KUBECTL.md §2. The resources CustomResourceDefinitions add are passed
+//! in (`custom`), each group with its served versions, preferred first.
 
 use serde_json::{json, Value};
 use skiff_api::resources::{catalog, ResourceInfo};
@@ -158,10 +159,67 @@ fn aggregated_group(group: &str) -> Value {
 }
 
 /// `/api` (core) or `/apis` (every other group), aggregated.
-pub fn aggregated(core: bool) -> Value {
-    let items: Vec<Value> =
+pub fn aggregated(core: bool, custom: &[&'static ResourceInfo]) -> Value {
+    let mut items: Vec<Value> =
         served_groups().into_iter().filter(|g| g.is_empty() == core).map(aggregated_group).collect();
+    if !core {
+        for (group, versions) in custom_groups(custom) {
+            let versions: Vec<Value> = versions
+                .iter()
+                .map(|v| {
+                    let resources: Vec<Value> = custom
+                        .iter()
+                        .filter(|r| r.group == group && r.version == *v)
+                        .map(|r| aggregated_resource(r))
+                        .collect();
+                    json!({"version": v, "resources": resources, "freshness": "Current"})
+                })
+                .collect();
+            items.push(json!({"metadata": {"name": group, "creationTimestamp": null}, "versions": versions}));
+        }
+    }
     json!({"kind": "APIGroupDiscoveryList", "apiVersion": "apidiscovery.k8s.io/v2", "metadata": {}, "items": items})
+}
+
+/// The groups of custom resources, each with its versions, preferred
+/// first (Kubernetes' order: GA, then beta, then alpha, newest first).
+fn custom_groups(custom: &[&'static ResourceInfo]) -> std::collections::BTreeMap<&'static str, Vec<&'static str>> {
+    let mut groups: std::collections::BTreeMap<&str, Vec<&str>> = std::collections::BTreeMap::new();
+    for r in custom {
+        let versions = groups.entry(r.group).or_default();
+        if !versions.contains(&r.version) {
+            versions.push(r.version);
+        }
+    }
+    for versions in groups.values_mut() {
+        versions.sort_by_key(|v| version_priority(v));
+    }
+    groups
+}
+
+/// A sort key putting `v2` before `v1` before `v1beta2` before `v1beta1`
+/// before `v1alpha1` before versions of any other form (by name).
+fn version_priority(version: &str) -> (u8, std::cmp::Reverse<u64>, std::cmp::Reverse<u64>, String) {
+    use std::cmp::Reverse;
+    let parsed = version.strip_prefix('v').and_then(|rest| {
+        let digits = rest.find(|c: char| !c.is_ascii_digit()).unwrap_or(rest.len());
+        let major: u64 = rest[..digits].parse().ok()?;
+        let tail = &rest[digits..];
+        let (stage, minor) = if tail.is_empty() {
+            (0, "0")
+        } else if let Some(n) = tail.strip_prefix("beta") {
+            (1, n)
+        } else if let Some(n) = tail.strip_prefix("alpha") {
+            (2, n)
+        } else {
+            return None;
+        };
+        Some((stage, major, minor.parse::<u64>().ok()?))
+    });
+    match parsed {
+        Some((stage, major, minor)) => (stage, Reverse(major), Reverse(minor), String::new()),
+        None => (3, Reverse(0), Reverse(0), version.to_string()),
+    }
 }
 
 /// Legacy `/api`.
@@ -176,24 +234,36 @@ fn api_group(group: &str) -> Value {
     json!({"kind": "APIGroup", "apiVersion": "v1", "name": group, "versions": [gv], "preferredVersion": gv})
 }
 
+fn custom_api_group(group: &str, versions: &[&str]) -> Value {
+    let gvs: Vec<Value> =
+        versions.iter().map(|v| json!({"groupVersion": format!("{group}/{v}"), "version": v})).collect();
+    json!({"kind": "APIGroup", "apiVersion": "v1", "name": group, "versions": gvs, "preferredVersion": gvs[0]})
+}
+
 /// Legacy `/apis`.
-pub fn api_group_list() -> Value {
-    let groups: Vec<Value> = served_groups().into_iter().filter(|g| !g.is_empty()).map(api_group).collect();
+pub fn api_group_list(custom: &[&'static ResourceInfo]) -> Value {
+    let mut groups: Vec<Value> = served_groups().into_iter().filter(|g| !g.is_empty()).map(api_group).collect();
+    groups.extend(custom_groups(custom).iter().map(|(g, versions)| custom_api_group(g, versions)));
     json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": groups})
 }
 
 /// Legacy `/apis/<group>`, if served.
-pub fn group(group: &str) -> Option<Value> {
+pub fn group(group: &str, custom: &[&'static ResourceInfo]) -> Option<Value> {
+    if let Some(versions) = custom_groups(custom).get(group) {
+        return Some(custom_api_group(group, versions));
+    }
     served_groups().contains(&group).then(|| api_group(group)).filter(|_| !group.is_empty())
 }
 
-/// Legacy `/api/v1` or `/apis/<group>/v1`, if served.
-pub fn resource_list(group: &str, version: &str) -> Option<Value> {
-    if version != version_of(group) || !served_groups().contains(&group) {
+/// Legacy `/api/v1` or `/apis/<group>/<version>`, if served.
+pub fn resource_list(group: &str, version: &str, custom: &[&'static ResourceInfo]) -> Option<Value> {
+    let custom: Vec<&'static ResourceInfo> =
+        custom.iter().copied().filter(|r| r.group == group && r.version == version).collect();
+    if custom.is_empty() && (version != version_of(group) || !served_groups().contains(&group)) {
         return None;
     }
     let mut resources = Vec::new();
-    for info in in_group(group) {
+    for info in in_group(group).filter(|r| r.version == version).chain(custom) {
         let mut r = json!({
             "name": info.plural,
             "singularName": info.singular,
@@ -238,12 +308,12 @@ mod tests {
 
     #[test]
     fn aggregated_discovery_lists_every_resource_with_its_kind() {
-        let core = aggregated(true);
+        let core = aggregated(true, &[]);
         let resources = core["items"][0]["versions"][0]["resources"].as_array().unwrap();
         let pods = resources.iter().find(|r| r["resource"] == "pods").unwrap();
         assert_eq!(pods["responseKind"]["kind"], "Pod");
         assert_eq!(pods["categories"], json!(["all"]));
-        let apis = aggregated(false);
+        let apis = aggregated(false, &[]);
         let names: Vec<&str> =
             apis["items"].as_array().unwrap().iter().map(|i| i["metadata"]["name"].as_str().unwrap()).collect();
         assert!(names.contains(&"apps") && names.contains(&"authorization.k8s.io"));
@@ -260,7 +330,7 @@ mod tests {
 
     #[test]
     fn the_metrics_api_is_discovered_at_v1beta1_as_kubectl_top_looks_for_it() {
-        let apis = aggregated(false);
+        let apis = aggregated(false, &[]);
         let metrics =
             apis["items"].as_array().unwrap().iter().find(|i| i["metadata"]["name"] == "metrics.k8s.io").unwrap();
         assert_eq!(metrics["versions"][0]["version"], "v1beta1");
@@ -271,9 +341,16 @@ mod tests {
             .map(|r| r["responseKind"]["kind"].as_str().unwrap())
             .collect();
         assert_eq!(kinds, ["NodeMetrics", "PodMetrics"]);
-        assert_eq!(group("metrics.k8s.io").unwrap()["preferredVersion"]["groupVersion"], "metrics.k8s.io/v1beta1");
-        let list = resource_list("metrics.k8s.io", "v1beta1").unwrap();
+        assert_eq!(group("metrics.k8s.io", &[]).unwrap()["preferredVersion"]["groupVersion"], "metrics.k8s.io/v1beta1");
+        let list = resource_list("metrics.k8s.io", "v1beta1", &[]).unwrap();
         assert_eq!(list["resources"][1]["name"], "pods");
-        assert!(resource_list("metrics.k8s.io", "v1").is_none());
+        assert!(resource_list("metrics.k8s.io", "v1", &[]).is_none());
+    }
+
+    #[test]
+    fn custom_groups_list_their_versions_preferred_first() {
+        let mut versions = vec!["v1alpha1", "v2", "v1beta2", "foo", "v1", "v1beta1", "v10"];
+        versions.sort_by_key(|v| version_priority(v));
+        assert_eq!(versions, ["v10", "v2", "v1", "v1beta2", "v1beta1", "v1alpha1", "foo"]);
     }
 }

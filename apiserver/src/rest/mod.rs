@@ -26,7 +26,7 @@ use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode, Uri};
 use axum::response::Response;
 use futures::StreamExt;
 use serde_json::{json, Value};
-use skiff_api::resources::{self, ResourceInfo};
+use skiff_api::resources::{self, Kind, ResourceInfo};
 use skiff_api::table::{self, IncludeObject};
 use skiff_api::{meta, validation, ApiError, Reason};
 
@@ -267,18 +267,23 @@ async fn route(
         Target::Version => get_only(discovery::version()),
         Target::Groups { core } => {
             if wants_aggregated(headers) {
-                let mut r = get_only(discovery::aggregated(core))?;
+                let custom = state.registry.custom_resources().await?;
+                let mut r = get_only(discovery::aggregated(core, &custom))?;
                 r.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static(discovery::AGGREGATED));
                 Ok(r)
             } else if core {
                 get_only(discovery::api_versions(&state.address))
             } else {
-                get_only(discovery::api_group_list())
+                get_only(discovery::api_group_list(&state.registry.custom_resources().await?))
             }
         }
-        Target::Group(g) => get_only(discovery::group(g).ok_or_else(not_found_path)?),
+        Target::Group(g) => {
+            let custom = state.registry.custom_resources().await?;
+            get_only(discovery::group(g, &custom).ok_or_else(not_found_path)?)
+        }
         Target::Resources { group, version } => {
-            get_only(discovery::resource_list(group, version).ok_or_else(not_found_path)?)
+            let custom = state.registry.custom_resources().await?;
+            get_only(discovery::resource_list(group, version, &custom).ok_or_else(not_found_path)?)
         }
         Target::OpenApiRoot | Target::OpenApi(_) | Target::OpenApiV2 => {
             if method != Method::GET {
@@ -300,13 +305,12 @@ async fn route(
             resource_metrics::serve(&state.registry, &ctx, method, request).await
         }
         Target::Object { group, version, namespace, resource, name, sub } => {
-            if version != "v1" {
-                return Err(not_found_path());
+            if version == "v1" {
+                if let Some(r) = review(state, method, headers, group, resource, &body).await? {
+                    return Ok(r);
+                }
             }
-            if let Some(r) = review(state, method, headers, group, resource, &body).await? {
-                return Ok(r);
-            }
-            let info = resources::by_plural(Some(group), resource).ok_or_else(not_found_path)?;
+            let info = state.registry.resource(group, version, resource).await?.ok_or_else(not_found_path)?;
             if namespace.is_some() && !info.namespaced {
                 return Err(not_found_path());
             }
@@ -426,7 +430,14 @@ async fn review(
     let (verb, resource_name, namespace, name, subresource) =
         (text("verb"), text("resource"), text("namespace"), text("name"), text("subresource"));
     let group_name = attrs["group"].as_str();
-    let allowed = match resources::by_plural(group_name, &resource_name).or_else(|| resources::lookup(&resource_name)) {
+    let custom = state.registry.custom_resources().await?;
+    let found =
+        resources::by_plural(group_name, &resource_name).or_else(|| resources::lookup(&resource_name)).or_else(|| {
+            custom
+                .into_iter()
+                .find(|r| r.plural == resource_name && group_name.is_none_or(|g| g.is_empty() || g == r.group))
+        });
+    let allowed = match found {
         Some(info) => {
             let a = Attributes {
                 user: &user,
@@ -475,6 +486,15 @@ fn protobuf(body: &[u8]) -> Result<Value, ApiError> {
         }
         other => ApiError::bad_request(format!("the protobuf body could not be decoded: {other}")),
     })
+}
+
+/// A custom resource as the version `info` serves it. Versions of a CRD
+/// convert as `None` conversion does: only `apiVersion` changes.
+fn convert(info: &ResourceInfo, mut obj: Value) -> Value {
+    if info.kind_id == Kind::Custom && obj.is_object() {
+        obj["apiVersion"] = Value::String(info.api_version());
+    }
+    obj
 }
 
 /// One request on a collection, object or subresource.
@@ -549,6 +569,13 @@ impl Request<'_> {
     }
 
     fn object_response(&self, status: StatusCode, obj: &Value) -> Response {
+        let converted;
+        let obj = if self.info.kind_id == Kind::Custom && obj["apiVersion"] != self.info.api_version().as_str() {
+            converted = convert(self.info, obj.clone());
+            &converted
+        } else {
+            obj
+        };
         if self.wants_table() && obj.get("kind").and_then(Value::as_str) == Some(self.info.kind) {
             let rv = meta::resource_version(obj).map(str::to_string);
             value_response(status, &self.table(std::slice::from_ref(obj), rv, None))
@@ -593,7 +620,7 @@ impl Request<'_> {
             }
             ("get", Some(name), Some("status")) => {
                 let obj = registry.get(&ctx, info, ns, name, self.param("resourceVersion")).await?;
-                Ok(value_response(StatusCode::OK, &obj))
+                Ok(value_response(StatusCode::OK, &convert(info, obj)))
             }
             ("get", Some(name), Some("scale")) => {
                 Ok(value_response(StatusCode::OK, &registry.get_scale(&ctx, info, ns, name).await?))
@@ -732,7 +759,15 @@ impl Request<'_> {
             resource_version: self.param("resourceVersion").to_string(),
             resource_version_match: self.param("resourceVersionMatch").to_string(),
         };
-        let page = self.state.registry.list(ctx, self.info, self.namespace, &opts).await?;
+        let mut page = self.state.registry.list(ctx, self.info, self.namespace, &opts).await?;
+        if self.info.kind_id == Kind::Custom {
+            // Stored at the version they were written through.
+            for item in page.items.iter_mut() {
+                if let Ok(obj) = serde_json::from_slice::<Value>(item) {
+                    *item = serde_json::to_vec(&convert(self.info, obj)).expect("JSON values serialize");
+                }
+            }
+        }
         if self.wants_table() {
             let objects: Vec<Value> = page.items.iter().filter_map(|b| serde_json::from_slice(b).ok()).collect();
             let t = self.table(&objects, Some(page.resource_version.to_string()), page.continue_token);
@@ -795,6 +830,8 @@ impl Request<'_> {
         let include = IncludeObject::from_param(self.query.get("includeObject").map(String::as_str));
         let stream = tokio_stream::wrappers::ReceiverStream::new(events).map(move |event| {
             let object: Value = serde_json::from_slice(&event.object).unwrap_or(Value::Null);
+            let object =
+                if info.kind_id == Kind::Custom && object.is_object() { convert(info, object) } else { object };
             let object = if table && matches!(event.kind, EventType::Added | EventType::Modified | EventType::Deleted) {
                 let rv = meta::resource_version(&object).map(str::to_string);
                 let mut t = table::table(info, std::slice::from_ref(&object), include, chrono::Utc::now());

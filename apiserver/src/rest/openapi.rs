@@ -156,6 +156,8 @@ fn named<T: JsonSchema + Resource>(gen: &mut SchemaGenerator) -> Named {
     Named { schema: T::schema_name(), group: T::GROUP, version: T::VERSION, kind: T::KIND }
 }
 
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1 as crds;
+
 /// The k8s-openapi type of each served kind.
 fn served_kind(kind: Kind, gen: &mut SchemaGenerator) -> Named {
     match kind {
@@ -179,6 +181,8 @@ fn served_kind(kind: Kind, gen: &mut SchemaGenerator) -> Named {
         Kind::ResourceQuota => named::<core::v1::ResourceQuota>(gen),
         Kind::LimitRange => named::<core::v1::LimitRange>(gen),
         Kind::PriorityClass => named::<scheduling::v1::PriorityClass>(gen),
+        Kind::CustomResourceDefinition => named::<crds::CustomResourceDefinition>(gen),
+        Kind::Custom => unreachable!("custom resources are not in the catalog"),
     }
 }
 
@@ -449,11 +453,12 @@ fn reachable(roots: impl IntoIterator<Item = String>, schemas: &Map<String, Valu
 
 /// OpenAPI 3 form: a `$ref` with siblings (a description) becomes
 /// `allOf: [{$ref}]` beside them, as Kubernetes writes it (siblings of a
-/// `$ref` are ignored in OpenAPI 3.0).
+/// `$ref` are ignored in OpenAPI 3.0). Only a string `$ref` is a
+/// reference: JSONSchemaProps has a property named `$ref` (a schema).
 fn wrap_refs(value: &mut Value) {
     match value {
         Value::Object(map) => {
-            if map.len() > 1 {
+            if map.len() > 1 && map.get("$ref").is_some_and(Value::is_string) {
                 if let Some(r) = map.remove("$ref") {
                     map.insert("allOf".into(), json!([{"$ref": r}]));
                 }
@@ -890,6 +895,18 @@ mod tests {
         let mut all = Vec::new();
         refs(doc, "", &mut all);
         assert!(all.iter().all(|r| r.starts_with(prefix)), "every $ref is local");
+    }
+
+    #[test]
+    fn a_property_named_ref_is_a_schema_not_a_reference() {
+        // JSONSchemaProps (CRDs) has properties `$ref` and `allOf`: only a
+        // string `$ref` is wrapped, so Go's schema parser (kubectl) reads
+        // the document.
+        let mut schema = json!({"properties": {"$ref": {"type": "string"}, "allOf": {"type": "array"}},
+            "items": {"$ref": "#/components/schemas/X", "description": "d"}});
+        wrap_refs(&mut schema);
+        assert_eq!(schema["properties"], json!({"$ref": {"type": "string"}, "allOf": {"type": "array"}}));
+        assert_eq!(schema["items"], json!({"allOf": [{"$ref": "#/components/schemas/X"}], "description": "d"}));
     }
 
     #[test]

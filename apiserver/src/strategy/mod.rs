@@ -13,7 +13,8 @@
 //!   appear or disappear are created or deleted in the same transaction.
 //! - delete: [`Strategy::grace_period`] and [`Strategy::prepare_for_delete`]
 //!   decide whether the object is removed now or marked; removing it
-//!   deletes the keys it [`held`](Strategy::held).
+//!   deletes the keys it [`held`](Strategy::held) and every key under its
+//!   [`owned_prefixes`](Strategy::owned_prefixes).
 //!
 //! [`of`] picks the strategy of a kind. Its `match` is exhaustive, so a new
 //! [`Kind`] does not compile until it is given one: [`Default`] for a kind
@@ -24,6 +25,7 @@ use skiff_api::field::FieldError;
 use skiff_api::resources::{Kind, ResourceInfo};
 use skiff_api::validation;
 
+mod custom;
 mod job;
 mod namespace;
 mod node;
@@ -94,6 +96,13 @@ pub trait Strategy: Send + Sync {
         Vec::new()
     }
 
+    /// Key prefixes whose every key goes in the transaction that removes
+    /// `obj` (a CRD's custom resources).
+    fn owned_prefixes(&self, obj: &Value) -> Vec<String> {
+        let _ = obj;
+        Vec::new()
+    }
+
     /// Seconds a delete waits for the object's owner to clean up; `asked`
     /// is the request's `gracePeriodSeconds`.
     fn grace_period(&self, obj: &Value, asked: Option<i64>) -> i64 {
@@ -152,6 +161,8 @@ pub fn of(kind: Kind) -> &'static dyn Strategy {
         | Kind::ResourceQuota
         | Kind::LimitRange
         | Kind::PriorityClass => &Default,
+        Kind::CustomResourceDefinition => &custom::Definition,
+        Kind::Custom => &custom::Resource,
     }
 }
 
