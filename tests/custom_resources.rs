@@ -136,6 +136,20 @@ async fn kubectl_defines_a_resource_and_uses_it_like_a_built_in_one() {
     assert!(wide.lines().next().unwrap().split_whitespace().eq(["NAME", "SIZE", "COLOUR", "AGE"]), "{wide}");
     assert!(wide.contains("blue"), "{wide}");
 
+    // Applied again, client-side: kubectl sends a merge patch.
+    assert_eq!(
+        ok(kubectl_stdin(&a, &["apply", "-f", "-"], &widget("w2", "{size: 8, colour: blue}"))),
+        "widget.example.com/w2 configured\n"
+    );
+    assert_eq!(ok(kubectl(&b, &["get", "widget", "w2", "-o", "jsonpath={.spec.size}"])), "8");
+
+    // kubectl explain reads the schema from the OpenAPI document.
+    let explained = ok(kubectl(&b, &["explain", "widgets.spec"]));
+    assert!(explained.starts_with("GROUP:      example.com\nKIND:       Widget\nVERSION:    v1\n"), "{explained}");
+    assert!(explained.contains("size\t<integer> -required-") && explained.contains("colour\t<string>"), "{explained}");
+    let recursive = ok(kubectl(&b, &["explain", "widget", "--recursive"]));
+    assert!(recursive.contains("status\t<Object>") && recursive.contains("ready\t<boolean>"), "{recursive}");
+
     // A merge patch changes the spec (and the generation); custom resources
     // take no strategic merge patch.
     ok(kubectl(&a, &["patch", "widget", "w1", "--type", "merge", "-p", r#"{"spec":{"size":5}}"#]));

@@ -196,7 +196,7 @@ fn field_schema<'a>(schema: &'a Value, key: &str) -> Result<&'a Value, bool> {
 fn prune_field(schema: &Value, key: &str, value: &Value) -> Option<Value> {
     match field_schema(schema, key) {
         Ok(s) => {
-            if value.is_null() && s["nullable"] != json!(true) && !s.get("default").is_some_and(|d| !d.is_null()) {
+            if value.is_null() && s["nullable"] != json!(true) && s.get("default").is_none_or(Value::is_null) {
                 // Kubernetes drops nulls of non-nullable fields.
                 return None;
             }

@@ -289,7 +289,8 @@ async fn route(
             if method != Method::GET {
                 return Err(ApiError::method_not_allowed(format!("{method} is not supported here")));
             }
-            openapi_response(&target, uri, headers)
+            let custom = state.registry.custom_resources().await?;
+            openapi_response(&target, uri, headers, &custom)
         }
         Target::Object {
             group: resource_metrics::GROUP,
@@ -335,20 +336,45 @@ async fn route(
 /// `If-None-Match` is honoured. `/openapi/v2` is JSON only: kubectl asks
 /// for protobuf alone and gets 406, on which it falls back (to its
 /// compiled-in types for strategic-merge patches; validation and explain
-/// use v3).
-fn openapi_response(target: &Target<'_>, uri: &Uri, headers: &HeaderMap) -> Result<Response, ApiError> {
+/// use v3). The documents of custom resources' group-versions are built
+/// on request from `custom`, and listed in the index beside the built-in
+/// ones.
+fn openapi_response(
+    target: &Target<'_>,
+    uri: &Uri,
+    headers: &HeaderMap,
+    custom: &[&'static ResourceInfo],
+) -> Result<Response, ApiError> {
     let docs = openapi::documents();
     let mut immutable = false;
+    let built;
     let served = match target {
-        Target::OpenApiRoot => &docs.index,
+        Target::OpenApiRoot if custom.is_empty() => &docs.index,
+        Target::OpenApiRoot => {
+            let mut index: Value = serde_json::from_slice(&docs.index.body).expect("the index is JSON");
+            for (gv, infos) in openapi::custom_group_versions(custom) {
+                let hash = openapi::custom_document(&infos).hash;
+                index["paths"][&gv] = json!({"serverRelativeURL": format!("/openapi/v3/{gv}?hash={hash}")});
+            }
+            built = openapi::Served::new(&index);
+            &built
+        }
         Target::OpenApi(gv) => {
-            let served = docs.v3.get(gv.as_str()).ok_or_else(not_found_path)?;
+            let served = match docs.v3.get(gv.as_str()) {
+                Some(s) => s,
+                None => {
+                    let infos =
+                        openapi::custom_group_versions(custom).remove(gv.as_str()).ok_or_else(not_found_path)?;
+                    built = openapi::custom_document(&infos);
+                    &built
+                }
+            };
             match query(uri).get("hash") {
                 Some(h) if *h != served.hash => {
                     let mut r = Response::new(Body::empty());
                     *r.status_mut() = StatusCode::MOVED_PERMANENTLY;
-                    let url = docs.url(gv).expect("every served document has a URL");
-                    r.headers_mut().insert(header::LOCATION, HeaderValue::from_str(url).expect("URLs are ASCII"));
+                    let url = format!("/openapi/v3/{gv}?hash={}", served.hash);
+                    r.headers_mut().insert(header::LOCATION, HeaderValue::from_str(&url).expect("URLs are ASCII"));
                     r.headers_mut().insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache, private"));
                     return Ok(r);
                 }

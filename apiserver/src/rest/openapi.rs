@@ -27,6 +27,7 @@ use std::sync::LazyLock;
 use k8s_openapi::api::{
     apps, authentication, authorization, autoscaling, batch, coordination, core, discovery, scheduling,
 };
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1 as crds;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1 as meta;
 use k8s_openapi::schemars::gen::{SchemaGenerator, SchemaSettings};
 use k8s_openapi::schemars::JsonSchema;
@@ -52,7 +53,7 @@ pub struct Served {
 }
 
 impl Served {
-    fn new(doc: &Value) -> Served {
+    pub fn new(doc: &Value) -> Served {
         let body = serde_json::to_vec(doc).expect("JSON values serialize");
         Served { hash: hash(&body), body }
     }
@@ -71,16 +72,8 @@ pub struct Documents {
     pub v3: BTreeMap<String, Served>,
     /// `/openapi/v2`.
     pub v2: Served,
-    /// The URL of each `v3` document, hash included, as the index names it.
-    urls: BTreeMap<String, String>,
-}
-
-impl Documents {
-    /// `/openapi/v3/<gv>?hash=<current>`: where a request with a stale hash
-    /// is sent.
-    pub fn url(&self, gv: &str) -> Option<&str> {
-        self.urls.get(gv).map(String::as_str)
-    }
+    /// Every built-in schema by name (custom documents reuse them).
+    schemas: Map<String, Value>,
 }
 
 static DOCUMENTS: LazyLock<Documents> = LazyLock::new(build);
@@ -102,24 +95,92 @@ fn hash(body: &[u8]) -> String {
 fn build() -> Documents {
     let schemas = generate();
     let mut v3 = BTreeMap::new();
-    let mut urls = BTreeMap::new();
     let mut index = Map::new();
     let mut v2_paths = Map::new();
     for group in groups() {
         let gv = gv_path(group);
         let ops: Vec<Operation> = operations(group);
-        let doc = v3_document(&ops, &schemas);
+        let doc = v3_document(&ops, &[&schemas]);
         let served = Served::new(&doc);
         let url = format!("/openapi/v3/{gv}?hash={}", served.hash);
         index.insert(gv.clone(), json!({"serverRelativeURL": url}));
-        urls.insert(gv.clone(), url);
         v3.insert(gv, served);
         for (path, item) in v2_path_items(&ops) {
             v2_paths.insert(path, item);
         }
     }
     let v2 = v2_document(v2_paths, &schemas);
-    Documents { index: Served::new(&json!({"paths": index})), v3, v2: Served::new(&v2), urls }
+    Documents { index: Served::new(&json!({"paths": index})), v3, v2: Served::new(&v2), schemas }
+}
+
+/// The patch content types custom resources accept: no strategic merge.
+const CUSTOM_PATCH_TYPES: [&str; 3] =
+    ["application/json-patch+json", "application/merge-patch+json", "application/apply-patch+yaml"];
+
+/// `com.example.v1.Widget`: how Kubernetes names a custom resource's
+/// schema (the group reversed).
+fn custom_schema_name(info: &ResourceInfo) -> String {
+    let group: Vec<&str> = info.group.split('.').rev().collect();
+    format!("{}.{}.{}", group.join("."), info.version, info.kind)
+}
+
+/// A custom resource's schema as Kubernetes publishes it: the version's
+/// `openAPIV3Schema` with the standard `apiVersion`, `kind` and `metadata`.
+fn custom_schema(info: &ResourceInfo, named: &Named) -> Value {
+    let mut schema = info.custom.map(|c| c.schema.clone()).unwrap_or_else(|| json!({"type": "object"}));
+    if !schema.is_object() {
+        schema = json!({"type": "object"});
+    }
+    if !schema["properties"].is_object() {
+        schema["properties"] = json!({});
+    }
+    let list = list_schema(named);
+    for field in ["apiVersion", "kind"] {
+        schema["properties"][field] = list["properties"][field].clone();
+    }
+    schema["properties"]["metadata"] = json!({
+        "$ref": format!("{V3_REFS}io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta"),
+        "description": "Standard object's metadata. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#metadata",
+    });
+    schema["x-kubernetes-group-version-kind"] = json!([named.gvk()]);
+    schema
+}
+
+/// The custom group-versions (`apis/<group>/<version>`) with their resources.
+pub fn custom_group_versions(custom: &[&'static ResourceInfo]) -> BTreeMap<String, Vec<&'static ResourceInfo>> {
+    let mut out: BTreeMap<String, Vec<&'static ResourceInfo>> = BTreeMap::new();
+    for info in custom {
+        out.entry(format!("apis/{}/{}", info.group, info.version)).or_default().push(info);
+    }
+    out
+}
+
+/// The OpenAPI 3 document of one custom group-version, built on request:
+/// definitions change at run time. Its patch operations take JSON, merge
+/// and apply patches, so kubectl computes no strategic merge for them.
+pub fn custom_document(infos: &[&'static ResourceInfo]) -> Served {
+    let mut gen = SchemaGenerator::new(SchemaSettings::draft07());
+    let mut ops = Vec::new();
+    let mut own = Map::new();
+    for info in infos {
+        let named =
+            Named { schema: custom_schema_name(info), group: info.group, version: info.version, kind: info.kind };
+        own.insert(named.schema.clone(), custom_schema(info, &named));
+        own.insert(named.list_schema(), list_schema(&named));
+        let prefix = format!("/apis/{}/{}", info.group, info.version);
+        resource_operations(&prefix, info, &named, &mut gen, &mut ops);
+    }
+    let mut doc = v3_document(&ops, &[&own, &documents().schemas]);
+    let content: Map<String, Value> = CUSTOM_PATCH_TYPES
+        .iter()
+        .map(|t| (t.to_string(), json!({"schema": {"$ref": format!("{V3_REFS}{PATCH}")}})))
+        .collect();
+    for item in doc["paths"].as_object_mut().into_iter().flat_map(|p| p.values_mut()) {
+        if let Some(patch) = item.get_mut("patch") {
+            patch["requestBody"]["content"] = Value::Object(content.clone());
+        }
+    }
+    Served::new(&doc)
 }
 
 /// `api/v1` for the core group, `apis/<group>/v1` otherwise.
@@ -155,8 +216,6 @@ fn named<T: JsonSchema + Resource>(gen: &mut SchemaGenerator) -> Named {
     gen.subschema_for::<T>();
     Named { schema: T::schema_name(), group: T::GROUP, version: T::VERSION, kind: T::KIND }
 }
-
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1 as crds;
 
 /// The k8s-openapi type of each served kind.
 fn served_kind(kind: Kind, gen: &mut SchemaGenerator) -> Named {
@@ -437,12 +496,17 @@ fn refs(value: &Value, prefix: &str, out: &mut Vec<String>) {
     }
 }
 
+/// A schema by name from the first of `layers` that has it.
+fn lookup<'a>(layers: &[&'a Map<String, Value>], name: &str) -> Option<&'a Value> {
+    layers.iter().find_map(|l| l.get(name))
+}
+
 /// The schemas reachable from `roots` (the roots included).
-fn reachable(roots: impl IntoIterator<Item = String>, schemas: &Map<String, Value>) -> BTreeSet<String> {
+fn reachable(roots: impl IntoIterator<Item = String>, layers: &[&Map<String, Value>]) -> BTreeSet<String> {
     let mut seen = BTreeSet::new();
     let mut todo: Vec<String> = roots.into_iter().collect();
     while let Some(name) = todo.pop() {
-        if let Some(schema) = schemas.get(&name) {
+        if let Some(schema) = lookup(layers, &name) {
             if seen.insert(name) {
                 refs(schema, V3_REFS, &mut todo);
             }
@@ -754,7 +818,9 @@ fn v3_operation(op: &Operation) -> Value {
     o
 }
 
-fn v3_document(ops: &[Operation], schemas: &Map<String, Value>) -> Value {
+/// The OpenAPI 3 document of `ops`, with the schemas they reach from
+/// `layers` (the first that has a name wins).
+fn v3_document(ops: &[Operation], layers: &[&Map<String, Value>]) -> Value {
     let mut paths = Map::new();
     for op in ops {
         let item = paths.entry(op.path.clone()).or_insert_with(|| json!({}));
@@ -766,8 +832,8 @@ fn v3_document(ops: &[Operation], schemas: &Map<String, Value>) -> Value {
         PATCH.to_string(),
     ]);
     let mut components = Map::new();
-    for name in reachable(roots, schemas) {
-        let mut schema = schemas[&name].clone();
+    for name in reachable(roots, layers) {
+        let Some(mut schema) = lookup(layers, &name).cloned() else { continue };
         wrap_refs(&mut schema);
         components.insert(name, schema);
     }
