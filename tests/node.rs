@@ -235,6 +235,32 @@ async fn a_deployment_runs_in_containers_answers_across_nodes_and_serves_logs_an
     let text = std::fs::read_to_string(&copied).unwrap_or_default();
     assert_eq!(text, format!("hello-from-{}\n", name(a)));
 
+    // kubectl port-forward through the follower: one tunnel carries
+    // connection after connection, several at once, and bodies larger
+    // than SPDY's 64 KiB window.
+    let forward = PortForward::start(&setup.http, &format!("pod/{}", name(a)), 8080);
+    for _ in 0..3 {
+        let body = http_get("127.0.0.1", forward.local, "/").unwrap_or_default();
+        assert!(body.contains(&format!("hello-from-{}", name(a))), "{body:?}\n{}", forward.stderr());
+    }
+    setup.kubectl(&["exec", &name(a), "--", "sh", "-c", "seq 1 60000 > /www/big"]);
+    let expected: String = (1..=60000).map(|i| format!("{i}\n")).collect();
+    let local = forward.local;
+    let fetches: Vec<_> =
+        (0..3).map(|_| std::thread::spawn(move || http_get("127.0.0.1", local, "/big").unwrap_or_default())).collect();
+    for fetch in fetches {
+        let big = fetch.join().unwrap();
+        assert!(big.ends_with(&expected), "{} bytes through the port-forward, want {}", big.len(), expected.len());
+    }
+    drop(forward);
+    // Nothing listens on the pod's port 9: kubectl shows the error the
+    // node met and ends, as it does against kube.
+    let mut refused = PortForward::start(&setup.http, &format!("pod/{}", name(a)), 9);
+    let _ = http_get("127.0.0.1", refused.local, "/");
+    let status = refused.exited(Duration::from_secs(20));
+    assert!(status.is_some_and(|s| !s.success()), "{status:?}: {}", refused.stderr());
+    assert!(refused.stderr().contains("error forwarding port 9 to pod"), "{}", refused.stderr());
+
     // kubectl top, from the agents' summaries through the metrics API
     // (rates need two housekeeping samples: wait for them).
     let mut top = String::new();

@@ -152,6 +152,10 @@ impl PodLookup for WorkersLookup {
     fn container_id(&self, namespace: &str, pod: &str, container: &str) -> Option<String> {
         self.0.container_id(namespace, pod, container)
     }
+
+    fn pod_ip(&self, namespace: &str, pod: &str) -> Option<String> {
+        self.0.pod_ip(namespace, pod)
+    }
 }
 
 /// Latest status per pod, written by a few writer tasks: a pod whose

@@ -8,6 +8,9 @@
 //! - `POST /exec/{namespace}/{pod}/{container}?command=..&command=..`: runs
 //!   the command to its end (CRI `ExecSync`) and answers
 //!   `{"stdout": <base64>, "stderr": <base64>, "exitCode": N}`.
+//! - `GET /portForward/{namespace}/{pod}?port=N` with `Upgrade: tcp`: a
+//!   TCP connection to the pod's port, as raw bytes once upgraded (the
+//!   apiserver carries kubectl's port-forward streams over it).
 //! - `GET /stats/summary`: the kubelet's summary shape, CPU and memory only.
 
 use std::collections::BTreeMap;
@@ -33,6 +36,8 @@ use crate::stats::UsageCell;
 
 /// How long an exec may run before it is cut off.
 const EXEC_TIMEOUT: Duration = Duration::from_secs(600);
+/// How long a pod's port has to accept a forwarded connection.
+const PORT_FORWARD_CONNECT: Duration = Duration::from_secs(10);
 /// How often a followed log file is checked for more.
 const FOLLOW_POLL: Duration = Duration::from_millis(100);
 
@@ -41,6 +46,9 @@ pub trait PodLookup: Send + Sync + 'static {
     /// The runtime id of the current instance of a container of a pod on
     /// this node, if it has one.
     fn container_id(&self, namespace: &str, pod: &str, container: &str) -> Option<String>;
+    /// The address of a pod on this node (the node's own for a
+    /// host-network pod), once its sandbox has one.
+    fn pod_ip(&self, namespace: &str, pod: &str) -> Option<String>;
 }
 
 /// What the agent's API answers from.
@@ -75,6 +83,7 @@ pub async fn serve(addr: SocketAddr, api: Api, shutdown: Shutdown) -> std::io::R
         .route("/stats/summary", get(summary))
         .route("/containerLogs/:namespace/:pod/:container", get(container_logs))
         .route("/exec/:namespace/:pod/:container", post(exec))
+        .route("/portForward/:namespace/:pod", get(port_forward))
         .with_state(served);
     let stopped = shutdown.cancelled_owned();
     shutdown.spawn(async move {
@@ -291,6 +300,57 @@ async fn exec(
         }
         Err(e) => runtime_error(e),
     }
+}
+
+/// Connects to a port of a pod and, once connected, hands the upgraded
+/// connection over to it. The pod is reached at its address on the
+/// node's bridge, so a port bound only to the pod's loopback is not.
+async fn port_forward(
+    State(s): State<Arc<Served>>,
+    UrlPath((namespace, pod)): UrlPath<(String, String)>,
+    RawQuery(query): RawQuery,
+    mut request: axum::extract::Request,
+) -> Response {
+    let port = pairs(&query).into_iter().rev().find(|(k, _)| k == "port").and_then(|(_, v)| v.parse::<u16>().ok());
+    let Some(port) = port.filter(|p| *p > 0) else {
+        return status(StatusCode::BAD_REQUEST, "BadRequest", "a port from 1 to 65535 is required");
+    };
+    let upgrade = request.headers().get(header::UPGRADE).and_then(|v| v.to_str().ok()).unwrap_or_default();
+    if !upgrade.eq_ignore_ascii_case("tcp") {
+        return status(StatusCode::BAD_REQUEST, "BadRequest", "port-forwarding needs `Upgrade: tcp`");
+    }
+    let Some(ip) = s.api.pods.pod_ip(&namespace, &pod) else {
+        return status(StatusCode::NOT_FOUND, "NotFound", format!("pod {namespace}/{pod} has no address on this node"));
+    };
+    let address = if ip.contains(':') { format!("[{ip}]:{port}") } else { format!("{ip}:{port}") };
+    let connected = tokio::time::timeout(PORT_FORWARD_CONNECT, tokio::net::TcpStream::connect(&address)).await;
+    let mut to_pod = match connected {
+        Ok(Ok(stream)) => stream,
+        Ok(Err(e)) => {
+            let message = format!("failed to connect to {address} in pod {pod}: {e}");
+            return status(StatusCode::BAD_GATEWAY, "ServiceUnavailable", message);
+        }
+        Err(_) => {
+            let message = format!("failed to connect to {address} in pod {pod}: timed out");
+            return status(StatusCode::GATEWAY_TIMEOUT, "Timeout", message);
+        }
+    };
+    let upgraded = hyper::upgrade::on(&mut request);
+    let shutdown = s.shutdown.clone();
+    tokio::spawn(async move {
+        let Ok(upgraded) = upgraded.await else { return };
+        let mut from_apiserver = hyper_util::rt::TokioIo::new(upgraded);
+        tokio::select! {
+            _ = tokio::io::copy_bidirectional(&mut from_apiserver, &mut to_pod) => {}
+            _ = shutdown.cancelled() => {}
+        }
+    });
+    Response::builder()
+        .status(StatusCode::SWITCHING_PROTOCOLS)
+        .header(header::CONNECTION, "upgrade")
+        .header(header::UPGRADE, "tcp")
+        .body(Body::empty())
+        .expect("a valid response")
 }
 
 async fn summary(State(s): State<Arc<Served>>) -> Response {

@@ -46,3 +46,79 @@ pub fn fails(o: Output) -> String {
     assert!(!o.status.success(), "kubectl should have failed: {}", String::from_utf8_lossy(&o.stdout));
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
+
+/// A running `kubectl port-forward` to a random local port, killed when
+/// dropped; its stderr is kept to read after it exits.
+pub struct PortForward {
+    child: std::process::Child,
+    dir: tempfile::TempDir,
+    /// The local port kubectl listens on.
+    pub local: u16,
+}
+
+impl PortForward {
+    /// Starts `kubectl port-forward <target> :<remote>` and waits for it
+    /// to say where it listens.
+    pub fn start(server: &str, target: &str, remote: u16) -> PortForward {
+        use std::io::BufRead;
+        let dir = tempfile::tempdir().unwrap();
+        let stderr = std::fs::File::create(dir.path().join("stderr")).unwrap();
+        let mut child = Command::new("kubectl")
+            .args(["--server", &format!("http://{server}"), "--cache-dir"])
+            .arg(dir.path().join("cache"))
+            .args(["port-forward", target, &format!(":{remote}")])
+            .stdout(Stdio::piped())
+            .stderr(stderr)
+            .spawn()
+            .unwrap();
+        let stdout = child.stdout.take().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        // Reads on for the session's life ("Handling connection for ...").
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(stdout).lines().map_while(Result::ok) {
+                let _ = tx.send(line);
+            }
+        });
+        let mut forward = PortForward { child, dir, local: 0 };
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while let Some(left) = deadline.checked_duration_since(std::time::Instant::now()) {
+            let Ok(line) = rx.recv_timeout(left) else { break };
+            // "Forwarding from 127.0.0.1:40123 -> 8080"
+            if let Some(port) = line
+                .strip_prefix("Forwarding from 127.0.0.1:")
+                .and_then(|rest| rest.split_whitespace().next())
+                .and_then(|p| p.parse().ok())
+            {
+                forward.local = port;
+                return forward;
+            }
+        }
+        panic!("kubectl port-forward {target} did not start listening: {}", forward.stderr());
+    }
+
+    /// What kubectl wrote to stderr so far.
+    pub fn stderr(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("stderr")).unwrap_or_default()
+    }
+
+    /// kubectl's exit status, if it exits within `within`.
+    pub fn exited(&mut self, within: std::time::Duration) -> Option<std::process::ExitStatus> {
+        let deadline = std::time::Instant::now() + within;
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return Some(status);
+            }
+            if std::time::Instant::now() > deadline {
+                return None;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+    }
+}
+
+impl Drop for PortForward {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}

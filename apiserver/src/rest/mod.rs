@@ -15,7 +15,9 @@
 pub mod discovery;
 pub mod node_proxy;
 pub mod openapi;
+pub mod port_forward;
 pub mod resource_metrics;
+mod spdy;
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -194,16 +196,33 @@ fn reader_context(state: &RestState, headers: &HeaderMap) -> Result<Context, Api
     Ok(Context { user, field_manager: crate::registry::manager_from_user_agent(agent) })
 }
 
-/// `pods/log` and `pods/exec`, proxied to the pod's node (`node_proxy`);
-/// `attach` and `portforward` are refused with a Status saying so.
+/// `pods/log`, `pods/exec` and `pods/portforward`, proxied to the pod's
+/// node (`node_proxy`, `port_forward`); `attach` is refused with a Status
+/// saying so. Reading a log takes `get pods/log`; the streams take
+/// `create` on their subresource, as kube-apiserver asks of WebSocket
+/// upgrades.
 async fn stream_to_node(
     state: &RestState,
     parts: &mut axum::http::request::Parts,
     (namespace, pod, sub): (String, String, String),
 ) -> Result<Response, ApiError> {
     let ctx = reader_context(state, &parts.headers)?;
+    let pods = resources::by_plural(Some(""), "pods").expect("pods are served");
+    state.registry.security().authorize(&Attributes {
+        user: &ctx.user,
+        verb: if sub == "log" { "get" } else { "create" },
+        resource: pods,
+        subresource: &sub,
+        namespace: &namespace,
+        name: &pod,
+    })?;
     let pairs = node_proxy::query_pairs(parts.uri.query());
     let container = pairs.iter().rev().find(|(k, _)| k == "container").map(|(_, v)| v.as_str());
+    let websocket = parts
+        .headers
+        .get(header::UPGRADE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|u| u.eq_ignore_ascii_case("websocket"));
     match sub.as_str() {
         "log" => {
             if parts.method != Method::GET {
@@ -214,11 +233,6 @@ async fn stream_to_node(
         }
         "exec" => {
             let located = node_proxy::locate(&state.registry, &ctx, &namespace, &pod, container).await;
-            let websocket = parts
-                .headers
-                .get(header::UPGRADE)
-                .and_then(|v| v.to_str().ok())
-                .is_some_and(|u| u.eq_ignore_ascii_case("websocket"));
             if !websocket {
                 // kubectl falls back to SPDY only after the WebSocket
                 // attempt failed; tell it why, or why the pod is not there.
@@ -237,6 +251,27 @@ async fn stream_to_node(
             Ok(upgrade
                 .protocols(node_proxy::EXEC_PROTOCOLS)
                 .on_upgrade(move |socket| node_proxy::exec_session(socket, located, params)))
+        }
+        "portforward" => {
+            let located = node_proxy::locate_pod(&state.registry, &ctx, &namespace, &pod).await;
+            if !websocket {
+                // The SPDY fallback kubectl tries after a failed WebSocket
+                // attempt: its error is the one kubectl prints.
+                located?;
+                return Err(ApiError::bad_request(
+                    "Skiff serves port-forward over WebSocket (SPDY/3.1+portforward.k8s.io) only; \
+                     a bare SPDY upgrade is not supported",
+                ));
+            }
+            let target = located?;
+            let upgrade = <axum::extract::ws::WebSocketUpgrade as axum::extract::FromRequestParts<RestState>>::from_request_parts(
+                parts, state,
+            )
+            .await
+            .map_err(|e| ApiError::bad_request(format!("WebSocket upgrade: {}", e.body_text())))?;
+            Ok(upgrade
+                .protocols(port_forward::PROTOCOLS)
+                .on_upgrade(move |socket| port_forward::session(socket, target)))
         }
         other => Err(ApiError::bad_request(format!("pods/{other} is not supported by Skiff yet"))),
     }

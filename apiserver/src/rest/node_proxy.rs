@@ -49,6 +49,17 @@ pub struct ContainerTarget {
     pub container: String,
 }
 
+/// Where a pod runs, for a port-forward: the node agent and the names.
+#[derive(Debug, Clone)]
+pub struct PodTarget {
+    /// `http://<InternalIP>:<kubelet port>`.
+    pub node_url: String,
+    /// The pod's namespace.
+    pub namespace: String,
+    /// The pod's name.
+    pub pod: String,
+}
+
 fn pods() -> &'static ResourceInfo {
     resources::by_plural(Some(""), "pods").expect("pods are served")
 }
@@ -94,13 +105,38 @@ pub async fn locate(
             }
         }
     };
+    let node_url = node_of(registry, ctx, &pod).await?;
+    Ok(ContainerTarget { node_url, namespace: namespace.to_string(), pod: name.to_string(), container })
+}
+
+/// The agent URL of the node `pod` is bound to (400 if it is not bound).
+pub async fn node_of(registry: &Registry, ctx: &Context, pod: &Value) -> Result<String, ApiError> {
+    let name = pod["metadata"]["name"].as_str().unwrap_or_default();
     let node_name = pod["spec"]["nodeName"]
         .as_str()
         .filter(|n| !n.is_empty())
         .ok_or_else(|| ApiError::bad_request(format!("pod {name} does not have a host assigned")))?;
     let node = registry.get(ctx, nodes(), "", node_name, "").await?;
-    let node_url = node_url(&node)?;
-    Ok(ContainerTarget { node_url, namespace: namespace.to_string(), pod: name.to_string(), container })
+    node_url(&node)
+}
+
+/// Finds the node a port-forward is for: the pod must exist (404), be
+/// bound (400) and be running (400, as kube-apiserver refuses it).
+pub async fn locate_pod(
+    registry: &Registry,
+    ctx: &Context,
+    namespace: &str,
+    name: &str,
+) -> Result<PodTarget, ApiError> {
+    let pod = registry.get(ctx, pods(), namespace, name, "").await?;
+    let phase = pod["status"]["phase"].as_str().unwrap_or("Pending");
+    if phase != "Running" {
+        return Err(ApiError::bad_request(format!(
+            "unable to forward ports to pod {name}: its phase is {phase}, not Running"
+        )));
+    }
+    let node_url = node_of(registry, ctx, &pod).await?;
+    Ok(PodTarget { node_url, namespace: namespace.to_string(), pod: name.to_string() })
 }
 
 /// `http://<InternalIP>:<agent port>` of a Node, from its status.

@@ -200,6 +200,9 @@ struct Handle {
 /// already torn down does not start it again.
 const FINISHED_MEMORY: usize = 10_000;
 
+/// A pod's container ids by container name.
+type ContainerIds = BTreeMap<String, String>;
+
 pub(crate) struct Shared {
     pub(crate) runtime: Arc<dyn Runtime>,
     pub(crate) config: Arc<WorkerConfig>,
@@ -208,8 +211,9 @@ pub(crate) struct Shared {
     pub(crate) shutdown: Shutdown,
     workers: Mutex<HashMap<String, Handle>>,
     finished: Mutex<(HashSet<String>, VecDeque<String>)>,
-    /// Container ids by pod and container name, for logs and exec.
-    ids: Mutex<HashMap<ObjectKey, BTreeMap<String, String>>>,
+    /// Container ids by pod and container name, for logs and exec, and
+    /// the pod's address, for port-forwarding.
+    ids: Mutex<HashMap<ObjectKey, (ContainerIds, String)>>,
     adopted: Mutex<HashSet<String>>,
 }
 
@@ -218,8 +222,8 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl Shared {
-    pub(crate) fn set_ids(&self, key: &ObjectKey, ids: BTreeMap<String, String>) {
-        lock(&self.ids).insert(key.clone(), ids);
+    pub(crate) fn set_ids(&self, key: &ObjectKey, ids: ContainerIds, ip: String) {
+        lock(&self.ids).insert(key.clone(), (ids, ip));
     }
 
     /// A worker ended: forget it (and, if it tore the pod down, remember
@@ -384,7 +388,16 @@ impl PodWorkers {
 
     /// The runtime's id of the newest container `container` of the pod.
     pub fn container_id(&self, namespace: &str, name: &str, container: &str) -> Option<String> {
-        lock(&self.shared.ids).get(&ObjectKey::new(namespace, name)).and_then(|ids| ids.get(container)).cloned()
+        lock(&self.shared.ids).get(&ObjectKey::new(namespace, name)).and_then(|(ids, _)| ids.get(container)).cloned()
+    }
+
+    /// The pod's address (the node's for a host-network pod), once its
+    /// sandbox has one.
+    pub fn pod_ip(&self, namespace: &str, name: &str) -> Option<String> {
+        lock(&self.shared.ids)
+            .get(&ObjectKey::new(namespace, name))
+            .map(|(_, ip)| ip.clone())
+            .filter(|ip| !ip.is_empty())
     }
 
     /// How many pods have a worker.

@@ -310,7 +310,8 @@ impl Worker {
             .into_iter()
             .filter_map(|name| observed.latest(&name).map(|c| (name, c.id.clone())))
             .collect();
-        self.shared.set_ids(&self.key, ids);
+        let ip = self.pod_ip(observed);
+        self.shared.set_ids(&self.key, ids, ip);
     }
 
     fn containers(&self) -> Vec<Container> {
