@@ -235,6 +235,26 @@ async fn a_deployment_runs_in_containers_answers_across_nodes_and_serves_logs_an
     let text = std::fs::read_to_string(&copied).unwrap_or_default();
     assert_eq!(text, format!("hello-from-{}\n", name(a)));
 
+    // kubectl cp into a pod and exec -i: stdin streams to the command
+    // through the node agent's exec WebSocket.
+    let upload = setup.cluster.root.path().join("upload.bin");
+    let bytes: Vec<u8> = (0..1_000_000u32).map(|i| (i % 251) as u8).collect();
+    std::fs::write(&upload, &bytes).unwrap();
+    setup.kubectl(&["cp", upload.to_str().unwrap(), &format!("{}:/www/upload.bin", name(a))]);
+    let size = setup.kubectl(&["exec", &name(a), "--", "wc", "-c", "/www/upload.bin"]);
+    assert_eq!(size.split_whitespace().next(), Some("1000000"), "{size}");
+    let copied_back = setup.cluster.root.path().join("back.bin");
+    setup.kubectl(&["cp", &format!("{}:/www/upload.bin", name(a)), copied_back.to_str().unwrap()]);
+    assert!(std::fs::read(&copied_back).unwrap_or_default() == bytes, "the file came back changed");
+    let piped = kubectl_stdin(
+        &setup.http,
+        &["exec", "-i", &name(a), "--", "sh", "-c", "tr a-z A-Z; echo err >&2; exit 4"],
+        "hello\n",
+    );
+    assert_eq!(piped.status.code(), Some(4), "{piped:?}");
+    assert_eq!(String::from_utf8_lossy(&piped.stdout), "HELLO\n");
+    assert!(String::from_utf8_lossy(&piped.stderr).contains("err"), "{piped:?}");
+
     // kubectl port-forward through the follower: one tunnel carries
     // connection after connection, several at once, and bodies larger
     // than SPDY's 64 KiB window.

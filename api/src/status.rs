@@ -265,6 +265,17 @@ impl ApiError {
         Self::new(Reason::TooManyRequests, message)
     }
 
+    /// The error as an exec's channel 3 carries it: a `Status` without
+    /// its kind and apiVersion.
+    pub fn exec_status(&self) -> Value {
+        let mut s = self.to_status();
+        if let Some(obj) = s.as_object_mut() {
+            obj.remove("kind");
+            obj.remove("apiVersion");
+        }
+        s
+    }
+
     /// The `Status` object (`kind: Status`, `apiVersion: v1`).
     pub fn to_status(&self) -> Value {
         let mut status = json!({
@@ -295,10 +306,33 @@ impl ApiError {
     }
 }
 
+/// The `Status` kubectl reads from an exec's channel 3 when the command
+/// ended with `exit_code` (kubelet's wording; kubectl exits with the code).
+pub fn exec_exit_status(exit_code: i64) -> Value {
+    if exit_code == 0 {
+        return json!({"metadata": {}, "status": "Success"});
+    }
+    json!({
+        "metadata": {},
+        "status": "Failure",
+        "message": format!("command terminated with non-zero exit code: command terminated with exit code {exit_code}"),
+        "reason": "NonZeroExitCode",
+        "details": {"causes": [{"reason": "ExitCode", "message": exit_code.to_string()}]},
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::resources::{of, Kind};
+
+    #[test]
+    fn exec_exit_statuses_are_worded_as_kubectl_reads_them() {
+        assert_eq!(exec_exit_status(0), json!({"metadata": {}, "status": "Success"}));
+        let failed = exec_exit_status(3);
+        assert_eq!(failed["reason"], "NonZeroExitCode");
+        assert_eq!(failed["details"]["causes"][0], json!({"reason": "ExitCode", "message": "3"}));
+    }
 
     #[test]
     fn not_found_names_the_resource_as_kubectl_prints_it() {

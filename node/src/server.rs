@@ -8,6 +8,11 @@
 //! - `POST /exec/{namespace}/{pod}/{container}?command=..&command=..`: runs
 //!   the command to its end (CRI `ExecSync`) and answers
 //!   `{"stdout": <base64>, "stderr": <base64>, "exitCode": N}`.
+//! - `GET` of the same, upgraded to a WebSocket speaking kubectl's
+//!   `v5.channel.k8s.io`: the command runs with stdin (channel 0, closed
+//!   by `255 0`), its stdout and stderr stream out on channels 1 and 2 and
+//!   its exit Status comes on 3. The apiserver relays `kubectl exec -i`
+//!   and `kubectl cp` into a pod here.
 //! - `GET /portForward/{namespace}/{pod}?port=N` with `Upgrade: tcp`: a
 //!   TCP connection to the pod's port, as raw bytes once upgraded (the
 //!   apiserver carries kubectl's port-forward streams over it).
@@ -16,19 +21,24 @@
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::process::Stdio;
 use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::Body;
+use axum::extract::ws::{CloseFrame, Message, WebSocket, WebSocketUpgrade};
 use axum::extract::{Path as UrlPath, RawQuery, State};
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use base64::Engine;
 use chrono::{DateTime, Utc};
+use futures::{SinkExt, StreamExt};
 use serde_json::{json, Value};
+use skiff_api::ApiError;
 use skiff_shutdown::Shutdown;
-use tokio::io::{AsyncReadExt, AsyncSeekExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncSeekExt, AsyncWriteExt};
+use tokio::sync::mpsc;
 
 use crate::logs::{self, LogOptions};
 use crate::runtime::{ContainerState, LabelFilter, Runtime, RuntimeError, LABEL_CONTAINER_NAME, LABEL_NODE};
@@ -36,6 +46,8 @@ use crate::stats::UsageCell;
 
 /// How long an exec may run before it is cut off.
 const EXEC_TIMEOUT: Duration = Duration::from_secs(600);
+/// The WebSocket subprotocol exec is served in, as the apiserver relays it.
+const EXEC_PROTOCOLS: [&str; 1] = ["v5.channel.k8s.io"];
 /// How long a pod's port has to accept a forwarded connection.
 const PORT_FORWARD_CONNECT: Duration = Duration::from_secs(10);
 /// How often a followed log file is checked for more.
@@ -82,7 +94,7 @@ pub async fn serve(addr: SocketAddr, api: Api, shutdown: Shutdown) -> std::io::R
         .route("/metrics", get(metrics))
         .route("/stats/summary", get(summary))
         .route("/containerLogs/:namespace/:pod/:container", get(container_logs))
-        .route("/exec/:namespace/:pod/:container", post(exec))
+        .route("/exec/:namespace/:pod/:container", post(exec).get(exec_stream))
         .route("/portForward/:namespace/:pod", get(port_forward))
         .with_state(served);
     let stopped = shutdown.cancelled_owned();
@@ -300,6 +312,117 @@ async fn exec(
         }
         Err(e) => runtime_error(e),
     }
+}
+
+/// `GET /exec/...` as a WebSocket: the command with its stdio streamed.
+async fn exec_stream(
+    State(s): State<Arc<Served>>,
+    UrlPath((namespace, pod, container)): UrlPath<(String, String, String)>,
+    RawQuery(query): RawQuery,
+    upgrade: WebSocketUpgrade,
+) -> Response {
+    let pairs = pairs(&query);
+    let command: Vec<String> = pairs.iter().filter(|(k, _)| k == "command").map(|(_, v)| v.clone()).collect();
+    if command.is_empty() {
+        return status(StatusCode::BAD_REQUEST, "BadRequest", "you must specify at least 1 command");
+    }
+    if pairs.iter().any(|(k, v)| k == "tty" && v == "true") {
+        return status(StatusCode::BAD_REQUEST, "BadRequest", "exec with a terminal is not supported");
+    }
+    let Some(id) = s.api.pods.container_id(&namespace, &pod, &container) else {
+        let message = format!("container {container} is not valid for pod {pod}");
+        return status(StatusCode::BAD_REQUEST, "BadRequest", message);
+    };
+    let process = match s.api.runtime.exec_piped(&id, &command) {
+        Ok(p) => p,
+        Err(e) => return runtime_error(e),
+    };
+    let shutdown = s.shutdown.clone();
+    upgrade.protocols(EXEC_PROTOCOLS).on_upgrade(move |socket| exec_session(socket, process, shutdown))
+}
+
+/// One channel message: the channel id, then the bytes.
+fn frame(channel: u8, data: &[u8]) -> Message {
+    let mut out = Vec::with_capacity(data.len() + 1);
+    out.push(channel);
+    out.extend_from_slice(data);
+    Message::Binary(out)
+}
+
+/// Runs an exec with streamed stdio until it ends, or until the client
+/// goes away (which kills it).
+async fn exec_session(socket: WebSocket, mut process: tokio::process::Command, shutdown: Shutdown) {
+    let (mut sink, mut source) = socket.split();
+    process.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).kill_on_drop(true);
+    let mut child = match process.spawn() {
+        Ok(child) => child,
+        Err(e) => {
+            let failed = ApiError::internal(format!("starting the exec: {e}"));
+            let _ = sink.send(frame(3, failed.exec_status().to_string().as_bytes())).await;
+            let _ = sink.send(Message::Close(Some(CloseFrame { code: 1000, reason: "".into() }))).await;
+            return;
+        }
+    };
+    let (output, mut outputs) = mpsc::channel::<Message>(16);
+    for (channel, pipe) in [
+        (1u8, child.stdout.take().map(|p| Box::new(p) as Box<dyn AsyncRead + Send + Unpin>)),
+        (2u8, child.stderr.take().map(|p| Box::new(p) as Box<dyn AsyncRead + Send + Unpin>)),
+    ] {
+        let (Some(mut pipe), output) = (pipe, output.clone()) else { continue };
+        tokio::spawn(async move {
+            let mut buf = vec![0u8; 32 * 1024];
+            while let Ok(n @ 1..) = pipe.read(&mut buf).await {
+                if output.send(frame(channel, &buf[..n])).await.is_err() {
+                    return;
+                }
+            }
+        });
+    }
+    drop(output);
+    let mut stdin = child.stdin.take();
+    // Input until the client hangs up: channel 0 is stdin, `255 0` closes it.
+    let mut input = tokio::spawn(async move {
+        while let Some(Ok(message)) = source.next().await {
+            match message {
+                Message::Binary(b) if b.first() == Some(&0) => {
+                    if let Some(pipe) = stdin.as_mut() {
+                        if pipe.write_all(&b[1..]).await.is_err() {
+                            stdin = None;
+                        }
+                    }
+                }
+                Message::Binary(b) if b.as_slice() == [255, 0] => stdin = None,
+                Message::Close(_) => return,
+                _ => {}
+            }
+        }
+    });
+    loop {
+        tokio::select! {
+            next = outputs.recv() => match next {
+                Some(message) => {
+                    if sink.send(message).await.is_err() {
+                        return;
+                    }
+                }
+                None => break,
+            },
+            // The client left before the command's output ended: the
+            // command is killed as the child is dropped.
+            _ = &mut input => return,
+            _ = shutdown.cancelled() => return,
+        }
+    }
+    let code = match child.wait().await {
+        Ok(status) => {
+            status.code().unwrap_or_else(|| 128 + std::os::unix::process::ExitStatusExt::signal(&status).unwrap_or(0))
+        }
+        Err(_) => 1,
+    };
+    let status = skiff_api::status::exec_exit_status(code as i64);
+    let _ = sink.send(frame(3, status.to_string().as_bytes())).await;
+    let _ = sink.send(Message::Close(Some(CloseFrame { code: 1000, reason: "".into() }))).await;
+    let _ = tokio::time::timeout(Duration::from_secs(5), input).await;
 }
 
 /// Connects to a port of a pod and, once connected, hands the upgraded

@@ -248,9 +248,10 @@ async fn stream_to_node(
             .await
             .map_err(|e| ApiError::bad_request(format!("WebSocket upgrade: {}", e.body_text())))?;
             let params = node_proxy::ExecParams::parse(&pairs);
+            let raw_query = parts.uri.query().unwrap_or_default().to_string();
             Ok(upgrade
                 .protocols(node_proxy::EXEC_PROTOCOLS)
-                .on_upgrade(move |socket| node_proxy::exec_session(socket, located, params)))
+                .on_upgrade(move |socket| node_proxy::exec_session(socket, located, params, raw_query)))
         }
         "portforward" => {
             let located = node_proxy::locate_pod(&state.registry, &ctx, &namespace, &pod).await;

@@ -10,7 +10,9 @@
 //!   the node to its end (CRI `ExecSync`), then its stdout (channel 1),
 //!   stderr (channel 2) and a `Status` with the exit code (channel 3) are
 //!   sent and the socket is closed with code 1000, as kubectl expects.
-//!   Interactive sessions (stdin, tty) are refused with a clear Status.
+//!   With stdin (`kubectl exec -i`, `kubectl cp` into a pod) the session
+//!   is relayed to the node agent's exec WebSocket instead, so input and
+//!   output stream both ways. A terminal (`-t`) is refused with a Status.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -25,7 +27,7 @@ use futures::{SinkExt, StreamExt};
 use http_body_util::{BodyExt, Empty, Full};
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
-use serde_json::{json, Value};
+use serde_json::Value;
 use skiff_api::resources::{self, ResourceInfo};
 use skiff_api::ApiError;
 
@@ -250,30 +252,6 @@ fn command_query(command: &[String]) -> String {
     query.finish()
 }
 
-/// The Status kubectl reads from channel 3 at the end of an exec.
-pub fn exit_status(exit_code: i64) -> Value {
-    if exit_code == 0 {
-        return json!({"metadata": {}, "status": "Success"});
-    }
-    json!({
-        "metadata": {},
-        "status": "Failure",
-        "message": format!("command terminated with non-zero exit code: command terminated with exit code {exit_code}"),
-        "reason": "NonZeroExitCode",
-        "details": {"causes": [{"reason": "ExitCode", "message": exit_code.to_string()}]},
-    })
-}
-
-/// An error as channel 3 carries it.
-pub fn error_status(e: &ApiError) -> Value {
-    let mut s = e.to_status();
-    if let Some(obj) = s.as_object_mut() {
-        obj.remove("kind");
-        obj.remove("apiVersion");
-    }
-    s
-}
-
 /// One channel message: the channel id, then the bytes.
 fn frame(channel: u8, data: &[u8]) -> Message {
     let mut out = Vec::with_capacity(data.len() + 1);
@@ -313,10 +291,23 @@ impl ExecParams {
     }
 }
 
-/// Serves one exec session on an upgraded socket: runs the command, sends
-/// its output and exit Status, closes with 1000. Pings are answered while
-/// the command runs.
-pub async fn exec_session(socket: WebSocket, located: Result<ContainerTarget, ApiError>, params: ExecParams) {
+/// Serves one exec session on an upgraded socket. Without stdin: runs the
+/// command, sends its output and exit Status, closes with 1000 (pings are
+/// answered while it runs). With stdin (and no terminal): relays the
+/// session to the node agent's own `v5.channel.k8s.io` WebSocket, message
+/// for message, as kube-apiserver proxies it to the kubelet.
+pub async fn exec_session(
+    socket: WebSocket,
+    located: Result<ContainerTarget, ApiError>,
+    params: ExecParams,
+    raw_query: String,
+) {
+    match &located {
+        Ok(target) if params.stdin && !params.tty && !params.command.is_empty() => {
+            return relay_to_node(socket, target, &raw_query).await;
+        }
+        _ => {}
+    }
     let (mut sink, mut stream) = socket.split();
     // Reading answers pings; stop on the client's close or hang-up.
     let reader = tokio::spawn(async move {
@@ -328,8 +319,8 @@ pub async fn exec_session(socket: WebSocket, located: Result<ContainerTarget, Ap
     });
     let outcome = match located {
         Err(e) => Err(e),
-        Ok(_) if params.stdin || params.tty => Err(ApiError::bad_request(
-            "interactive exec (stdin or a terminal) is not supported by Skiff yet; run the command without -i/-t",
+        Ok(_) if params.tty => Err(ApiError::bad_request(
+            "exec with a terminal (-t) is not supported by Skiff yet; run the command without -t",
         )),
         Ok(_) if params.command.is_empty() => Err(ApiError::bad_request("you must specify at least 1 command")),
         Ok(target) => exec_on_node(&target, &params.command).await,
@@ -343,9 +334,9 @@ pub async fn exec_session(socket: WebSocket, located: Result<ContainerTarget, Ap
             if !out.stderr.is_empty() {
                 messages.push(frame(2, &out.stderr));
             }
-            exit_status(out.exit_code)
+            skiff_api::status::exec_exit_status(out.exit_code)
         }
-        Err(e) => error_status(&e),
+        Err(e) => e.exec_status(),
     };
     messages.push(frame(3, status.to_string().as_bytes()));
     messages.push(Message::Close(Some(CloseFrame { code: 1000, reason: "".into() })));
@@ -356,6 +347,77 @@ pub async fn exec_session(socket: WebSocket, located: Result<ContainerTarget, Ap
     }
     // Give the client a moment to answer the close, then let go.
     let _ = tokio::time::timeout(Duration::from_secs(5), reader).await;
+}
+
+/// Relays an exec session between kubectl and the node agent, both
+/// speaking `v5.channel.k8s.io`; a node that cannot be reached is reported
+/// on channel 3 as kubectl expects.
+async fn relay_to_node(socket: WebSocket, target: &ContainerTarget, raw_query: &str) {
+    use tokio_tungstenite::tungstenite::{self, ClientRequestBuilder};
+    let url = format!(
+        "ws://{}/exec/{}/{}/{}?{raw_query}",
+        target.node_url.trim_start_matches("http://"),
+        target.namespace,
+        target.pod,
+        target.container
+    );
+    let connected = match url.parse::<Uri>() {
+        Ok(uri) => {
+            let request = ClientRequestBuilder::new(uri).with_sub_protocol(EXEC_PROTOCOLS[0]);
+            tokio::time::timeout(Duration::from_secs(10), tokio_tungstenite::connect_async(request))
+                .await
+                .map_err(|_| unreachable(target, "timed out"))
+                .and_then(|r| r.map_err(|e| unreachable(target, e)))
+        }
+        Err(e) => Err(unreachable(target, e)),
+    };
+    let (mut to_client, mut from_client) = socket.split();
+    let node = match connected {
+        Ok((node, _)) => node,
+        Err(e) => {
+            let _ = to_client.send(frame(3, e.exec_status().to_string().as_bytes())).await;
+            let _ = to_client.send(Message::Close(Some(CloseFrame { code: 1000, reason: "".into() }))).await;
+            return;
+        }
+    };
+    let (mut to_node, mut from_node) = node.split();
+    let upstream = async move {
+        while let Some(Ok(message)) = from_client.next().await {
+            let (message, last) = match message {
+                Message::Binary(b) => (tungstenite::Message::Binary(b), false),
+                Message::Text(t) => (tungstenite::Message::Text(t), false),
+                Message::Close(_) => (tungstenite::Message::Close(None), true),
+                Message::Ping(_) | Message::Pong(_) => continue,
+            };
+            if to_node.send(message).await.is_err() || last {
+                break;
+            }
+        }
+        let _ = to_node.close().await;
+    };
+    let downstream = async move {
+        while let Some(Ok(message)) = from_node.next().await {
+            let message = match message {
+                tungstenite::Message::Binary(b) => Message::Binary(b),
+                tungstenite::Message::Text(t) => Message::Text(t),
+                tungstenite::Message::Close(_) => break,
+                _ => continue,
+            };
+            if to_client.send(message).await.is_err() {
+                return;
+            }
+        }
+        let _ = to_client.send(Message::Close(Some(CloseFrame { code: 1000, reason: "".into() }))).await;
+    };
+    tokio::pin!(upstream, downstream);
+    // The node ends the session (status, close); kubectl hanging up ends
+    // it too, once the node has closed its side.
+    tokio::select! {
+        _ = &mut downstream => {}
+        _ = &mut upstream => {
+            let _ = tokio::time::timeout(Duration::from_secs(5), downstream).await;
+        }
+    }
 }
 
 /// Query pairs in order, decoded; keys repeat (`command`).
@@ -371,14 +433,6 @@ pub fn query_map(pairs: &[(String, String)]) -> HashMap<String, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn exit_statuses_are_worded_as_kubectl_reads_them() {
-        assert_eq!(exit_status(0), json!({"metadata": {}, "status": "Success"}));
-        let failed = exit_status(3);
-        assert_eq!(failed["reason"], "NonZeroExitCode");
-        assert_eq!(failed["details"]["causes"][0], json!({"reason": "ExitCode", "message": "3"}));
-    }
 
     #[test]
     fn exec_params_keep_every_command_word_in_order() {

@@ -523,6 +523,24 @@ impl Runtime for CriRuntime {
         Ok(ExecResult { stdout: answer.stdout, stderr: answer.stderr, exit_code: answer.exit_code })
     }
 
+    /// `ctr tasks exec` on the runtime's socket: CRI containers are
+    /// containerd tasks in its `k8s.io` namespace, and ctr wires its own
+    /// stdin, stdout and stderr to the command's (closing the command's
+    /// stdin when its own ends) and exits with the command's code.
+    fn exec_piped(&self, id: &str, cmd: &[String]) -> Result<tokio::process::Command, RuntimeError> {
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let socket = socket_path(&self.endpoint)?;
+        let exec_id =
+            format!("skiff-exec-{}-{}", std::process::id(), NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
+        let mut command = tokio::process::Command::new("ctr");
+        command
+            .arg("--address")
+            .arg(socket)
+            .args(["--namespace", crate::images::K8S_NAMESPACE, "tasks", "exec", "--exec-id", &exec_id, id])
+            .args(cmd);
+        Ok(command)
+    }
+
     async fn list_container_stats(&self, filter: &LabelFilter) -> Result<Vec<ContainerStats>, RuntimeError> {
         let request = cri::ListContainerStatsRequest {
             filter: Some(cri::ContainerStatsFilter { label_selector: to_map(&filter.0), ..Default::default() }),

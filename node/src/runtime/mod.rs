@@ -335,6 +335,12 @@ pub trait Runtime: Send + Sync + 'static {
     /// Runs a command in a running container and waits for it, at most
     /// `timeout`.
     async fn exec_sync(&self, id: &str, cmd: &[String], timeout: Duration) -> Result<ExecResult, RuntimeError>;
+    /// A process that, once spawned, runs `cmd` in a running container
+    /// with the process's own pipes as the command's stdio (no terminal):
+    /// exec with stdin, which CRI's `ExecSync` cannot take.
+    fn exec_piped(&self, _id: &str, _cmd: &[String]) -> Result<tokio::process::Command, RuntimeError> {
+        Err(RuntimeError::Unavailable("this runtime cannot run a command with stdin".to_string()))
+    }
     /// Resource figures of every container whose labels match.
     async fn list_container_stats(&self, filter: &LabelFilter) -> Result<Vec<ContainerStats>, RuntimeError>;
 
