@@ -255,6 +255,27 @@ async fn a_deployment_runs_in_containers_answers_across_nodes_and_serves_logs_an
     assert_eq!(String::from_utf8_lossy(&piped.stdout), "HELLO\n");
     assert!(String::from_utf8_lossy(&piped.stderr).contains("err"), "{piped:?}");
 
+    // kubectl attach: the container's output from then on, until it ends.
+    setup.apply(&format!(
+        r#"
+apiVersion: v1
+kind: Pod
+metadata: {{name: ticker}}
+spec:
+  restartPolicy: Never
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: tick
+    image: {BUSYBOX}
+    imagePullPolicy: Never
+    command: ["sh", "-c", "sleep 3; for i in 1 2 3 4 5; do echo tick-$i; sleep 1; done"]
+"#
+    ));
+    setup.wait_phase("ticker", "Running", Duration::from_secs(60));
+    let attached = setup.kubectl(&["attach", "ticker"]);
+    assert!(attached.contains("tick-5\n"), "{attached:?}");
+    setup.kubectl(&["delete", "pod", "ticker", "--wait=true"]);
+
     // kubectl port-forward through the follower: one tunnel carries
     // connection after connection, several at once, and bodies larger
     // than SPDY's 64 KiB window.

@@ -196,9 +196,9 @@ fn reader_context(state: &RestState, headers: &HeaderMap) -> Result<Context, Api
     Ok(Context { user, field_manager: crate::registry::manager_from_user_agent(agent) })
 }
 
-/// `pods/log`, `pods/exec` and `pods/portforward`, proxied to the pod's
-/// node (`node_proxy`, `port_forward`); `attach` is refused with a Status
-/// saying so. Reading a log takes `get pods/log`; the streams take
+/// `pods/log`, `pods/exec`, `pods/attach` and `pods/portforward`, proxied
+/// to the pod's node (`node_proxy`, `port_forward`). Reading a log takes
+/// `get pods/log`; the streams take
 /// `create` on their subresource, as kube-apiserver asks of WebSocket
 /// upgrades.
 async fn stream_to_node(
@@ -231,15 +231,15 @@ async fn stream_to_node(
             let target = node_proxy::locate(&state.registry, &ctx, &namespace, &pod, container).await?;
             node_proxy::log(&target, parts.uri.query()).await
         }
-        "exec" => {
+        "exec" | "attach" => {
             let located = node_proxy::locate(&state.registry, &ctx, &namespace, &pod, container).await;
             if !websocket {
                 // kubectl falls back to SPDY only after the WebSocket
                 // attempt failed; tell it why, or why the pod is not there.
                 located?;
-                return Err(ApiError::bad_request(
-                    "Skiff serves exec over WebSocket (v5.channel.k8s.io) only; SPDY is not supported",
-                ));
+                return Err(ApiError::bad_request(format!(
+                    "Skiff serves {sub} over WebSocket (v5.channel.k8s.io) only; SPDY is not supported"
+                )));
             }
             let located = Ok(located?);
             let upgrade = <axum::extract::ws::WebSocketUpgrade as axum::extract::FromRequestParts<RestState>>::from_request_parts(
@@ -249,9 +249,12 @@ async fn stream_to_node(
             .map_err(|e| ApiError::bad_request(format!("WebSocket upgrade: {}", e.body_text())))?;
             let params = node_proxy::ExecParams::parse(&pairs);
             let raw_query = parts.uri.query().unwrap_or_default().to_string();
-            Ok(upgrade
-                .protocols(node_proxy::EXEC_PROTOCOLS)
-                .on_upgrade(move |socket| node_proxy::exec_session(socket, located, params, raw_query)))
+            let upgrade = upgrade.protocols(node_proxy::EXEC_PROTOCOLS);
+            Ok(if sub == "attach" {
+                upgrade.on_upgrade(move |socket| node_proxy::attach_session(socket, located, params))
+            } else {
+                upgrade.on_upgrade(move |socket| node_proxy::exec_session(socket, located, params, raw_query))
+            })
         }
         "portforward" => {
             let located = node_proxy::locate_pod(&state.registry, &ctx, &namespace, &pod).await;

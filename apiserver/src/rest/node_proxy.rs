@@ -349,6 +349,66 @@ pub async fn exec_session(
     let _ = tokio::time::timeout(Duration::from_secs(5), reader).await;
 }
 
+/// Serves `kubectl attach` without stdin or a terminal: the container's
+/// output from now on (stdout and stderr together, from its log as the
+/// node follows it) on channel 1 until the container ends, then a Success
+/// Status. Attaching stdin or a terminal is refused with a Status.
+pub async fn attach_session(socket: WebSocket, located: Result<ContainerTarget, ApiError>, params: ExecParams) {
+    let (mut sink, mut stream) = socket.split();
+    let mut reader = tokio::spawn(async move {
+        while let Some(Ok(message)) = stream.next().await {
+            if matches!(message, Message::Close(_)) {
+                break;
+            }
+        }
+    });
+    let mut client_gone = false;
+    let outcome = async {
+        let target = located?;
+        if params.stdin || params.tty {
+            return Err(ApiError::bad_request(
+                "attaching stdin or a terminal is not supported by Skiff yet; run kubectl attach without -i/-t",
+            ));
+        }
+        let response = log(&target, Some("follow=true&tailLines=0")).await?;
+        if !response.status().is_success() {
+            let body = axum::body::to_bytes(response.into_body(), 64 * 1024).await.unwrap_or_default();
+            let status: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+            let message = status["message"].as_str().map(str::to_string);
+            return Err(ApiError::bad_request(message.unwrap_or_else(|| String::from_utf8_lossy(&body).into())));
+        }
+        let mut output = response.into_body().into_data_stream();
+        loop {
+            tokio::select! {
+                chunk = output.next() => match chunk {
+                    Some(Ok(bytes)) => {
+                        if sink.send(frame(1, &bytes)).await.is_err() {
+                            client_gone = true;
+                            return Ok(());
+                        }
+                    }
+                    _ => return Ok(()),
+                },
+                _ = &mut reader => {
+                    client_gone = true;
+                    return Ok(());
+                }
+            }
+        }
+    }
+    .await;
+    if client_gone {
+        return;
+    }
+    let status = match outcome {
+        Ok(()) => skiff_api::status::exec_exit_status(0),
+        Err(e) => e.exec_status(),
+    };
+    let _ = sink.send(frame(3, status.to_string().as_bytes())).await;
+    let _ = sink.send(Message::Close(Some(CloseFrame { code: 1000, reason: "".into() }))).await;
+    let _ = tokio::time::timeout(Duration::from_secs(5), reader).await;
+}
+
 /// Relays an exec session between kubectl and the node agent, both
 /// speaking `v5.channel.k8s.io`; a node that cannot be reached is reported
 /// on channel 3 as kubectl expects.
