@@ -3,7 +3,8 @@
 //! its objects are pruned, defaulted and validated by its schema, listed
 //! with its printer columns, patched, watched, applied server-side, read
 //! through a second version, given a status through the status
-//! subresource; deleting the definition deletes them.
+//! subresource, scaled through the scale subresource; deleting the
+//! definition deletes them.
 
 mod support;
 
@@ -25,7 +26,9 @@ spec:
   - name: v1
     served: true
     storage: true
-    subresources: {status: {}}
+    subresources:
+      status: {}
+      scale: {specReplicasPath: .spec.size, statusReplicasPath: .status.count}
     additionalPrinterColumns:
     - {name: Size, type: integer, jsonPath: .spec.size}
     - {name: Colour, type: string, jsonPath: .spec.colour, priority: 1}
@@ -44,6 +47,7 @@ spec:
             type: object
             properties:
               ready: {type: boolean}
+              count: {type: integer}
   - name: v1beta1
     served: true
     storage: false
@@ -68,15 +72,6 @@ spec:
 
 fn widget(name: &str, spec: &str) -> String {
     format!("apiVersion: example.com/v1\nkind: Widget\nmetadata: {{name: {name}, namespace: default}}\nspec: {spec}\n")
-}
-
-async fn must_ready(server: &str) {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !String::from_utf8_lossy(&kubectl(server, &["get", "ns", "default", "-o", "name"]).stdout).contains("default")
-    {
-        assert!(Instant::now() < deadline, "namespace default never appeared");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -179,6 +174,23 @@ async fn kubectl_defines_a_resource_and_uses_it_like_a_built_in_one() {
     let other =
         ok(kubectl(&b, &["get", "widgets.v1beta1.example.com", "w1", "-o", "jsonpath={.apiVersion} {.spec.size}"]));
     assert_eq!(other, "example.com/v1beta1 4");
+
+    // The scale subresource reads and writes the paths the definition
+    // names, and the schema still holds.
+    ok(kubectl(&a, &["scale", "widget", "w1", "--replicas=7"]));
+    assert_eq!(ok(kubectl(&b, &["get", "widget", "w1", "-o", "jsonpath={.spec.size}"])), "7");
+    let status = r#"{"status":{"count":6}}"#;
+    ok(kubectl(&a, &["patch", "widget", "w1", "--subresource=status", "--type", "merge", "-p", status]));
+    let scale: serde_json::Value = serde_json::from_str(&ok(kubectl(
+        &b,
+        &["get", "--raw", "/apis/example.com/v1/namespaces/default/widgets/w1/scale"],
+    )))
+    .unwrap();
+    assert_eq!((&scale["kind"], &scale["apiVersion"]), (&"Scale".into(), &"autoscaling/v1".into()));
+    assert_eq!((scale["spec"]["replicas"].as_i64(), scale["status"]["replicas"].as_i64()), (Some(7), Some(6)));
+    let err = fails(kubectl(&a, &["scale", "widget", "w1", "--replicas=11"]));
+    assert!(err.contains("spec.size"), "{err}");
+    assert_eq!(ok(kubectl(&b, &["get", "widget", "w1", "-o", "jsonpath={.spec.size}"])), "7");
 
     // A watch from the list's revision sees a change.
     let list: serde_json::Value =

@@ -7,7 +7,6 @@ mod support;
 
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
 
 use support::kubectl::*;
 use support::*;
@@ -20,15 +19,6 @@ fn deployment(ns: &str, image: &str, env: &[(&str, &str)]) -> String {
          containers:\n      - name: web\n        image: {image}\n        ports: [{{containerPort: 80}}]\n        env: [{}]\n",
         env.join(", ")
     )
-}
-
-async fn must_ready(server: &str) {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !String::from_utf8_lossy(&kubectl(server, &["get", "ns", "default", "-o", "name"]).stdout).contains("default")
-    {
-        assert!(Instant::now() < deadline, "namespace default never appeared");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
 }
 
 /// Every command, against `server`, in namespace `ns`.

@@ -1,6 +1,8 @@
 //! The official Python Kubernetes client (`kubernetes` from PyPI, installed
 //! by `make test`) against a real 3-master cluster, through a follower:
-//! list, watch from a resourceVersion, create, patch, delete.
+//! list, watch from a resourceVersion, create, patch, delete; then a
+//! CustomResourceDefinition worked as an operator works one (watch its
+//! objects, write their status and scale, delete the definition).
 
 mod support;
 
@@ -9,7 +11,7 @@ use std::process::Command;
 use support::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_python_kubernetes_client_lists_watches_creates_patches_and_deletes() {
+async fn the_python_kubernetes_client_lists_watches_creates_patches_deletes_and_runs_an_operator() {
     let cluster = Cluster::spawn(3).await;
     let leader = cluster.must_leader().await;
     let follower = cluster.members.values().find(|m| m.id != leader).unwrap();

@@ -6,8 +6,6 @@
 
 mod support;
 
-use std::time::{Duration, Instant};
-
 use support::kubectl::*;
 use support::*;
 
@@ -26,15 +24,6 @@ fn replicas(n: u32) -> String {
     format!(
         "apiVersion: apps/v1\nkind: Deployment\nmetadata: {{name: web, namespace: {NS}}}\nspec: {{replicas: {n}}}\n"
     )
-}
-
-async fn must_ready(server: &str) {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !String::from_utf8_lossy(&kubectl(server, &["get", "ns", "default", "-o", "name"]).stdout).contains("default")
-    {
-        assert!(Instant::now() < deadline, "namespace default never appeared");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
 }
 
 fn jsonpath(server: &str, what: &str, path: &str) -> String {

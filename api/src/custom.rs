@@ -37,6 +37,56 @@ pub struct CustomResource {
     pub paths: Vec<String>,
     /// The version objects are stored at.
     pub storage_version: &'static str,
+    /// Where the `scale` subresource reads and writes, if the version has one.
+    pub scale: Option<ScalePaths>,
+}
+
+/// A version's `subresources.scale`: the fields an `autoscaling/v1` Scale
+/// maps to, as field paths (`.spec.replicas`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ScalePaths {
+    /// Under `.spec`: the desired replicas, which a Scale update writes.
+    pub spec_replicas: String,
+    /// Under `.status`: the observed replicas.
+    pub status_replicas: String,
+    /// Under `.spec` or `.status`: the label selector, as a string.
+    pub label_selector: Option<String>,
+}
+
+/// The segments of a simple field path (`.spec.replicas`), or `None` if it
+/// is not one (array indices, brackets and empty segments are not).
+fn field_path(path: &str) -> Option<Vec<&str>> {
+    let rest = path.strip_prefix('.')?;
+    let segments: Vec<&str> = rest.split('.').collect();
+    let simple = |s: &&str| !s.is_empty() && !s.contains(['[', ']', '*', '@', '$']);
+    segments.iter().all(simple).then_some(segments)
+}
+
+/// The value at a simple field path, if there is one.
+pub fn get_path<'a>(obj: &'a Value, path: &str) -> Option<&'a Value> {
+    field_path(path)?.into_iter().try_fold(obj, |v, segment| v.get(segment))
+}
+
+/// Sets the value at a simple field path, making the objects on the way.
+pub fn set_path(obj: &mut Value, path: &str, value: Value) {
+    let Some(segments) = field_path(path) else { return };
+    let mut at = obj;
+    for segment in segments {
+        if !at.is_object() {
+            *at = json!({});
+        }
+        at = at.as_object_mut().expect("made an object").entry(segment).or_insert(Value::Null);
+    }
+    *at = value;
+}
+
+fn scale_paths(version: &Value) -> Option<ScalePaths> {
+    let scale = version.pointer("/subresources/scale").filter(|s| s.is_object())?;
+    Some(ScalePaths {
+        spec_replicas: text(scale, "/specReplicasPath").to_string(),
+        status_replicas: text(scale, "/statusReplicasPath").to_string(),
+        label_selector: scale["labelSelectorPath"].as_str().filter(|p| !p.is_empty()).map(str::to_string),
+    })
 }
 
 fn leak(s: &str) -> &'static str {
@@ -79,14 +129,21 @@ pub fn resources_of(crd: &Value) -> Vec<ResourceInfo> {
         .iter()
         .filter(|v| v["served"] == json!(true))
         .map(|v| {
-            let subresources: &'static [&'static str] =
-                if v.pointer("/subresources/status").is_some_and(Value::is_object) { &["status"] } else { &[] };
+            let scale = scale_paths(v);
+            let status = v.pointer("/subresources/status").is_some_and(Value::is_object);
+            let subresources: &'static [&'static str] = match (status, scale.is_some()) {
+                (true, true) => &["status", "scale"],
+                (true, false) => &["status"],
+                (false, true) => &["scale"],
+                (false, false) => &[],
+            };
             let (columns, paths) = columns_of(v);
             let custom = CustomResource {
                 schema: v.pointer("/schema/openAPIV3Schema").cloned().unwrap_or_else(|| json!({"type": "object"})),
                 columns,
                 paths,
                 storage_version,
+                scale,
             };
             ResourceInfo {
                 kind_id: Kind::Custom,
@@ -647,6 +704,9 @@ fn validate_versions(spec: &Value, errs: &mut Vec<FieldError>) {
             )),
             Some(s) => check_patterns(s, &vp.child("schema").child("openAPIV3Schema"), errs),
         }
+        if let Some(scale) = v.pointer("/subresources/scale").filter(|s| !s.is_null()) {
+            validate_scale(scale, &vp.child("subresources").child("scale"), errs);
+        }
         for (j, c) in v["additionalPrinterColumns"].as_array().into_iter().flatten().enumerate() {
             let cp = vp.child("additionalPrinterColumns").index(j);
             if text(c, "/name").is_empty() {
@@ -657,6 +717,34 @@ fn validate_versions(spec: &Value, errs: &mut Vec<FieldError>) {
             }
             if text(c, "/jsonPath").is_empty() {
                 errs.push(FieldError::required(cp.child("jsonPath").as_str(), ""));
+            }
+        }
+    }
+}
+
+/// A scale subresource's paths: simple field paths, the desired replicas
+/// under `.spec`, the observed under `.status`, the selector under either.
+fn validate_scale(scale: &Value, path: &Path, errs: &mut Vec<FieldError>) {
+    let fields: [(&str, &[&str], bool); 3] = [
+        ("specReplicasPath", &["spec"], true),
+        ("statusReplicasPath", &["status"], true),
+        ("labelSelectorPath", &["spec", "status"], false),
+    ];
+    for (field, roots, required) in fields {
+        let at = path.child(field);
+        match scale[field].as_str().filter(|p| !p.is_empty()) {
+            None if required => errs.push(FieldError::required(at.as_str(), "")),
+            None => {}
+            Some(p) => {
+                let ok = field_path(p).is_some_and(|segments| segments.len() > 1 && roots.contains(&segments[0]));
+                if !ok {
+                    let under = roots.iter().map(|r| format!(".{r}")).collect::<Vec<_>>().join(" or ");
+                    errs.push(FieldError::invalid(
+                        at.as_str(),
+                        &json!(p),
+                        format!("should be a json path under {under}"),
+                    ));
+                }
             }
         }
     }

@@ -1391,7 +1391,7 @@ impl Registry {
             return Err(ApiError::not_found(info, &format!("{name}/scale")));
         }
         let obj = self.get(ctx, info, namespace, name, "").await?;
-        Ok(scale_of(&obj))
+        Ok(scale_of(info, &obj))
     }
 
     async fn update_scale(
@@ -1427,12 +1427,15 @@ impl Registry {
                 Record::Update,
                 move |current| {
                     let mut next = current.clone();
-                    next["spec"]["replicas"] = json!(replicas);
+                    match info.custom.and_then(|c| c.scale.as_ref()) {
+                        Some(paths) => skiff_api::custom::set_path(&mut next, &paths.spec_replicas, json!(replicas)),
+                        None => next["spec"]["replicas"] = json!(replicas),
+                    }
                     Ok(next)
                 },
             )
             .await?;
-        Ok(scale_of(&updated))
+        Ok(scale_of(info, &updated))
     }
 
     // ---------------------------------------------------------------- history
@@ -1602,7 +1605,17 @@ fn merge_update(info: &ResourceInfo, current: &Value, body: &Value, subresource:
     next
 }
 
-fn scale_of(obj: &Value) -> Value {
+/// The `autoscaling/v1` Scale of an object: of a custom resource from the
+/// paths its definition names, else from `spec.replicas`,
+/// `status.replicas` and the label selector.
+fn scale_of(info: &ResourceInfo, obj: &Value) -> Value {
+    if let Some(paths) = info.custom.and_then(|c| c.scale.as_ref()) {
+        use skiff_api::custom::get_path;
+        let replicas = |path: &str| get_path(obj, path).and_then(Value::as_i64).unwrap_or(0);
+        let selector =
+            paths.label_selector.as_deref().and_then(|p| get_path(obj, p)).and_then(Value::as_str).unwrap_or_default();
+        return scale_document(obj, replicas(&paths.spec_replicas), replicas(&paths.status_replicas), selector);
+    }
     // A ReplicationController's selector is the label map itself.
     let selector_map = match obj["spec"]["selector"].get("matchLabels") {
         Some(labels) => labels,
@@ -1612,6 +1625,12 @@ fn scale_of(obj: &Value) -> Value {
         .as_object()
         .map(|m| m.iter().map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or_default())).collect::<Vec<_>>().join(","))
         .unwrap_or_default();
+    let (spec, status) =
+        (obj["spec"]["replicas"].as_i64().unwrap_or(0), obj["status"]["replicas"].as_i64().unwrap_or(0));
+    scale_document(obj, spec, status, &selector)
+}
+
+fn scale_document(obj: &Value, spec_replicas: i64, status_replicas: i64, selector: &str) -> Value {
     json!({
         "kind": "Scale",
         "apiVersion": "autoscaling/v1",
@@ -1622,7 +1641,7 @@ fn scale_of(obj: &Value) -> Value {
             "resourceVersion": meta::resource_version(obj),
             "creationTimestamp": obj["metadata"]["creationTimestamp"],
         },
-        "spec": {"replicas": obj["spec"]["replicas"].as_i64().unwrap_or(0)},
-        "status": {"replicas": obj["status"]["replicas"].as_i64().unwrap_or(0), "selector": selector},
+        "spec": {"replicas": spec_replicas},
+        "status": {"replicas": status_replicas, "selector": selector},
     })
 }

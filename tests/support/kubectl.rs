@@ -122,3 +122,14 @@ impl Drop for PortForward {
         let _ = self.child.wait();
     }
 }
+
+/// Waits (20 s at most) until the master at `server` has made the
+/// `default` namespace, which it does once it leads or follows a leader.
+pub async fn must_ready(server: &str) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while !String::from_utf8_lossy(&kubectl(server, &["get", "ns", "default", "-o", "name"]).stdout).contains("default")
+    {
+        assert!(std::time::Instant::now() < deadline, "namespace default never appeared");
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+}

@@ -223,3 +223,32 @@ fn the_status_accepts_the_names_and_remembers_stored_versions() {
     assert_eq!(next["storedVersions"], json!(["v1", "v1beta1"]));
     assert_eq!(next["conditions"][1]["lastTransitionTime"], "2026-01-01T00:00:00Z");
 }
+
+#[test]
+fn a_scale_subresource_maps_its_paths_and_bad_paths_are_refused() {
+    let mut def = crd();
+    def["spec"]["versions"][0]["subresources"]["scale"] = json!({
+        "specReplicasPath": ".spec.size", "statusReplicasPath": ".status.count", "labelSelectorPath": ".status.selector"
+    });
+    let v1 = resources_of(&def).into_iter().find(|r| r.version == "v1").unwrap();
+    assert_eq!(v1.subresources, ["status", "scale"]);
+    let scale = v1.custom.unwrap().scale.clone().unwrap();
+    assert_eq!((scale.spec_replicas.as_str(), scale.status_replicas.as_str()), (".spec.size", ".status.count"));
+    assert!(validate_definition(&def, None).is_empty());
+
+    let mut obj = json!({"spec": {"size": 2}});
+    assert_eq!(get_path(&obj, ".spec.size"), Some(&json!(2)));
+    set_path(&mut obj, ".status.count", json!(3));
+    assert_eq!(obj["status"]["count"], 3);
+    assert_eq!(get_path(&obj, ".spec.items[0]"), None, "indices are not simple paths");
+
+    def["spec"]["versions"][0]["subresources"]["scale"] = json!({
+        "specReplicasPath": ".status.size", "labelSelectorPath": "spec.selector"
+    });
+    let errs = validate_definition(&def, None);
+    let fields: Vec<&str> = errs.iter().map(|e| e.field.as_str()).collect();
+    let at = "spec.versions[0].subresources.scale";
+    assert!(fields.contains(&format!("{at}.specReplicasPath").as_str()), "{errs:?}");
+    assert!(fields.contains(&format!("{at}.statusReplicasPath").as_str()), "{errs:?}");
+    assert!(fields.contains(&format!("{at}.labelSelectorPath").as_str()), "{errs:?}");
+}

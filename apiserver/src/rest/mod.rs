@@ -554,9 +554,10 @@ fn protobuf(body: &[u8]) -> Result<Value, ApiError> {
 }
 
 /// A custom resource as the version `info` serves it. Versions of a CRD
-/// convert as `None` conversion does: only `apiVersion` changes.
+/// convert as `None` conversion does: only `apiVersion` changes. Other
+/// kinds (a `Scale`) are left as they are.
 fn convert(info: &ResourceInfo, mut obj: Value) -> Value {
-    if info.kind_id == Kind::Custom && obj.is_object() {
+    if info.kind_id == Kind::Custom && obj.is_object() && obj["kind"] == info.kind {
         obj["apiVersion"] = Value::String(info.api_version());
     }
     obj
@@ -635,7 +636,10 @@ impl Request<'_> {
 
     fn object_response(&self, status: StatusCode, obj: &Value) -> Response {
         let converted;
-        let obj = if self.info.kind_id == Kind::Custom && obj["apiVersion"] != self.info.api_version().as_str() {
+        let obj = if self.info.kind_id == Kind::Custom
+            && obj["kind"] == self.info.kind
+            && obj["apiVersion"] != self.info.api_version().as_str()
+        {
             converted = convert(self.info, obj.clone());
             &converted
         } else {
