@@ -141,8 +141,9 @@ impl std::error::Error for FitError {}
 /// enough feasible nodes are found, then advances `*start` past the nodes
 /// evaluated (kube's nextStartNodeIndex), so consecutive decisions spread
 /// their look over the whole cluster. A pod nominated to a node by an
-/// earlier preemption goes there if it fits. Ties go to the first node
-/// evaluated.
+/// earlier preemption goes there if it fits. Ties go to one of the tied
+/// nodes at random, as kube-scheduler's selectHost does, so equal nodes
+/// share the load rather than the first one taking it.
 pub fn schedule(pod: &PodInfo, cluster: &Cluster, profile: &Profile, start: &mut usize) -> Result<Placement, FitError> {
     let nodes = cluster.nodes();
     let mut error = FitError { nodes: nodes.len(), ..FitError::default() };
@@ -182,16 +183,29 @@ pub fn schedule(pod: &PodInfo, cluster: &Cluster, profile: &Profile, start: &mut
     if feasible.is_empty() {
         return Err(error);
     }
-    let best = if feasible.len() == 1 { 0 } else { best_node(&score(pod, &feasible, cluster, &profile.weights)) };
+    let best = if feasible.len() == 1 {
+        0
+    } else {
+        best_node(&score(pod, &feasible, cluster, &profile.weights), &mut rand::thread_rng())
+    };
     Ok(Placement { node: feasible[best].name.clone(), evaluated, feasible: feasible.len() })
 }
 
-/// The index of the highest total, the first on ties.
-fn best_node(totals: &[i64]) -> usize {
+/// The index of the highest total; among equal highest totals each is
+/// as likely (reservoir sampling: the k-th tie replaces the pick with
+/// probability 1/k).
+fn best_node(totals: &[i64], rng: &mut impl rand::Rng) -> usize {
     let mut best = 0;
-    for (i, t) in totals.iter().enumerate() {
+    let mut ties = 1;
+    for (i, t) in totals.iter().enumerate().skip(1) {
         if *t > totals[best] {
             best = i;
+            ties = 1;
+        } else if *t == totals[best] {
+            ties += 1;
+            if rng.gen_range(0..ties) == 0 {
+                best = i;
+            }
         }
     }
     best
@@ -298,6 +312,22 @@ mod tests {
     }
 
     #[test]
+    fn ties_are_broken_evenly_at_random_and_never_for_a_lower_total() {
+        use rand::SeedableRng;
+        let mut rng = rand::rngs::StdRng::seed_from_u64(7);
+        let totals = [5, 7, 7, 3, 7];
+        let mut picks = [0usize; 5];
+        for _ in 0..3000 {
+            picks[best_node(&totals, &mut rng)] += 1;
+        }
+        assert_eq!((picks[0], picks[3]), (0, 0), "{picks:?}");
+        for tied in [1, 2, 4] {
+            assert!((800..1200).contains(&picks[tied]), "each tie about a third: {picks:?}");
+        }
+        assert_eq!(best_node(&[1, 9, 2], &mut rng), 1);
+    }
+
+    #[test]
     fn a_large_cluster_is_filtered_only_until_enough_nodes_fit_and_the_next_search_starts_after() {
         let nodes: Vec<_> = (0..400).map(|i| must_node(&format!("n{i:03}"), "4", "8Gi", json!({}))).collect();
         let cluster = must_cluster(nodes, vec![]);
@@ -306,7 +336,8 @@ mod tests {
         let first = schedule(&must_pod("p", "1", "1Gi", json!({})), &cluster, &profile, &mut start).expect("fits");
         assert_eq!((first.evaluated, first.feasible, start), (120, 120, 120));
         let second = schedule(&must_pod("q", "1", "1Gi", json!({})), &cluster, &profile, &mut start).expect("fits");
-        assert_eq!(second.node, "n120", "ties go to the first node evaluated, which moved on");
+        let picked: usize = second.node[1..].parse().unwrap();
+        assert!((120..240).contains(&picked), "the second search looked at n120..n239 only: {}", second.node);
         assert_eq!(start, 240);
         schedule(&must_pod("r", "1", "1Gi", json!({})), &cluster, &profile, &mut start).expect("fits");
         schedule(&must_pod("s", "1", "1Gi", json!({})), &cluster, &profile, &mut start).expect("fits");
