@@ -175,6 +175,20 @@ async fn kubectl_defines_a_resource_and_uses_it_like_a_built_in_one() {
         ok(kubectl(&b, &["get", "widgets.v1beta1.example.com", "w1", "-o", "jsonpath={.apiVersion} {.spec.size}"]));
     assert_eq!(other, "example.com/v1beta1 4");
 
+    // The gRPC resource API serves custom objects too, history included,
+    // through a follower (the definition's storage version).
+    let follower = cluster.members.values().find(|m| m.id != leader).unwrap();
+    let grpc = skiff_client::Client::new(std::slice::from_ref(&follower.client)).unwrap();
+    let definition: serde_json::Value =
+        serde_json::from_str(&ok(kubectl(&a, &["get", "crd", "widgets.example.com", "-o", "json"]))).unwrap();
+    let widgets = skiff_api::custom::resources_of(&definition).into_iter().find(|r| r.version == "v1").unwrap();
+    let got = grpc.get(&widgets, "default", "w1").await.expect("a custom object over gRPC");
+    assert_eq!(got["spec"]["size"], 4, "{got}");
+    let history = grpc.history(&widgets, "default", "w1").await.expect("its history over gRPC");
+    assert!(history.entries.len() >= 3, "created, patched, status, applied: {} entries", history.entries.len());
+    let listed = grpc.list(&widgets, "default", &Default::default()).await.expect("custom objects listed over gRPC");
+    assert_eq!(listed.items.len(), 2);
+
     // The scale subresource reads and writes the paths the definition
     // names, and the schema still holds.
     ok(kubectl(&a, &["scale", "widget", "w1", "--replicas=7"]));

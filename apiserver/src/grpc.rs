@@ -52,14 +52,32 @@ fn credentials<T>(request: &Request<T>) -> Credentials {
     Credentials { bearer_token }
 }
 
-fn resource(r: &Option<ResourceRef>) -> Result<(&'static ResourceInfo, String), ApiError> {
+/// The resource a request names: a built-in one, or one a
+/// CustomResourceDefinition adds (by group and plural; a `ResourceRef`
+/// names no version, so the definition's storage version serves it).
+async fn resource(registry: &Registry, r: &Option<ResourceRef>) -> Result<(&'static ResourceInfo, String), ApiError> {
     let r = r.as_ref().ok_or_else(|| ApiError::bad_request("resource is required"))?;
     let group = if r.group.is_empty() { None } else { Some(r.group.as_str()) };
-    let info = resources::by_plural(group, &r.resource)
-        .or_else(|| if group.is_none() { resources::lookup(&r.resource) } else { None })
-        .ok_or_else(|| {
-            ApiError::new(Reason::NotFound, format!("the server doesn't have a resource type \"{}\"", r.resource))
-        })?;
+    let builtin = resources::by_plural(group, &r.resource).or_else(|| {
+        if group.is_none() {
+            resources::lookup(&r.resource)
+        } else {
+            None
+        }
+    });
+    let info = match builtin {
+        Some(info) => Some(info),
+        None if group.is_some() => registry
+            .custom_resources()
+            .await?
+            .into_iter()
+            .filter(|c| c.group == r.group && c.plural == r.resource)
+            .find(|c| c.custom.is_some_and(|x| x.storage_version == c.version)),
+        None => None,
+    };
+    let info = info.ok_or_else(|| {
+        ApiError::new(Reason::NotFound, format!("the server doesn't have a resource type \"{}\"", r.resource))
+    })?;
     Ok((info, r.namespace.clone()))
 }
 
@@ -109,7 +127,7 @@ impl Resources for ResourceService {
     async fn get(&self, request: Request<GetRequest>) -> Result<Response<Object>, Status> {
         let registry = self.registry.clone();
         self.call("get", request, |ctx, r| async move {
-            let (info, ns) = resource(&r.resource).map_err(|e| (None, e))?;
+            let (info, ns) = resource(&registry, &r.resource).await.map_err(|e| (None, e))?;
             let got = match r.subresource.as_str() {
                 "" => registry.get(&ctx, info, &ns, &r.name, &r.resource_version).await,
                 "scale" => registry.get_scale(&ctx, info, &ns, &r.name).await,
@@ -125,7 +143,7 @@ impl Resources for ResourceService {
         let r = request.into_inner();
         let started = std::time::Instant::now();
         let result = async {
-            let (info, ns) = resource(&r.resource)?;
+            let (info, ns) = resource(&self.registry, &r.resource).await?;
             let opts = ListOptions {
                 label_selector: r.label_selector.clone(),
                 field_selector: r.field_selector.clone(),
@@ -165,7 +183,7 @@ impl Resources for ResourceService {
     async fn create(&self, request: Request<CreateRequest>) -> Result<Response<Object>, Status> {
         let registry = self.registry.clone();
         self.call("create", request, |ctx, r| async move {
-            let (info, ns) = resource(&r.resource).map_err(|e| (None, e))?;
+            let (info, ns) = resource(&registry, &r.resource).await.map_err(|e| (None, e))?;
             let obj = parse_json(&r.json).map_err(|e| (Some(info), e))?;
             let created = match r.subresource.as_str() {
                 "" => registry.create(&ctx, info, &ns, obj, r.dry_run).await,
@@ -182,7 +200,7 @@ impl Resources for ResourceService {
     async fn update(&self, request: Request<UpdateRequest>) -> Result<Response<Object>, Status> {
         let registry = self.registry.clone();
         self.call("update", request, |ctx, r| async move {
-            let (info, ns) = resource(&r.resource).map_err(|e| (None, e))?;
+            let (info, ns) = resource(&registry, &r.resource).await.map_err(|e| (None, e))?;
             let obj = parse_json(&r.json).map_err(|e| (Some(info), e))?;
             let name = skiff_api::meta::name(&obj)
                 .map(str::to_string)
@@ -200,7 +218,7 @@ impl Resources for ResourceService {
     async fn patch(&self, request: Request<PatchRequest>) -> Result<Response<Object>, Status> {
         let registry = self.registry.clone();
         self.call("patch", request, |ctx, r| async move {
-            let (info, ns) = resource(&r.resource).map_err(|e| (None, e))?;
+            let (info, ns) = resource(&registry, &r.resource).await.map_err(|e| (None, e))?;
             let patch_type = PatchType::parse(&r.patch_type).map_err(|e| (Some(info), e))?;
             registry
                 .patch(
@@ -223,7 +241,7 @@ impl Resources for ResourceService {
     async fn delete(&self, request: Request<DeleteRequest>) -> Result<Response<Object>, Status> {
         let registry = self.registry.clone();
         self.call("delete", request, |ctx, r| async move {
-            let (info, ns) = resource(&r.resource).map_err(|e| (None, e))?;
+            let (info, ns) = resource(&registry, &r.resource).await.map_err(|e| (None, e))?;
             let pre = r.preconditions.unwrap_or_default();
             let opts = DeleteOptions {
                 uid: Some(pre.uid).filter(|s| !s.is_empty()),
@@ -247,7 +265,7 @@ impl Resources for ResourceService {
         let ctx = self.context(&request).map_err(|e| to_status(&e))?;
         let r = request.into_inner();
         let rx = async {
-            let (info, ns) = resource(&r.resource)?;
+            let (info, ns) = resource(&self.registry, &r.resource).await?;
             let opts = WatchOptions {
                 resource_version: r.resource_version.clone(),
                 allow_bookmarks: r.allow_bookmarks,
@@ -267,7 +285,7 @@ impl Resources for ResourceService {
         let ctx = self.context(&request).map_err(|e| to_status(&e))?;
         let r = request.into_inner();
         let result = async {
-            let (info, ns) = resource(&r.resource)?;
+            let (info, ns) = resource(&self.registry, &r.resource).await?;
             self.registry.history(&ctx, info, &ns, &r.name).await
         }
         .await
@@ -292,7 +310,7 @@ impl Resources for ResourceService {
     async fn get_at_revision(&self, request: Request<GetAtRevisionRequest>) -> Result<Response<Object>, Status> {
         let registry = self.registry.clone();
         self.call("get", request, |ctx, r| async move {
-            let (info, ns) = resource(&r.resource).map_err(|e| (None, e))?;
+            let (info, ns) = resource(&registry, &r.resource).await.map_err(|e| (None, e))?;
             registry
                 .get_at_revision(&ctx, info, &ns, &r.name, r.revision)
                 .await
