@@ -350,7 +350,10 @@ fn frame(channel: u8, data: &[u8]) -> Message {
 }
 
 /// Runs an exec with streamed stdio until it ends, or until the client
-/// goes away (which kills it).
+/// goes away. Then ctr is killed and the command's stdin closes, but the
+/// command itself runs on in the container until it ends: containerd
+/// does not tie an exec's life to its client (kubelet's non-terminal exec
+/// behaves the same).
 async fn exec_session(socket: WebSocket, mut process: tokio::process::Command, shutdown: Shutdown) {
     let (mut sink, mut source) = socket.split();
     process.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).kill_on_drop(true);
@@ -407,8 +410,8 @@ async fn exec_session(socket: WebSocket, mut process: tokio::process::Command, s
                 }
                 None => break,
             },
-            // The client left before the command's output ended: the
-            // command is killed as the child is dropped.
+            // The client left before the command's output ended: ctr is
+            // killed as the child is dropped.
             _ = &mut input => return,
             _ = shutdown.cancelled() => return,
         }

@@ -242,11 +242,7 @@ async fn stream_to_node(
                 )));
             }
             let located = Ok(located?);
-            let upgrade = <axum::extract::ws::WebSocketUpgrade as axum::extract::FromRequestParts<RestState>>::from_request_parts(
-                parts, state,
-            )
-            .await
-            .map_err(|e| ApiError::bad_request(format!("WebSocket upgrade: {}", e.body_text())))?;
+            let upgrade = websocket_upgrade(parts, state).await?;
             let params = node_proxy::ExecParams::parse(&pairs);
             let raw_query = parts.uri.query().unwrap_or_default().to_string();
             let upgrade = upgrade.protocols(node_proxy::EXEC_PROTOCOLS);
@@ -268,17 +264,25 @@ async fn stream_to_node(
                 ));
             }
             let target = located?;
-            let upgrade = <axum::extract::ws::WebSocketUpgrade as axum::extract::FromRequestParts<RestState>>::from_request_parts(
-                parts, state,
-            )
-            .await
-            .map_err(|e| ApiError::bad_request(format!("WebSocket upgrade: {}", e.body_text())))?;
+            let upgrade = websocket_upgrade(parts, state).await?;
             Ok(upgrade
                 .protocols(port_forward::PROTOCOLS)
                 .on_upgrade(move |socket| port_forward::session(socket, target)))
         }
         other => Err(ApiError::bad_request(format!("pods/{other} is not supported by Skiff yet"))),
     }
+}
+
+/// The WebSocket handshake of a streaming subresource, or a 400 saying
+/// what is wrong with it.
+async fn websocket_upgrade(
+    parts: &mut axum::http::request::Parts,
+    state: &RestState,
+) -> Result<axum::extract::ws::WebSocketUpgrade, ApiError> {
+    use axum::extract::FromRequestParts;
+    axum::extract::ws::WebSocketUpgrade::from_request_parts(parts, state)
+        .await
+        .map_err(|e| ApiError::bad_request(format!("WebSocket upgrade: {}", e.body_text())))
 }
 
 fn wants_aggregated(headers: &HeaderMap) -> bool {
