@@ -12,7 +12,10 @@
 //!   `status`, `kv`, `compact`).
 //! - [`objects`]: the Kubernetes object commands (`get`, `apply`,
 //!   `delete`, `watch`, `history`, `diff`).
+//! - [`certs`]: the cluster's certificate authority and client and
+//!   server certificates (no server needed).
 
+pub mod certs;
 pub mod objects;
 
 use std::time::Duration;
@@ -65,6 +68,9 @@ pub enum Command {
     History(crate::objects::HistoryArgs),
     /// A unified diff of one object between two revisions.
     Diff(crate::objects::DiffArgs),
+    /// The cluster's certificate authority and the certificates it issues.
+    #[command(subcommand)]
+    Certs(crate::certs::CertsCommand),
 }
 
 #[derive(Subcommand)]
@@ -179,6 +185,7 @@ pub async fn run(cli: Cli) -> Result<(), String> {
     let servers: Vec<&str> = cli.server.split(',').map(str::trim).filter(|s| !s.is_empty()).collect();
     let objects_client = || skiff_client::Client::new(&servers).map_err(|e| e.to_string());
     match cli.command {
+        Command::Certs(c) => return certs::run(c),
         Command::Get(a) => return objects::get(&objects_client()?, a).await,
         Command::Apply(a) => return objects::apply(&objects_client()?, a).await,
         Command::Delete(a) => return objects::delete(&objects_client()?, a).await,
@@ -206,7 +213,8 @@ pub async fn run(cli: Cli) -> Result<(), String> {
         | Command::Delete(_)
         | Command::Watch(_)
         | Command::History(_)
-        | Command::Diff(_) => unreachable!("handled above"),
+        | Command::Diff(_)
+        | Command::Certs(_) => unreachable!("handled above"),
     }
 }
 
