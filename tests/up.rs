@@ -257,6 +257,20 @@ fn up_serves_kubectl_stops_every_process_and_resumes_on_the_same_dir() {
         "--from-literal=hello=world",
     ]));
 
+    // Over HTTPS, as the admin the kubeconfig names; without its
+    // certificate, only the probes answer.
+    let who =
+        ok(up.kubectl(&["auth", "whoami", "-o", "jsonpath={.status.userInfo.username} {.status.userInfo.groups}"]));
+    assert!(who.starts_with("skiff-admin ") && who.contains("system:masters"), "{who}");
+    let ca = up.dir.join("pki/ca.crt").display().to_string();
+    let anonymous = Command::new("curl")
+        .args(["-s", "-o", "/dev/null", "-o", "/dev/null", "-w", "%{http_code}", "--cacert", &ca])
+        .args([format!("https://127.0.0.1:{http}/api/v1/namespaces"), format!("https://127.0.0.1:{http}/healthz")])
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&anonymous.stdout), "401200");
+    let ca_pem = std::fs::read(&ca).unwrap();
+
     let out = up.output();
     let kubeconfig = up.kubeconfig().display().to_string();
     assert!(out.contains(&format!("kubectl --kubeconfig {kubeconfig} get nodes")), "{out}");
@@ -281,8 +295,10 @@ fn up_serves_kubectl_stops_every_process_and_resumes_on_the_same_dir() {
     }
     assert!(up.output().contains("cluster stopped"), "{}", up.logs());
 
-    // The same directory again: the same cluster, with its data.
+    // The same directory again: the same cluster, with its data and its
+    // certificate authority.
     let mut up = Up::start(root.path(), 3, base, http, 2);
+    assert_eq!(std::fs::read(&ca).unwrap(), ca_pem, "a second run keeps the cluster's CA");
     up.must_kubectl_show(&["get", "ns", "-o", "name"], "namespace/kept", READY);
     let value = up.must_kubectl_show(
         &["--context", "skiff-master-2", "get", "configmap", "greeting", "-n", "kept", "-o", "jsonpath={.data.hello}"],

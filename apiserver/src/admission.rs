@@ -1,9 +1,13 @@
 //! The layers every request passes before it touches the store:
 //! authentication (who is asking), authorization (may they do this verb on
 //! this resource) and admission (mutating, then validating plugins that see
-//! the object). Today's layers allow everything, but they sit in the
-//! request path of both APIs, so real ones plug in without rework.
+//! the object). Authentication knows client certificates (the HTTPS
+//! listener's verified peer) and static bearer tokens; authorization and
+//! admission still allow everything, but sit in the request path of both
+//! APIs, so real ones plug in without rework.
 
+use std::collections::HashMap;
+use std::path::Path;
 use std::sync::Arc;
 
 use serde_json::Value;
@@ -16,9 +20,14 @@ pub struct UserInfo {
     pub groups: Vec<String>,
 }
 
+/// The user of requests without credentials.
+pub const ANONYMOUS: &str = "system:anonymous";
+/// The group every authenticated user is in.
+pub const AUTHENTICATED: &str = "system:authenticated";
+
 impl UserInfo {
     pub fn anonymous() -> Self {
-        UserInfo { name: "system:anonymous".into(), groups: vec!["system:unauthenticated".into()] }
+        UserInfo { name: ANONYMOUS.into(), groups: vec!["system:unauthenticated".into()] }
     }
 }
 
@@ -27,7 +36,14 @@ impl UserInfo {
 pub struct Credentials {
     /// `Authorization: Bearer <token>`.
     pub bearer_token: Option<String>,
+    /// Who the client certificate the TLS handshake verified names.
+    pub client_certificate: Option<UserInfo>,
 }
+
+/// A verified client certificate's identity, as the HTTPS listener puts it
+/// into a request's extensions.
+#[derive(Clone, Debug)]
+pub struct ClientCertificate(pub UserInfo);
 
 /// What is being asked, for authorization and admission.
 #[derive(Clone, Debug)]
@@ -73,6 +89,88 @@ impl Authenticator for Anonymous {
     }
 }
 
+/// Client certificates: the common name is the user, each organization a
+/// group (the TLS handshake has already checked the chain and expiry).
+pub struct X509;
+
+impl Authenticator for X509 {
+    fn authenticate(&self, credentials: &Credentials) -> Result<Option<UserInfo>, ApiError> {
+        Ok(credentials.client_certificate.clone())
+    }
+}
+
+/// Bearer tokens from a file, kube-apiserver's `--token-auth-file`: one
+/// `token,user,uid[,"group1,group2,..."]` line each.
+pub struct StaticTokens {
+    tokens: HashMap<String, UserInfo>,
+}
+
+impl StaticTokens {
+    pub fn parse(text: &str) -> Result<StaticTokens, String> {
+        let mut tokens = HashMap::new();
+        for (n, line) in text.lines().enumerate() {
+            let line = line.trim();
+            if line.is_empty() || line.starts_with('#') {
+                continue;
+            }
+            let fields = csv_fields(line).map_err(|e| format!("line {}: {e}", n + 1))?;
+            let [token, user, _uid, rest @ ..] = fields.as_slice() else {
+                return Err(format!("line {}: needs at least token,user,uid", n + 1));
+            };
+            if token.is_empty() || user.is_empty() {
+                return Err(format!("line {}: the token and the user may not be empty", n + 1));
+            }
+            let groups = match rest {
+                [] => Vec::new(),
+                [groups] => groups.split(',').map(str::trim).filter(|g| !g.is_empty()).map(String::from).collect(),
+                _ => return Err(format!("line {}: several groups go in one quoted field", n + 1)),
+            };
+            if tokens.insert(token.clone(), UserInfo { name: user.clone(), groups }).is_some() {
+                return Err(format!("line {}: the token appears twice", n + 1));
+            }
+        }
+        Ok(StaticTokens { tokens })
+    }
+
+    pub fn load(path: &Path) -> Result<StaticTokens, String> {
+        let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        StaticTokens::parse(&text).map_err(|e| format!("{}: {e}", path.display()))
+    }
+}
+
+/// One CSV line's fields; double quotes enclose a field with commas.
+fn csv_fields(line: &str) -> Result<Vec<String>, String> {
+    let mut fields = Vec::new();
+    let mut field = String::new();
+    let mut quoted = false;
+    let mut chars = line.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            '"' if quoted && chars.peek() == Some(&'"') => {
+                field.push('"');
+                chars.next();
+            }
+            '"' => quoted = !quoted,
+            ',' if !quoted => fields.push(std::mem::take(&mut field).trim().to_string()),
+            c => field.push(c),
+        }
+    }
+    if quoted {
+        return Err("a quote is not closed".into());
+    }
+    fields.push(field.trim().to_string());
+    Ok(fields)
+}
+
+impl Authenticator for StaticTokens {
+    fn authenticate(&self, credentials: &Credentials) -> Result<Option<UserInfo>, ApiError> {
+        let Some(token) = &credentials.bearer_token else { return Ok(None) };
+        // A token this file does not hold is not ours to judge: the chain
+        // ends in 401 if no one else knows it either.
+        Ok(self.tokens.get(token).cloned())
+    }
+}
+
 /// Everything is allowed.
 pub struct AlwaysAllow;
 
@@ -97,6 +195,23 @@ impl Default for Security {
 }
 
 impl Security {
+    /// The layers `config` asks for: client certificates when the HTTPS
+    /// listener has a client CA, static tokens when a token file is given.
+    /// With neither, everyone is anonymous, as before security existed.
+    pub fn for_config(config: &crate::config::Authentication) -> Result<Security, String> {
+        let mut authenticators: Vec<Arc<dyn Authenticator>> = Vec::new();
+        if config.client_certificates {
+            authenticators.push(Arc::new(X509));
+        }
+        if let Some(path) = &config.token_auth_file {
+            authenticators.push(Arc::new(StaticTokens::load(path)?));
+        }
+        if authenticators.is_empty() {
+            return Ok(Security::default());
+        }
+        Ok(Security { authenticators, authorizer: Arc::new(AlwaysAllow), admission: Vec::new() })
+    }
+
     pub fn new(
         authenticators: Vec<Arc<dyn Authenticator>>,
         authorizer: Arc<dyn Authorizer>,
@@ -108,11 +223,27 @@ impl Security {
     /// The first authenticator that recognises the credentials decides.
     pub fn authenticate(&self, credentials: &Credentials) -> Result<UserInfo, ApiError> {
         for a in &self.authenticators {
-            if let Some(user) = a.authenticate(credentials)? {
+            if let Some(mut user) = a.authenticate(credentials)? {
+                // Every authenticated user is in this group, as in Kubernetes.
+                if user.name != ANONYMOUS && !user.groups.iter().any(|g| g == AUTHENTICATED) {
+                    user.groups.push(AUTHENTICATED.to_string());
+                }
                 return Ok(user);
             }
         }
         Err(ApiError::unauthorized("Unauthorized"))
+    }
+
+    /// [`Self::authenticate`] for the gRPC client port, where credentials
+    /// no one recognises make the caller anonymous instead of refused: that
+    /// port has no TLS yet, and the controller manager, the scheduler and
+    /// the node agents reach it without credentials. It stays as open as
+    /// it was before authentication existed until it gets TLS (issue 25).
+    pub fn authenticate_or_anonymous(&self, credentials: &Credentials) -> Result<UserInfo, ApiError> {
+        match self.authenticate(credentials) {
+            Err(e) if e.code() == 401 => Ok(UserInfo::anonymous()),
+            other => other,
+        }
     }
 
     pub fn authorize(&self, attributes: &Attributes<'_>) -> Result<(), ApiError> {
@@ -139,4 +270,57 @@ pub fn forbidden(attributes: &Attributes<'_>, why: &str) -> ApiError {
         format!("{} \"{}\"", attributes.resource.qualified(), attributes.name)
     };
     ApiError::forbidden(format!("{what} is forbidden: {why}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn user(name: &str, groups: &[&str]) -> UserInfo {
+        UserInfo { name: name.into(), groups: groups.iter().map(|g| g.to_string()).collect() }
+    }
+
+    fn bearer(token: &str) -> Credentials {
+        Credentials { bearer_token: Some(token.into()), client_certificate: None }
+    }
+
+    #[test]
+    fn token_files_read_as_kube_apiserver_reads_them() {
+        let tokens =
+            StaticTokens::parse("# comment\n\nt1,alice,1\nt2, bob ,2,\"dev, ops\"\nt3,carol,3,viewers\n").unwrap();
+        assert_eq!(tokens.authenticate(&bearer("t1")).unwrap(), Some(user("alice", &[])));
+        assert_eq!(tokens.authenticate(&bearer("t2")).unwrap(), Some(user("bob", &["dev", "ops"])));
+        assert_eq!(tokens.authenticate(&bearer("t3")).unwrap(), Some(user("carol", &["viewers"])));
+        assert_eq!(tokens.authenticate(&bearer("t4")).unwrap(), None);
+        assert_eq!(tokens.authenticate(&Credentials::default()).unwrap(), None);
+    }
+
+    #[test]
+    fn bad_token_files_say_which_line() {
+        for (text, why) in [
+            ("t1,alice\n", "line 1: needs at least token,user,uid"),
+            ("t1,alice,1\nt1,bob,2\n", "line 2: the token appears twice"),
+            ("t1,alice,1,\"dev\n", "line 1: a quote is not closed"),
+            (",alice,1\n", "line 1: the token and the user may not be empty"),
+            ("t1,alice,1,dev,ops\n", "line 1: several groups go in one quoted field"),
+        ] {
+            assert_eq!(StaticTokens::parse(text).err().as_deref(), Some(why), "{text:?}");
+        }
+    }
+
+    #[test]
+    fn with_authentication_on_nobody_is_anonymous() {
+        let config = crate::config::Authentication { client_certificates: true, token_auth_file: None };
+        let security = Security::for_config(&config).unwrap();
+        let e = security.authenticate(&Credentials::default()).unwrap_err();
+        assert_eq!(e.code(), 401);
+        assert_eq!(security.authenticate(&bearer("guess")).unwrap_err().code(), 401);
+        // The gRPC port, still without TLS, lets them in as anonymous.
+        assert_eq!(security.authenticate_or_anonymous(&bearer("guess")).unwrap(), UserInfo::anonymous());
+        let cert = Credentials { bearer_token: None, client_certificate: Some(user("alice", &["dev"])) };
+        assert_eq!(security.authenticate(&cert).unwrap(), user("alice", &["dev", AUTHENTICATED]));
+        // Off, as in-process tests and `skiff apiserver` without TLS run.
+        let open = Security::for_config(&Default::default()).unwrap();
+        assert_eq!(open.authenticate(&Credentials::default()).unwrap(), UserInfo::anonymous());
+    }
 }

@@ -1,8 +1,19 @@
 //! The apiserver's configuration.
 
+use std::path::PathBuf;
 use std::time::Duration;
 
+use skiff_pki::ServerFiles;
 use skiff_raft_store::StoreConfig;
+
+/// Who the HTTP listener lets in.
+#[derive(Clone, Debug, Default)]
+pub struct Authentication {
+    /// Clients may present a certificate of the listener's client CA.
+    pub client_certificates: bool,
+    /// Bearer tokens, kube-apiserver's `--token-auth-file` format.
+    pub token_auth_file: Option<PathBuf>,
+}
 
 #[derive(Clone, Debug)]
 pub struct ApiserverConfig {
@@ -10,6 +21,12 @@ pub struct ApiserverConfig {
     pub peer_listen: String,
     pub client_listen: String,
     pub http_listen: String,
+    /// HTTPS on the HTTP listener (`--tls-cert-file`,
+    /// `--tls-private-key-file`, `--client-ca-file`); plain HTTP without.
+    pub http_tls: Option<ServerFiles>,
+    /// Who the HTTP listener lets in; with no way to authenticate
+    /// configured, everyone is anonymous and may do anything.
+    pub authentication: Authentication,
     /// How often watchers that asked for progress notifications get one.
     pub watch_progress_interval: Duration,
     /// How often resource watchers that allow bookmarks get one.

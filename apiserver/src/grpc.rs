@@ -49,7 +49,7 @@ fn credentials<T>(request: &Request<T>) -> Credentials {
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer "))
         .map(str::to_string);
-    Credentials { bearer_token }
+    Credentials { bearer_token, client_certificate: None }
 }
 
 /// The resource a request names: a built-in one, or one a
@@ -91,7 +91,7 @@ fn object(v: &Value) -> Object {
 
 impl ResourceService {
     fn context<T>(&self, request: &Request<T>) -> Result<Context, ApiError> {
-        let user = self.registry.security().authenticate(&credentials(request))?;
+        let user = self.registry.security().authenticate_or_anonymous(&credentials(request))?;
         let agent = request.metadata().get("user-agent").and_then(|v| v.to_str().ok()).unwrap_or_default();
         Ok(Context { user, field_manager: crate::registry::manager_from_user_agent(agent) })
     }

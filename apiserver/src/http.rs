@@ -1,15 +1,51 @@
-//! The HTTP listener: `/healthz`, `/livez`, `/readyz` and `/metrics`.
+//! The HTTP listener: `/healthz`, `/livez`, `/readyz` and `/metrics`,
+//! and the authentication step every request on it passes first.
 //!
 //! `/readyz` answers 200 only while the member knows a leader; `/metrics` is Prometheus text: the
 //! store's counters and histograms plus gauges read at scrape time.
 
-use axum::extract::State;
-use axum::http::{header, StatusCode};
-use axum::response::IntoResponse;
+use axum::extract::{Request, State};
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
 use prometheus::{Encoder, IntGauge, Opts, Registry, TextEncoder};
 use skiff_raft_store::Store;
+
+use crate::admission::{ClientCertificate, Credentials, Security, UserInfo};
+
+/// What anyone may read, authenticated or not, as kube-apiserver's
+/// `system:public-info-viewer` role allows: probes must work without
+/// credentials.
+const PUBLIC_PATHS: [&str; 4] = ["/healthz", "/livez", "/readyz", "/version"];
+
+/// `Authorization: Bearer <token>`.
+pub fn bearer_token(headers: &HeaderMap) -> Option<String> {
+    headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .map(|t| t.trim().to_string())
+}
+
+/// Finds who sent the request (a verified client certificate, a bearer
+/// token) and puts them into its extensions for the handlers; a request
+/// no authenticator accepts gets kube's 401 `Status`, except on the
+/// public paths, where it goes on as `system:anonymous`.
+pub async fn authenticate(State(security): State<Security>, mut request: Request, next: Next) -> Response {
+    let credentials = Credentials {
+        bearer_token: bearer_token(request.headers()),
+        client_certificate: request.extensions().get::<ClientCertificate>().map(|c| c.0.clone()),
+    };
+    let user = match security.authenticate(&credentials) {
+        Ok(user) => user,
+        Err(_) if PUBLIC_PATHS.contains(&request.uri().path()) => UserInfo::anonymous(),
+        Err(e) => return crate::rest::error_response(&e),
+    };
+    request.extensions_mut().insert(user);
+    next.run(request).await
+}
 
 pub fn router(store: Store) -> Router {
     Router::new()

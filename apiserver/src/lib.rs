@@ -17,7 +17,8 @@
 //!   filtered watchers.
 //! - [`storage`]: objects as JSON on the raft store.
 //! - [`rest`]: the Kubernetes REST API for kubectl, discovery and OpenAPI.
-//! - [`http`]: the HTTP listener: health, readiness and Prometheus metrics.
+//! - [`http`]: the HTTP listener: health, readiness and Prometheus metrics,
+//!   behind authentication; `https` serves it over TLS.
 //! - [`metrics`]: request and watcher metrics.
 //! - [`run`]: opens the store, serves the peer, client and HTTP listeners,
 //!   bootstraps or rejoins the cluster, and stops cleanly when its
@@ -33,6 +34,7 @@ pub mod config;
 pub mod crds;
 pub mod grpc;
 pub mod http;
+mod https;
 pub mod metrics;
 pub mod priority;
 pub mod registry;
@@ -64,6 +66,10 @@ pub enum RunError {
     Listen { addr: String, source: std::io::Error },
     #[error(transparent)]
     Start(#[from] skiff_raft_store::store::StartError),
+    #[error("the HTTP listener's TLS: {0}")]
+    Tls(#[from] skiff_pki::PkiError),
+    #[error("authentication: {0}")]
+    Authentication(String),
     #[error("the {listener} listener failed: {source}")]
     Serve {
         listener: &'static str,
@@ -167,8 +173,9 @@ impl Running {
 /// Serves until `shutdown` is cancelled, then stops and waits for every
 /// task it started.
 pub async fn run(config: ApiserverConfig, shutdown: Shutdown) -> Result<(), RunError> {
+    let security = admission::Security::for_config(&config.authentication).map_err(RunError::Authentication)?;
     let listeners = Listeners::bind(&config).await?;
-    let running = start_under(config, listeners, admission::Security::default(), &shutdown).await?;
+    let running = start_under(config, listeners, security, &shutdown).await?;
     shutdown.cancelled().await;
     running.stop().await
 }
@@ -195,6 +202,8 @@ pub async fn start_under(
     security: admission::Security,
     parent: &Shutdown,
 ) -> Result<Running, RunError> {
+    // Bad certificate files fail the start before the store opens.
+    let tls = config.http_tls.as_ref().map(skiff_pki::server_config).transpose()?.map(std::sync::Arc::new);
     let shutdown = parent.child();
     let store = Store::open(config.store.clone()).await?;
     let fanout = watch::Fanout::new(store.clone(), config.watch_bookmark_interval, shutdown.clone());
@@ -217,8 +226,22 @@ pub async fn start_under(
     let address = listeners.http.local_addr().map(|a| a.to_string()).unwrap_or_default();
     let rest =
         axum::Router::new().fallback(rest::handle).with_state(rest::RestState { registry: registry.clone(), address });
-    let http = axum::serve(listeners.http, http::router(store.clone()).merge(rest))
-        .with_graceful_shutdown(shutdown.cancelled_owned());
+    let app = http::router(store.clone())
+        .merge(rest)
+        .layer(axum::middleware::from_fn_with_state(registry.security().clone(), http::authenticate));
+    let http: std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), RunError>> + Send>> = match tls {
+        Some(tls) => {
+            let served = https::serve(listeners.http, app, tls, shutdown.clone());
+            Box::pin(async move {
+                served.await;
+                Ok(())
+            })
+        }
+        None => {
+            let served = axum::serve(listeners.http, app).with_graceful_shutdown(shutdown.cancelled_owned());
+            Box::pin(async move { served.await.map_err(failed("http")) })
+        }
+    };
 
     let servers = vec![
         ("peer", shutdown.spawn(async move { peer.await.map_err(failed("peer")) })),
@@ -229,7 +252,7 @@ pub async fn start_under(
                 Ok(())
             }),
         ),
-        ("http", shutdown.spawn(async move { http.await.map_err(failed("http")) })),
+        ("http", shutdown.spawn(http)),
     ];
     let running = Running { store: store.clone(), shutdown: shutdown.clone(), servers };
 

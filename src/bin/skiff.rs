@@ -140,6 +140,23 @@ struct ApiserverArgs {
     /// Seconds an etcd auth token lives unused (etcd's `--auth-token-ttl`).
     #[arg(long, default_value_t = 300)]
     auth_token_ttl: u64,
+    /// Serve the HTTP listener over TLS with this certificate (PEM; `skiffctl
+    /// certs server` issues one).
+    #[arg(long, requires = "tls_private_key_file")]
+    tls_cert_file: Option<PathBuf>,
+    /// The private key of --tls-cert-file (PEM).
+    #[arg(long, requires = "tls_cert_file")]
+    tls_private_key_file: Option<PathBuf>,
+    /// Accept client certificates this CA signed (PEM) on the HTTPS
+    /// listener: the common name is the user, each organization a group.
+    /// With it or --token-auth-file, requests with no credentials get 401
+    /// (except /healthz, /livez, /readyz and /version).
+    #[arg(long, requires = "tls_cert_file")]
+    client_ca_file: Option<PathBuf>,
+    /// Bearer tokens, one `token,user,uid[,"group1,group2"]` line each
+    /// (kube-apiserver's --token-auth-file).
+    #[arg(long)]
+    token_auth_file: Option<PathBuf>,
 }
 
 fn parse_initial_cluster(s: &str) -> Result<BTreeMap<u64, String>, String> {
@@ -190,6 +207,15 @@ impl ApiserverArgs {
             peer_listen: self.peer_listen,
             client_listen: self.client_listen,
             http_listen: self.http_listen,
+            http_tls: self.tls_cert_file.map(|cert| skiff_pki::ServerFiles {
+                cert,
+                key: self.tls_private_key_file.expect("clap requires the key with the certificate"),
+                client_ca: self.client_ca_file.clone(),
+            }),
+            authentication: skiff_apiserver::config::Authentication {
+                client_certificates: self.client_ca_file.is_some(),
+                token_auth_file: self.token_auth_file,
+            },
             watch_progress_interval: self.watch_progress_interval,
             watch_bookmark_interval: self.watch_bookmark_interval,
         })

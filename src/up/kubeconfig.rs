@@ -4,49 +4,35 @@
 
 use std::path::Path;
 
-use serde_json::{json, Value};
+use skiff_pki::Issued;
 
 use super::MasterAddrs;
 
-/// The name of the cluster-wide cluster, user and context.
+/// The name of the cluster-wide context.
 pub const CONTEXT: &str = "skiff";
 
-/// The kubeconfig for `masters` (master 1 first) as YAML.
-pub fn render(masters: &[MasterAddrs]) -> String {
-    let server = |m: &MasterAddrs| format!("http://{}", m.http);
-    let mut clusters = Vec::new();
+/// The kubeconfig for `masters` (master 1 first) as YAML: every context
+/// trusts the cluster's CA (`ca_pem`) and signs in as the admin.
+pub fn render(masters: &[MasterAddrs], ca_pem: &str, admin: &Issued) -> String {
+    let server = |m: &MasterAddrs| format!("https://{}", m.http);
     let mut contexts = Vec::new();
     if let Some(first) = masters.first() {
-        clusters.push(json!({"name": CONTEXT, "cluster": {"server": server(first)}}));
-        contexts.push(json!({"name": CONTEXT, "context": {"cluster": CONTEXT, "user": CONTEXT}}));
+        contexts.push((CONTEXT.to_string(), server(first)));
     }
-    for m in masters {
-        let name = format!("{CONTEXT}-{}", m.name);
-        clusters.push(json!({"name": name, "cluster": {"server": server(m)}}));
-        contexts.push(json!({"name": name, "context": {"cluster": name, "user": CONTEXT}}));
-    }
-    let config = json!({
-        "apiVersion": "v1",
-        "kind": "Config",
-        "clusters": clusters,
-        "contexts": contexts,
-        "current-context": CONTEXT,
-        // No credentials: the apiserver's authentication allows everyone for now.
-        "users": [{"name": CONTEXT, "user": {}}],
-        "preferences": {},
-    });
-    to_yaml(&config)
-}
-
-fn to_yaml(v: &Value) -> String {
-    serde_yaml::to_string(v).expect("a JSON value always serializes as YAML")
+    contexts.extend(masters.iter().map(|m| (format!("{CONTEXT}-{}", m.name), server(m))));
+    let contexts: Vec<(&str, &str)> = contexts.iter().map(|(n, s)| (n.as_str(), s.as_str())).collect();
+    skiff_pki::kubeconfig_for(&contexts, ca_pem, skiff_pki::ADMIN_USER, admin)
 }
 
 /// Writes the kubeconfig to `path` through a temporary file and a rename,
-/// so that a reader never sees half of it.
-pub fn write(path: &Path, masters: &[MasterAddrs]) -> std::io::Result<()> {
+/// so that a reader never sees half of it; readable by its owner only, as
+/// it holds the admin's key.
+pub fn write(path: &Path, masters: &[MasterAddrs], ca_pem: &str, admin: &Issued) -> std::io::Result<()> {
+    use std::os::unix::fs::OpenOptionsExt;
     let tmp = path.with_extension("tmp");
-    std::fs::write(&tmp, render(masters))?;
+    let _ = std::fs::remove_file(&tmp);
+    let mut f = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(&tmp)?;
+    std::io::Write::write_all(&mut f, render(masters, ca_pem, admin).as_bytes())?;
     std::fs::rename(&tmp, path)
 }
 
@@ -66,8 +52,9 @@ mod tests {
 
     #[test]
     fn one_context_for_the_cluster_and_one_per_master() {
-        let yaml = render(&[master(1), master(2), master(3)]);
-        let v: Value = serde_yaml::from_str(&yaml).unwrap();
+        let admin = Issued { cert_pem: "CERT".into(), key_pem: "KEY".into() };
+        let yaml = render(&[master(1), master(2), master(3)], "CA", &admin);
+        let v: serde_json::Value = serde_yaml::from_str(&yaml).unwrap();
         assert_eq!(v["current-context"], "skiff");
         let servers: Vec<(&str, &str)> = v["clusters"]
             .as_array()
@@ -78,10 +65,10 @@ mod tests {
         assert_eq!(
             servers,
             [
-                ("skiff", "http://127.0.0.1:6443"),
-                ("skiff-master-1", "http://127.0.0.1:6443"),
-                ("skiff-master-2", "http://127.0.0.1:6453"),
-                ("skiff-master-3", "http://127.0.0.1:6463"),
+                ("skiff", "https://127.0.0.1:6443"),
+                ("skiff-master-1", "https://127.0.0.1:6443"),
+                ("skiff-master-2", "https://127.0.0.1:6453"),
+                ("skiff-master-3", "https://127.0.0.1:6463"),
             ]
         );
         let contexts: Vec<(&str, &str)> = v["contexts"]
@@ -92,6 +79,9 @@ mod tests {
             .collect();
         assert_eq!(contexts[0], ("skiff", "skiff"));
         assert_eq!(contexts[3], ("skiff-master-3", "skiff-master-3"));
-        assert!(v["contexts"].as_array().unwrap().iter().all(|c| c["context"]["user"] == "skiff"));
+        assert!(v["contexts"].as_array().unwrap().iter().all(|c| c["context"]["user"] == skiff_pki::ADMIN_USER));
+        assert!(v["clusters"].as_array().unwrap().iter().all(|c| c["cluster"]["certificate-authority-data"] == "Q0E="));
+        assert_eq!(v["users"][0]["user"]["client-certificate-data"], "Q0VSVA==");
+        assert_eq!(v["users"][0]["user"]["client-key-data"], "S0VZ");
     }
 }

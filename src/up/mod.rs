@@ -180,6 +180,27 @@ fn check_shape(args: &UpArgs) -> Result<(), String> {
     }
 }
 
+/// The cluster's PKI under DIR, laid out as kubeadm's.
+const PKI_DIR: &str = "pki";
+
+/// Makes the cluster's authority in DIR/pki once (later runs keep it, so a
+/// kubeconfig copied elsewhere stays trusted), and issues the masters'
+/// serving certificate and the admin's client certificate at each start.
+/// The admin's, for the kubeconfig.
+fn pki(dir: &Path) -> Result<skiff_pki::Issued, String> {
+    use skiff_pki::{Authority, Profile, DEFAULT_VALIDITY};
+    let pki = dir.join(PKI_DIR);
+    let fail = |e: skiff_pki::PkiError| format!("the cluster's certificates in {}: {e}", pki.display());
+    let ca = Authority::load_or_create(&pki, "skiff-ca").map_err(fail)?;
+    let names = vec!["127.0.0.1".to_string(), "localhost".to_string()];
+    ca.issue(&Profile::Server { names }, DEFAULT_VALIDITY).and_then(|c| c.write(&pki, "apiserver")).map_err(fail)?;
+    let admin =
+        Profile::Client { user: skiff_pki::ADMIN_USER.to_string(), groups: vec![skiff_pki::MASTERS_GROUP.to_string()] };
+    let admin = ca.issue(&admin, DEFAULT_VALIDITY).map_err(fail)?;
+    admin.write(&pki, "admin").map_err(fail)?;
+    Ok(admin)
+}
+
 /// A process to start: `skiff` with these arguments.
 struct Process {
     /// How messages name it: `master-1`, later `master-1 scheduler`.
@@ -212,6 +233,15 @@ fn master_process(
             }
             args.push("--data-dir".into());
             args.push(dir.join(format!("member-{}", m.id)).into());
+            let pki = dir.join(PKI_DIR);
+            for (flag, file) in [
+                ("--tls-cert-file", "apiserver.crt"),
+                ("--tls-private-key-file", "apiserver.key"),
+                ("--client-ca-file", "ca.crt"),
+            ] {
+                args.push(flag.into());
+                args.push(pki.join(file).into());
+            }
             Process { label: m.name.clone(), args, log: dir.join(format!("member-{}.log", m.id)) }
         }
         MasterComponent::ControllerManager | MasterComponent::Scheduler => {
@@ -531,10 +561,12 @@ pub async fn run(args: UpArgs) -> Result<(), String> {
     // A closed terminal: the members, in groups of their own, would not hear it.
     let mut hangup = signal(SignalKind::hangup()).map_err(|e| e.to_string())?;
 
+    let admin = pki(&args.dir)?;
+    let ca_pem = std::fs::read_to_string(args.dir.join(PKI_DIR).join("ca.crt")).map_err(|e| e.to_string())?;
     let mut cluster = Cluster::start(exe, processes(&args, &masters), lock).await?;
 
     let kubeconfig_path = args.dir.join("kubeconfig");
-    if let Err(e) = kubeconfig::write(&kubeconfig_path, &masters) {
+    if let Err(e) = kubeconfig::write(&kubeconfig_path, &masters, &ca_pem, &admin) {
         cluster.stop().await;
         return Err(format!("{}: {e}", kubeconfig_path.display()));
     }

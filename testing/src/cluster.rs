@@ -92,6 +92,8 @@ impl InProcessCluster {
                 peer_listen: peer.clone(),
                 client_listen: client.clone(),
                 http_listen: http.clone(),
+                http_tls: None,
+                authentication: Default::default(),
                 watch_progress_interval: Duration::from_millis(300),
                 watch_bookmark_interval: Duration::from_millis(300),
             };

@@ -32,7 +32,7 @@ use skiff_api::resources::{self, Kind, ResourceInfo};
 use skiff_api::table::{self, IncludeObject};
 use skiff_api::{meta, validation, ApiError, Reason};
 
-use crate::admission::{Attributes, Credentials};
+use crate::admission::{Attributes, UserInfo};
 use crate::metrics::RequestTimer;
 use crate::registry::{
     unknown_fields, Context, DeleteOptions, Deleted, ListOptions, PatchOptions, PatchType, Registry,
@@ -71,13 +71,11 @@ fn not_found_path() -> ApiError {
     ApiError::new(Reason::NotFound, "the server could not find the requested resource")
 }
 
-fn credentials(headers: &HeaderMap) -> Credentials {
-    let bearer_token = headers
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .map(str::to_string);
-    Credentials { bearer_token }
+/// Who sent a request: the HTTP listener's authentication step
+/// ([`crate::http::authenticate`]) put them into its extensions. A request
+/// that did not pass that step is nobody's.
+fn user_of(extensions: &axum::http::Extensions) -> Result<UserInfo, ApiError> {
+    extensions.get::<UserInfo>().cloned().ok_or_else(|| ApiError::unauthorized("Unauthorized"))
 }
 
 fn query(uri: &Uri) -> HashMap<String, String> {
@@ -153,8 +151,12 @@ fn parse_path(path: &str) -> Option<Target<'_>> {
 /// Serves everything under the HTTP listener that is not health or metrics.
 pub async fn handle(State(state): State<RestState>, request: axum::extract::Request) -> Response {
     let (mut parts, body) = request.into_parts();
+    let user = match user_of(&parts.extensions) {
+        Ok(user) => user,
+        Err(e) => return error_response(&e),
+    };
     if let Some(target) = pod_stream(parts.uri.path()) {
-        return match stream_to_node(&state, &mut parts, target).await {
+        return match stream_to_node(&state, user, &mut parts, target).await {
             Ok(r) => r,
             Err(e) => error_response(&e),
         };
@@ -165,7 +167,7 @@ pub async fn handle(State(state): State<RestState>, request: axum::extract::Requ
             return error_response(&ApiError::too_large(format!("Request entity too large: limit is {MAX_BODY}")))
         }
     };
-    match route(&state, &parts.method, &parts.uri, &parts.headers, body).await {
+    match route(&state, &user, &parts.method, &parts.uri, &parts.headers, body).await {
         Ok(r) => r,
         Err(e) => error_response(&e),
     }
@@ -190,10 +192,9 @@ fn pod_stream(path: &str) -> Option<(String, String, String)> {
 
 /// The context of a request that writes nothing (logs, exec, metrics):
 /// its user; the field manager is only for completeness.
-fn reader_context(state: &RestState, headers: &HeaderMap) -> Result<Context, ApiError> {
-    let user = state.registry.security().authenticate(&credentials(headers))?;
+fn reader_context(user: UserInfo, headers: &HeaderMap) -> Context {
     let agent = headers.get(header::USER_AGENT).and_then(|v| v.to_str().ok()).unwrap_or_default();
-    Ok(Context { user, field_manager: crate::registry::manager_from_user_agent(agent) })
+    Context { user, field_manager: crate::registry::manager_from_user_agent(agent) }
 }
 
 /// `pods/log`, `pods/exec`, `pods/attach` and `pods/portforward`, proxied
@@ -203,10 +204,11 @@ fn reader_context(state: &RestState, headers: &HeaderMap) -> Result<Context, Api
 /// upgrades.
 async fn stream_to_node(
     state: &RestState,
+    user: UserInfo,
     parts: &mut axum::http::request::Parts,
     (namespace, pod, sub): (String, String, String),
 ) -> Result<Response, ApiError> {
-    let ctx = reader_context(state, &parts.headers)?;
+    let ctx = reader_context(user, &parts.headers);
     let pods = resources::by_plural(Some(""), "pods").expect("pods are served");
     state.registry.security().authorize(&Attributes {
         user: &ctx.user,
@@ -294,6 +296,7 @@ fn wants_aggregated(headers: &HeaderMap) -> bool {
 
 async fn route(
     state: &RestState,
+    user: &UserInfo,
     method: &Method,
     uri: &Uri,
     headers: &HeaderMap,
@@ -343,14 +346,14 @@ async fn route(
             name,
             sub,
         } => {
-            let ctx = reader_context(state, headers)?;
+            let ctx = reader_context(user.clone(), headers);
             let label_selector = query(uri).remove("labelSelector").unwrap_or_default();
             let request = resource_metrics::MetricsRequest { resource, namespace, name, sub, label_selector };
             resource_metrics::serve(&state.registry, &ctx, method, request).await
         }
         Target::Object { group, version, namespace, resource, name, sub } => {
             if version == "v1" {
-                if let Some(r) = review(state, method, headers, group, resource, &body).await? {
+                if let Some(r) = review(state, user, method, headers, group, resource, &body).await? {
                     return Ok(r);
                 }
             }
@@ -364,6 +367,7 @@ async fn route(
                 namespace: namespace.unwrap_or(""),
                 name,
                 sub,
+                user,
                 headers,
                 query: query(uri),
                 warnings: Default::default(),
@@ -471,6 +475,7 @@ fn accepts_json(headers: &HeaderMap) -> bool {
 /// every request passes.
 async fn review(
     state: &RestState,
+    user: &UserInfo,
     method: &Method,
     headers: &HeaderMap,
     group: &str,
@@ -485,7 +490,6 @@ async fn review(
     if method != Method::POST {
         return Err(ApiError::method_not_allowed(format!("only POST is supported on {resource}")));
     }
-    let user = state.registry.security().authenticate(&credentials(headers))?;
     let review = decode_body(headers, body)?;
     let mut answer = review.clone();
     answer["apiVersion"] = json!(format!("{group}/v1"));
@@ -509,7 +513,7 @@ async fn review(
     let allowed = match found {
         Some(info) => {
             let a = Attributes {
-                user: &user,
+                user,
                 verb: &verb,
                 resource: info,
                 subresource: &subresource,
@@ -574,6 +578,7 @@ struct Request<'a> {
     namespace: &'a str,
     name: Option<&'a str>,
     sub: Option<&'a str>,
+    user: &'a UserInfo,
     headers: &'a HeaderMap,
     query: HashMap<String, String>,
     /// `Warning` headers for the response (`fieldValidation=Warn`).
@@ -607,7 +612,7 @@ impl Request<'_> {
     }
 
     fn context(&self) -> Result<Context, ApiError> {
-        let user = self.state.registry.security().authenticate(&credentials(self.headers))?;
+        let user = self.user.clone();
         let field_manager = match self.param("fieldManager") {
             "" => {
                 let agent = self.headers.get(header::USER_AGENT).and_then(|v| v.to_str().ok()).unwrap_or_default();
