@@ -2,7 +2,8 @@
 //! CA and certificates made by `skiffctl certs`, `skiff apiserver` serving
 //! with them, kubectl signing in with a client certificate and with a
 //! bearer token, and curl showing what anyone else gets (401, a refused
-//! handshake), while the probes stay open.
+//! handshake), while the probes stay open; the serving certificate
+//! rotated under a running watch.
 
 mod support;
 
@@ -163,6 +164,42 @@ async fn https_lets_in_certificates_and_tokens_of_the_cluster_and_no_one_else() 
     assert!(curl(&[&format!("http://{http}/api/v1/namespaces")]).map_or(true, |(code, _)| code != 200));
     // And the server is still there for the legitimate user.
     ok(kubectl_with(&alice, &["get", "configmap", "over-tls"]));
+
+    // Rotation: a new serving certificate is picked up without a restart,
+    // and a watch opened before it keeps streaming.
+    let watch_out = dir.path().join("watch.out");
+    let mut watch = Command::new("kubectl")
+        .arg("--kubeconfig")
+        .arg(&alice)
+        .args(["get", "configmaps", "-w", "-o", "name"])
+        .stdout(std::fs::File::create(&watch_out).unwrap())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let fingerprint = |script: String| {
+        let o =
+            Command::new("sh").args(["-c", &format!("{script} | openssl x509 -noout -fingerprint -sha256")]).output();
+        String::from_utf8_lossy(&o.unwrap().stdout).trim().to_string()
+    };
+    let served = || fingerprint(format!("openssl s_client -connect {http} </dev/null 2>/dev/null"));
+    let old = served();
+    assert_eq!(old, fingerprint(format!("cat {}", file("apiserver.crt"))), "the listener serves apiserver.crt");
+    skiffctl(&["certs", "server", "--dir", pki_s, "--host", "127.0.0.1"]);
+    let new = fingerprint(format!("cat {}", file("apiserver.crt")));
+    assert_ne!(old, new);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while served() != new {
+        assert!(Instant::now() < deadline, "the rotated certificate was never served");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    ok(kubectl_with(&alice, &["create", "configmap", "after-rotation"]));
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !std::fs::read_to_string(&watch_out).unwrap().contains("configmap/after-rotation") {
+        assert!(Instant::now() < deadline, "the watch opened before the rotation stopped streaming");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let _ = watch.kill();
+    let _ = watch.wait();
 }
 
 #[test]

@@ -231,7 +231,8 @@ pub async fn start_under(
         .layer(axum::middleware::from_fn_with_state(registry.security().clone(), http::authenticate));
     let http: std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), RunError>> + Send>> = match tls {
         Some(tls) => {
-            let served = https::serve(listeners.http, app, tls, shutdown.clone());
+            let files = config.http_tls.clone().expect("TLS was loaded from these files");
+            let served = https::serve(listeners.http, app, files, tls, shutdown.clone());
             Box::pin(async move {
                 served.await;
                 Ok(())
