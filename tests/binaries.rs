@@ -39,8 +39,11 @@ fn skiffctl_links_no_rocksdb_and_skiff_does() {
 /// `skiff` under 50 MB (they were 482 MB and 530 MB, mostly RocksDB's
 /// C++ debug info). `skiff` went to 52.4 MB when it gained the node agent
 /// (CRI client, WebSocket exec) and the OpenAPI schemas (k8s-openapi's
-/// schemars code): the limit is 56 MB until those are slimmed (the
-/// schemas could be generated at build time instead of compiled in). Only meaningful for the optimised build `make test`
+/// schemars code), and to 57.1 MB with TLS (rustls and ring for the HTTPS
+/// listener, rcgen and x509-parser for the cluster CA `skiff up` makes):
+/// the limit is 58 MB until those are slimmed (the schemas could be
+/// generated at build time instead of compiled in; x509-parser is used
+/// for two small reads). Only meaningful for the optimised build `make test`
 /// runs; a debug build is larger by design.
 #[test]
 #[cfg_attr(debug_assertions, ignore = "sizes are set for the release build")]
@@ -48,5 +51,5 @@ fn the_binaries_people_copy_are_small() {
     let size = |p: &Path| std::fs::metadata(p).unwrap_or_else(|e| panic!("{}: {e}", p.display())).len();
     let (ctl, server) = (size(&skiffctl_path()), size(Path::new(SKIFF)));
     assert!(ctl < 15_000_000, "skiffctl is {ctl} bytes");
-    assert!(server < 56_000_000, "skiff is {server} bytes");
+    assert!(server < 58_000_000, "skiff is {server} bytes");
 }

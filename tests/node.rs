@@ -329,9 +329,14 @@ spec:
     assert_eq!(metrics["kind"], "NodeMetrics");
     assert!(metrics["usage"]["memory"].as_str().unwrap_or("").ends_with("Ki"), "{metrics}");
     // The agent's own metrics, as Prometheus scrapes them.
+    // The ticker's worker may still be tearing down after its deletion
+    // (kubectl returns once the object is gone): wait for the gauge.
     let (ip, port) = setup.nodes[0].listen.rsplit_once(':').unwrap();
-    let scraped = http_get(ip, port.parse().unwrap(), "/metrics").unwrap_or_default();
-    assert!(scraped.contains("kubelet_running_pods 1"), "{scraped}");
+    let mut scraped = String::new();
+    setup.wait("node-0 to count its one web pod", Duration::from_secs(30), || {
+        scraped = http_get(ip, port.parse().unwrap(), "/metrics").unwrap_or_default();
+        scraped.contains("kubelet_running_pods 1\n")
+    });
     assert!(scraped.contains("skiff_node_pod_status_writes_total{result=\"ok\"}"), "{scraped}");
     let missing = kubectl(&setup.http, &["top", "pod", "no-such-pod"]);
     assert!(!missing.status.success());

@@ -173,6 +173,23 @@ async fn bad_flags_are_refused_with_a_one_line_error() {
     refused(&out, "at least 2x wide");
     assert!(!dir.exists(), "a refused configuration created the data dir");
 
+    // Security files that do not load: refused before the store opens.
+    let missing = cluster.root.path().join("missing.crt");
+    let missing = missing.to_str().unwrap();
+    let out = cluster.run_to_exit(
+        2,
+        &["--initial-cluster", &initial, "--tls-cert-file", missing, "--tls-private-key-file", missing],
+    );
+    refused(&out, &format!("the HTTP listener's TLS: {missing}: No such file"));
+    let tokens = cluster.root.path().join("tokens.csv");
+    std::fs::write(&tokens, "s3cret,alice\n").unwrap();
+    let out = cluster.run_to_exit(2, &["--initial-cluster", &initial, "--token-auth-file", tokens.to_str().unwrap()]);
+    refused(&out, "tokens.csv: line 1: needs at least token,user,uid");
+    let out = cluster.run_to_exit(2, &["--initial-cluster", &initial, "--client-ca-file", missing]);
+    bad_flag(&out, "the following required arguments were not provided");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("  --tls-cert-file <TLS_CERT_FILE>"), "{out:?}");
+    assert!(!dir.exists(), "a refused configuration created the data dir");
+
     // A fresh data dir with neither --initial-cluster nor --join.
     let out = cluster.run_to_exit(2, &[]);
     refused(&out, "a fresh data dir needs --initial-cluster or --join");
