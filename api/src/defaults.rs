@@ -60,7 +60,23 @@ pub fn apply(info: &ResourceInfo, obj: &mut Value) {
         Kind::PriorityClass => set(obj, "preemptionPolicy", json!("PreemptLowerPriority")),
         Kind::CustomResourceDefinition => crate::custom::default_definition(obj),
         Kind::Custom => crate::custom::default(info, obj),
-        Kind::ConfigMap | Kind::ServiceAccount | Kind::Event | Kind::Lease | Kind::ResourceQuota => {}
+        Kind::RoleBinding | Kind::ClusterRoleBinding => {
+            // Kubernetes' `SetDefaults_Subject`: users and groups are RBAC's.
+            for subject in array(obj, "subjects") {
+                match subject.get("kind").and_then(Value::as_str) {
+                    Some("User" | "Group") => set(subject, "apiGroup", json!("rbac.authorization.k8s.io")),
+                    Some("ServiceAccount") => set(subject, "apiGroup", json!("")),
+                    _ => {}
+                }
+            }
+        }
+        Kind::ConfigMap
+        | Kind::ServiceAccount
+        | Kind::Event
+        | Kind::Lease
+        | Kind::ResourceQuota
+        | Kind::Role
+        | Kind::ClusterRole => {}
     }
 }
 

@@ -31,6 +31,10 @@ pub enum Kind {
     LimitRange,
     PriorityClass,
     CustomResourceDefinition,
+    Role,
+    ClusterRole,
+    RoleBinding,
+    ClusterRoleBinding,
     /// A kind a CustomResourceDefinition adds: never in the catalog; its
     /// [`ResourceInfo`] carries a [`CustomResource`].
     Custom,
@@ -144,8 +148,10 @@ const fn info(
 }
 
 const ALL: &[&str] = &["all"];
+/// The group of Role, ClusterRole and their bindings.
+pub const RBAC: &str = "rbac.authorization.k8s.io";
 
-static CATALOG: [ResourceInfo; 21] = [
+static CATALOG: [ResourceInfo; 25] = [
     info(Kind::Namespace, "", "Namespace", "namespaces", "namespace", &["ns"], false, &["status", "finalize"], &[]),
     info(
         Kind::Pod,
@@ -236,6 +242,20 @@ static CATALOG: [ResourceInfo; 21] = [
         false,
         &["status"],
         &["api-extensions"],
+    ),
+    info(Kind::Role, RBAC, "Role", "roles", "role", &[], true, &[], &[]),
+    info(Kind::ClusterRole, RBAC, "ClusterRole", "clusterroles", "clusterrole", &[], false, &[], &[]),
+    info(Kind::RoleBinding, RBAC, "RoleBinding", "rolebindings", "rolebinding", &[], true, &[], &[]),
+    info(
+        Kind::ClusterRoleBinding,
+        RBAC,
+        "ClusterRoleBinding",
+        "clusterrolebindings",
+        "clusterrolebinding",
+        &[],
+        false,
+        &[],
+        &[],
     ),
 ];
 

@@ -929,6 +929,10 @@ pub fn supported_fields(kind: Kind) -> &'static [&'static str] {
         | Kind::LimitRange
         | Kind::PriorityClass
         | Kind::CustomResourceDefinition
+        | Kind::Role
+        | Kind::ClusterRole
+        | Kind::RoleBinding
+        | Kind::ClusterRoleBinding
         | Kind::Custom => META_FIELDS,
     }
 }
@@ -1034,6 +1038,10 @@ pub fn object_fields(kind: Kind, obj: &Value) -> Fields {
         | Kind::LimitRange
         | Kind::PriorityClass
         | Kind::CustomResourceDefinition
+        | Kind::Role
+        | Kind::ClusterRole
+        | Kind::RoleBinding
+        | Kind::ClusterRoleBinding
         | Kind::Custom => {}
     }
     fields
@@ -1481,7 +1489,7 @@ mod tests {
             .is_ok());
     }
 
-    const ALL_KINDS: [Kind; 20] = [
+    const ALL_KINDS: [Kind; 24] = [
         Kind::Namespace,
         Kind::Pod,
         Kind::Node,
@@ -1502,6 +1510,10 @@ mod tests {
         Kind::ResourceQuota,
         Kind::LimitRange,
         Kind::PriorityClass,
+        Kind::Role,
+        Kind::ClusterRole,
+        Kind::RoleBinding,
+        Kind::ClusterRoleBinding,
     ];
 
     #[test]

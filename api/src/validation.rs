@@ -41,6 +41,7 @@ mod object;
 mod other;
 mod pod;
 pub mod quantity;
+mod rbac;
 pub mod scheduling;
 mod service;
 #[cfg(test)]
@@ -70,7 +71,7 @@ pub fn normalize(info: &ResourceInfo, obj: &Value) -> Result<Value, FieldError> 
     }
     use k8s_openapi::api::{
         apps::v1 as apps, batch::v1 as batch, coordination::v1 as coordination, core::v1 as core,
-        discovery::v1 as discovery, scheduling::v1 as scheduling,
+        discovery::v1 as discovery, rbac::v1 as rbac, scheduling::v1 as scheduling,
     };
     use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1 as crds;
     let mut out = match info.kind_id {
@@ -94,6 +95,10 @@ pub fn normalize(info: &ResourceInfo, obj: &Value) -> Result<Value, FieldError> 
         Kind::ResourceQuota => roundtrip::<core::ResourceQuota>(input),
         Kind::LimitRange => roundtrip::<core::LimitRange>(input),
         Kind::CustomResourceDefinition => roundtrip::<crds::CustomResourceDefinition>(input),
+        Kind::Role => roundtrip::<rbac::Role>(input),
+        Kind::ClusterRole => roundtrip::<rbac::ClusterRole>(input),
+        Kind::RoleBinding => roundtrip::<rbac::RoleBinding>(input),
+        Kind::ClusterRoleBinding => roundtrip::<rbac::ClusterRoleBinding>(input),
         Kind::Custom => unreachable!("custom resources return above"),
         Kind::PriorityClass => {
             let has_value = input.get("value").is_some_and(|v| !v.is_null());
@@ -144,6 +149,10 @@ pub fn validate(info: &ResourceInfo, obj: &Value, old: Option<&Value>) -> Vec<Fi
         Kind::Event => other::validate_event(obj),
         Kind::ServiceAccount => Vec::new(),
         Kind::CustomResourceDefinition => crate::custom::validate_definition(obj, old),
+        Kind::Role => rbac::validate_role(obj, true),
+        Kind::ClusterRole => rbac::validate_role(obj, false),
+        Kind::RoleBinding => rbac::validate_binding(obj, old, true),
+        Kind::ClusterRoleBinding => rbac::validate_binding(obj, old, false),
         Kind::Custom => crate::custom::validate(info, obj),
     });
     errs

@@ -233,6 +233,15 @@ static PRIORITY_CLASS: [Column; 5] = [
     col("PreemptionPolicy", "string", "preemptionPolicy is the Policy for preempting pods with lower priority. One of Never, PreemptLowerPriority. Defaults to PreemptLowerPriority if unset."),
 ];
 
+static ROLE_BINDING: [Column; 6] = [
+    NAME,
+    col("Role", "string", "RoleRef can reference a Role in the current namespace or a ClusterRole in the global namespace. If the RoleRef cannot be resolved, the Authorizer must return an error. This field is immutable."),
+    AGE,
+    wide("Users", "string", "Users in the binding"),
+    wide("Groups", "string", "Groups in the binding"),
+    wide("ServiceAccounts", "string", "ServiceAccounts in the binding"),
+];
+
 /// The apiserver's default columns, for kinds without a printer.
 static DEFAULT: [Column; 2] = [NAME, col("Created At", "date", D_AGE)];
 
@@ -259,7 +268,8 @@ pub fn columns(info: &ResourceInfo) -> &'static [Column] {
         Kind::ResourceQuota => &RESOURCE_QUOTA,
         Kind::LimitRange => &DEFAULT,
         Kind::PriorityClass => &PRIORITY_CLASS,
-        Kind::CustomResourceDefinition => &DEFAULT,
+        Kind::CustomResourceDefinition | Kind::Role | Kind::ClusterRole => &DEFAULT,
+        Kind::RoleBinding | Kind::ClusterRoleBinding => &ROLE_BINDING,
         Kind::Custom => info.custom.map_or(&DEFAULT[..], |c| &c.columns[..]),
     }
 }
@@ -403,9 +413,25 @@ pub fn cells(info: &ResourceInfo, obj: &Value, now: DateTime<Utc>) -> Vec<Value>
             age,
             obj.pointer("/preemptionPolicy").and_then(Value::as_str).unwrap_or("<unset>").into(),
         ],
-        Kind::CustomResourceDefinition => vec![name, created_at(obj).into()],
+        Kind::CustomResourceDefinition | Kind::Role | Kind::ClusterRole => vec![name, created_at(obj).into()],
+        Kind::RoleBinding | Kind::ClusterRoleBinding => role_binding_cells(obj, name, age),
         Kind::Custom => crate::custom::cells(info, obj, now),
     }
+}
+
+/// `Role/<name>`, then who the binding names, by kind, as Kubernetes'
+/// `printRoleBinding` lists them.
+fn role_binding_cells(obj: &Value, name: Value, age: Value) -> Vec<Value> {
+    let role = format!("{}/{}", str_at(obj, "/roleRef/kind"), str_at(obj, "/roleRef/name"));
+    let subjects = arr_at(obj, "/subjects");
+    let of_kind = |kind: &str| {
+        let names = subjects.iter().filter(|s| str_at(s, "/kind") == kind).map(|s| match kind {
+            "ServiceAccount" => format!("{}/{}", str_at(s, "/namespace"), str_at(s, "/name")),
+            _ => str_at(s, "/name").to_string(),
+        });
+        names.collect::<Vec<_>>().join(", ")
+    };
+    vec![name, role.into(), age, of_kind("User").into(), of_kind("Group").into(), of_kind("ServiceAccount").into()]
 }
 
 // ---- reading fields -------------------------------------------------------

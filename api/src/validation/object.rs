@@ -19,6 +19,9 @@ fn name_check(kind: Kind) -> fn(&str) -> Vec<String> {
     match kind {
         Kind::Namespace => is_dns1123_label,
         Kind::Service => is_dns1035_label,
+        Kind::Role | Kind::ClusterRole | Kind::RoleBinding | Kind::ClusterRoleBinding => {
+            super::rbac::is_path_segment_name
+        }
         _ => is_dns1123_subdomain,
     }
 }

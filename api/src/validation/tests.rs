@@ -183,6 +183,18 @@ fn samples() -> Vec<(Kind, Value)> {
         ),
         (Kind::PriorityClass, json!({"metadata": {"name": "high"}, "value": 1000, "description": "batch"})),
         (Kind::PriorityClass, json!({"metadata": {"name": "system-node-critical"}, "value": 2000001000})),
+        (
+            Kind::ClusterRole,
+            json!({"metadata": {"name": "system:node-reader"},
+                   "rules": [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get"]},
+                             {"nonResourceURLs": ["/metrics"], "verbs": ["get"]}]}),
+        ),
+        (
+            Kind::RoleBinding,
+            json!({"metadata": {"name": "viewers", "namespace": "default"},
+                   "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "view"},
+                   "subjects": [{"kind": "User", "name": "vera"}, {"kind": "ServiceAccount", "name": "robot"}]}),
+        ),
     ]
 }
 
@@ -1354,4 +1366,47 @@ proptest! {
             exercise(kind, &mutated, &prepared);
         }
     }
+}
+
+// ---- RBAC
+
+#[test]
+fn rbac_rules_need_verbs_and_either_resources_or_urls() {
+    let role =
+        |rules: Value| errors(Kind::Role, json!({"metadata": {"name": "r", "namespace": "default"}, "rules": rules}));
+    let errs = role(json!([{"apiGroups": [""], "resources": ["pods"]}]));
+    assert_eq!(error_at(&errs, "rules[0].verbs").detail, "verbs must contain at least one value");
+    let errs = role(json!([{"resources": ["pods"], "verbs": ["get"]}]));
+    assert_eq!(error_at(&errs, "rules[0].apiGroups").detail, "resource rules must supply at least one api group");
+    let errs = role(json!([{"nonResourceURLs": ["/metrics"], "verbs": ["get"]}]));
+    assert_eq!(
+        error_at(&errs, "rules[0].nonResourceURLs").detail,
+        "namespaced rules cannot apply to non-resource URLs"
+    );
+    let both = json!([{"nonResourceURLs": ["/x"], "apiGroups": [""], "resources": ["pods"], "verbs": ["get"]}]);
+    let errs = errors(Kind::ClusterRole, json!({"metadata": {"name": "c"}, "rules": both}));
+    assert!(error_at(&errs, "rules[0].nonResourceURLs").detail.contains("both"));
+    let errs = errors(Kind::ClusterRole, json!({"metadata": {"name": "a/b"}, "aggregationRule": {}}));
+    assert_eq!(error_at(&errs, "metadata.name").detail, "may not contain '/'");
+    assert!(errs.iter().any(|e| e.field == "aggregationRule.clusterRoleSelectors"), "{errs:?}");
+}
+
+#[test]
+fn rbac_bindings_refer_to_a_role_they_never_change() {
+    let binding = |role_ref: Value, subjects: Value| json!({"metadata": {"name": "b", "namespace": "default"}, "roleRef": role_ref, "subjects": subjects});
+    let view = json!({"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "view"});
+    let errs = errors(Kind::RoleBinding, binding(json!({"kind": "Group", "name": "x"}), json!([])));
+    assert_eq!(error_at(&errs, "roleRef.kind").reason(), "FieldValueNotSupported");
+    assert_eq!(error_at(&errs, "roleRef.apiGroup").reason(), "FieldValueNotSupported");
+    let errs =
+        errors(Kind::RoleBinding, binding(view.clone(), json!([{"kind": "Robot", "name": "r"}, {"kind": "User"}])));
+    assert_eq!(error_at(&errs, "subjects[0].kind").reason(), "FieldValueNotSupported");
+    assert_eq!(error_at(&errs, "subjects[1].name").reason(), "FieldValueRequired");
+    // A cluster binding's service account must say where it lives.
+    let cluster = json!({"metadata": {"name": "b"}, "roleRef": view.clone(), "subjects": [{"kind": "ServiceAccount", "name": "robot"}]});
+    let errs = errors(Kind::ClusterRoleBinding, cluster);
+    assert_eq!(error_at(&errs, "subjects[0].namespace").reason(), "FieldValueRequired");
+    let edit = json!({"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "edit"});
+    let errs = update_errors(Kind::RoleBinding, binding(view, json!([])), binding(edit, json!([])));
+    assert_eq!(error_at(&errs, "roleRef").detail, "cannot change roleRef");
 }

@@ -25,7 +25,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::LazyLock;
 
 use k8s_openapi::api::{
-    apps, authentication, authorization, autoscaling, batch, coordination, core, discovery, scheduling,
+    apps, authentication, authorization, autoscaling, batch, coordination, core, discovery, rbac, scheduling,
 };
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1 as crds;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1 as meta;
@@ -241,6 +241,10 @@ fn served_kind(kind: Kind, gen: &mut SchemaGenerator) -> Named {
         Kind::LimitRange => named::<core::v1::LimitRange>(gen),
         Kind::PriorityClass => named::<scheduling::v1::PriorityClass>(gen),
         Kind::CustomResourceDefinition => named::<crds::CustomResourceDefinition>(gen),
+        Kind::Role => named::<rbac::v1::Role>(gen),
+        Kind::ClusterRole => named::<rbac::v1::ClusterRole>(gen),
+        Kind::RoleBinding => named::<rbac::v1::RoleBinding>(gen),
+        Kind::ClusterRoleBinding => named::<rbac::v1::ClusterRoleBinding>(gen),
         Kind::Custom => unreachable!("custom resources are not in the catalog"),
     }
 }
@@ -251,6 +255,8 @@ fn other_kinds(gen: &mut SchemaGenerator) -> Vec<Named> {
         named::<autoscaling::v1::Scale>(gen),
         named::<core::v1::Binding>(gen),
         named::<authorization::v1::SelfSubjectAccessReview>(gen),
+        named::<authorization::v1::SelfSubjectRulesReview>(gen),
+        named::<authorization::v1::SubjectAccessReview>(gen),
         named::<authentication::v1::SelfSubjectReview>(gen),
         named::<meta::Status>(gen),
     ]
@@ -669,9 +675,11 @@ fn operations(group: &str) -> Vec<Operation> {
         let kind = served_kind(info.kind_id, &mut gen);
         resource_operations(&prefix, info, &kind, &mut gen, &mut ops);
     }
-    for (g, plural, _, _) in review_resources(group) {
-        let kind = match *g {
-            "authorization.k8s.io" => named::<authorization::v1::SelfSubjectAccessReview>(&mut gen),
+    for (_, plural, _, _) in review_resources(group) {
+        let kind = match *plural {
+            "selfsubjectaccessreviews" => named::<authorization::v1::SelfSubjectAccessReview>(&mut gen),
+            "selfsubjectrulesreviews" => named::<authorization::v1::SelfSubjectRulesReview>(&mut gen),
+            "subjectaccessreviews" => named::<authorization::v1::SubjectAccessReview>(&mut gen),
             _ => named::<authentication::v1::SelfSubjectReview>(&mut gen),
         };
         ops.push(Operation {

@@ -160,7 +160,11 @@ pub fn of(kind: Kind) -> &'static dyn Strategy {
         | Kind::Lease
         | Kind::ResourceQuota
         | Kind::LimitRange
-        | Kind::PriorityClass => &Default,
+        | Kind::PriorityClass
+        | Kind::Role
+        | Kind::ClusterRole
+        | Kind::RoleBinding
+        | Kind::ClusterRoleBinding => &Default,
         Kind::CustomResourceDefinition => &custom::Definition,
         Kind::Custom => &custom::Resource,
     }
