@@ -2,9 +2,9 @@
 //! authentication (who is asking), authorization (may they do this verb on
 //! this resource) and admission (mutating, then validating plugins that see
 //! the object). Authentication knows client certificates (the HTTPS
-//! listener's verified peer) and static bearer tokens; authorization and
-//! admission still allow everything, but sit in the request path of both
-//! APIs, so real ones plug in without rework.
+//! listener's verified peer) and static bearer tokens; authorization is
+//! RBAC ([`crate::rbac`]) or allows everything; `system:masters` may
+//! always do anything, as in Kubernetes.
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -12,6 +12,8 @@ use std::sync::Arc;
 
 use serde_json::Value;
 use skiff_api::{ApiError, ResourceInfo};
+
+use crate::rbac::{bootstrap::MASTERS, Action, Rule};
 
 /// Who is asking.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -63,7 +65,19 @@ pub trait Authenticator: Send + Sync {
 }
 
 pub trait Authorizer: Send + Sync {
-    fn authorize(&self, attributes: &Attributes<'_>) -> Result<(), ApiError>;
+    /// `Err`: why not, as the text after `... is forbidden: `.
+    fn authorize(&self, user: &UserInfo, action: &Action<'_>) -> Result<(), String>;
+
+    /// Every rule `user` holds in `namespace`, for `SelfSubjectRulesReview`;
+    /// `None` if this authorizer has no rules to list.
+    fn rules_for(&self, _user: &UserInfo, _namespace: &str) -> Option<Vec<Rule>> {
+        None
+    }
+
+    /// Whether writing `obj` would give someone more than `user` holds.
+    fn check_escalation(&self, _user: &UserInfo, _attrs: &Attributes<'_>, _obj: &Value) -> Result<(), String> {
+        Ok(())
+    }
 }
 
 /// An admission plugin: may change the object (`admit`), then may refuse it
@@ -175,7 +189,7 @@ impl Authenticator for StaticTokens {
 pub struct AlwaysAllow;
 
 impl Authorizer for AlwaysAllow {
-    fn authorize(&self, _attributes: &Attributes<'_>) -> Result<(), ApiError> {
+    fn authorize(&self, _user: &UserInfo, _action: &Action<'_>) -> Result<(), String> {
         Ok(())
     }
 }
@@ -234,24 +248,72 @@ impl Security {
         Err(ApiError::unauthorized("Unauthorized"))
     }
 
-    /// [`Self::authenticate`] for the gRPC client port, where credentials
-    /// no one recognises make the caller anonymous instead of refused: that
-    /// port has no TLS yet, and the controller manager, the scheduler and
-    /// the node agents reach it without credentials. It stays as open as
-    /// it was before authentication existed until it gets TLS (issue 25).
+    /// [`Self::authenticate`] for the gRPC client port, where callers no
+    /// authenticator recognises are trusted as [`unsecured_client_port`]
+    /// instead of refused: that port has no TLS yet, and the controller
+    /// manager, the scheduler and the node agents reach it without
+    /// credentials. It stays as open as it was before authentication
+    /// existed until it gets TLS (issue 25); deploy/README.md says to keep
+    /// it off untrusted networks.
     pub fn authenticate_or_anonymous(&self, credentials: &Credentials) -> Result<UserInfo, ApiError> {
         match self.authenticate(credentials) {
-            Err(e) if e.code() == 401 => Ok(UserInfo::anonymous()),
+            Err(e) if e.code() == 401 => Ok(unsecured_client_port()),
             other => other,
         }
     }
 
-    pub fn authorize(&self, attributes: &Attributes<'_>) -> Result<(), ApiError> {
-        self.authorizer.authorize(attributes)
+    /// The same layers with another authorizer (the member's RBAC, once
+    /// its store is open).
+    pub fn with_authorizer(mut self, authorizer: Arc<dyn Authorizer>) -> Self {
+        self.authorizer = authorizer;
+        self
     }
 
-    /// Runs every mutating step, then every validating step.
+    pub fn authorize(&self, attributes: &Attributes<'_>) -> Result<(), ApiError> {
+        let info = attributes.resource;
+        // As in Kubernetes, a create is not told apart by name: its URL has none.
+        let name = if attributes.verb == "create" && attributes.subresource.is_empty() { "" } else { attributes.name };
+        let action = Action::Resource {
+            verb: attributes.verb,
+            group: info.group,
+            resource: info.plural,
+            subresource: attributes.subresource,
+            namespace: if info.namespaced { attributes.namespace } else { "" },
+            name,
+        };
+        self.authorize_action(attributes.user, &action)
+            .map_err(|why| forbidden(&Attributes { name, ..attributes.clone() }, &why))
+    }
+
+    /// Whether `user` may do `action`; `Err` says why not.
+    pub fn authorize_action(&self, user: &UserInfo, action: &Action<'_>) -> Result<(), String> {
+        if user.groups.iter().any(|g| g == MASTERS) {
+            return Ok(());
+        }
+        self.authorizer.authorize(user, action)
+    }
+
+    /// A request outside the resource API (`/metrics`, `/apis`): 403 with
+    /// kube's message if `user` may not `verb` it.
+    pub fn authorize_path(&self, user: &UserInfo, verb: &str, path: &str) -> Result<(), ApiError> {
+        self.authorize_action(user, &Action::Path { verb, path })
+            .map_err(|why| ApiError::forbidden(format!("forbidden: {why}")))
+    }
+
+    /// Every rule `user` holds in `namespace`; `None` when authorization
+    /// does not work by rules (everything is allowed).
+    pub fn rules_for(&self, user: &UserInfo, namespace: &str) -> Option<Vec<Rule>> {
+        self.authorizer.rules_for(user, namespace)
+    }
+
+    /// Runs every mutating step, then every validating step. Writes of
+    /// roles and bindings are checked for escalation first.
     pub fn admit(&self, attributes: &Attributes<'_>, object: &mut Value, old: Option<&Value>) -> Result<(), ApiError> {
+        if !attributes.user.groups.iter().any(|g| g == MASTERS) {
+            self.authorizer
+                .check_escalation(attributes.user, attributes, object)
+                .map_err(|why| forbidden(attributes, &why))?;
+        }
         for plugin in &self.admission {
             plugin.admit(attributes, object, old)?;
         }
@@ -260,6 +322,12 @@ impl Security {
         }
         Ok(())
     }
+}
+
+/// Who a caller of the gRPC client port without credentials acts as when
+/// authentication is on: a superuser, as every caller was before.
+pub fn unsecured_client_port() -> UserInfo {
+    UserInfo { name: "system:unsecured-client-port".into(), groups: vec![MASTERS.into()] }
 }
 
 /// A forbidden message the way Kubernetes words it.
@@ -315,8 +383,8 @@ mod tests {
         let e = security.authenticate(&Credentials::default()).unwrap_err();
         assert_eq!(e.code(), 401);
         assert_eq!(security.authenticate(&bearer("guess")).unwrap_err().code(), 401);
-        // The gRPC port, still without TLS, lets them in as anonymous.
-        assert_eq!(security.authenticate_or_anonymous(&bearer("guess")).unwrap(), UserInfo::anonymous());
+        // The gRPC port, still without TLS, trusts them as before.
+        assert_eq!(security.authenticate_or_anonymous(&bearer("guess")).unwrap(), unsecured_client_port());
         let cert = Credentials { bearer_token: None, client_certificate: Some(user("alice", &["dev"])) };
         assert_eq!(security.authenticate(&cert).unwrap(), user("alice", &["dev", AUTHENTICATED]));
         // Off, as in-process tests and `skiff apiserver` without TLS run.

@@ -15,6 +15,16 @@ pub struct Authentication {
     pub token_auth_file: Option<PathBuf>,
 }
 
+/// Who decides what an authenticated user may do (`--authorization-mode`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Authorization {
+    /// Everyone may do anything: only for clusters without authentication.
+    #[default]
+    AlwaysAllow,
+    /// Roles and bindings ([`crate::rbac`]); `system:masters` may do anything.
+    Rbac,
+}
+
 #[derive(Clone, Debug)]
 pub struct ApiserverConfig {
     pub store: StoreConfig,
@@ -27,6 +37,11 @@ pub struct ApiserverConfig {
     /// Who the HTTP listener lets in; with no way to authenticate
     /// configured, everyone is anonymous and may do anything.
     pub authentication: Authentication,
+    pub authorization: Authorization,
+    /// The audit log (`--audit-log-path`), if any.
+    pub audit: Option<crate::audit::AuditConfig>,
+    /// Per-user in-flight limits on the HTTP listener; `None`: no limits.
+    pub fairness: Option<crate::fairness::Limits>,
     /// How often watchers that asked for progress notifications get one.
     pub watch_progress_interval: Duration,
     /// How often resource watchers that allow bookmarks get one.

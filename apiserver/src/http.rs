@@ -1,5 +1,6 @@
 //! The HTTP listener: `/healthz`, `/livez`, `/readyz` and `/metrics`,
-//! and the authentication step every request on it passes first.
+//! and the authentication step every request on it passes first (with
+//! the authorization of paths outside the resource API).
 //!
 //! `/readyz` answers 200 only while the member knows a leader; `/metrics` is Prometheus text: the
 //! store's counters and histograms plus gauges read at scrape time.
@@ -14,6 +15,7 @@ use prometheus::{Encoder, IntGauge, Opts, Registry, TextEncoder};
 use skiff_raft_store::Store;
 
 use crate::admission::{ClientCertificate, Credentials, Security, UserInfo};
+use crate::request_info::RequestInfo;
 
 /// What anyone may read, authenticated or not, as kube-apiserver's
 /// `system:public-info-viewer` role allows: probes must work without
@@ -38,11 +40,22 @@ pub async fn authenticate(State(security): State<Security>, mut request: Request
         bearer_token: bearer_token(request.headers()),
         client_certificate: request.extensions().get::<ClientCertificate>().map(|c| c.0.clone()),
     };
+    let path = request.uri().path();
+    let public = PUBLIC_PATHS.contains(&path);
     let user = match security.authenticate(&credentials) {
         Ok(user) => user,
-        Err(_) if PUBLIC_PATHS.contains(&request.uri().path()) => UserInfo::anonymous(),
+        Err(_) if public => UserInfo::anonymous(),
         Err(e) => return crate::rest::error_response(&e),
     };
+    // Resource requests are authorized where their verb is known (the
+    // registry); everything else here, by path.
+    let info = RequestInfo::parse(request.method().as_str(), path, request.uri().query());
+    if !public && !info.is_resource {
+        if let Err(e) = security.authorize_path(&user, &info.verb, path) {
+            return crate::rest::error_response(&e);
+        }
+    }
+    request.extensions_mut().insert(info);
     request.extensions_mut().insert(user);
     next.run(request).await
 }

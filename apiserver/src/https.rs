@@ -80,9 +80,9 @@ pub async fn serve(
     shutdown.spawn(reload(files, sender, shutdown.clone()));
     let connections = shutdown.child();
     loop {
-        let stream = tokio::select! {
+        let (stream, remote) = tokio::select! {
             accepted = listener.accept() => match accepted {
-                Ok((stream, _)) => stream,
+                Ok(accepted) => accepted,
                 Err(e) => {
                     tracing::debug!(error = %e, "accepting an HTTPS connection");
                     tokio::time::sleep(Duration::from_millis(10)).await;
@@ -112,6 +112,8 @@ pub async fn serve(
                 if let Some(peer) = &peer {
                     request.extensions_mut().insert(peer.clone());
                 }
+                // Where the request came from, for the audit log.
+                request.extensions_mut().insert(remote);
                 app.clone().oneshot(request.map(axum::body::Body::new))
             });
             let builder = auto::Builder::new(TokioExecutor::new());

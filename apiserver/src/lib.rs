@@ -30,14 +30,18 @@
 
 pub mod admission;
 pub mod allocator;
+pub mod audit;
 pub mod config;
 pub mod crds;
+pub mod fairness;
 pub mod grpc;
 pub mod http;
 mod https;
 pub mod metrics;
 pub mod priority;
+pub mod rbac;
 pub mod registry;
+pub mod request_info;
 pub mod rest;
 mod serve;
 pub mod storage;
@@ -45,6 +49,7 @@ pub mod strategy;
 pub mod watch;
 
 use std::net::SocketAddr;
+use std::sync::Arc;
 
 use skiff_raft_store::etcd::{
     auth::AuthService, cluster::ClusterService, control::ControlService, election::ElectionService, kv::KvService,
@@ -70,6 +75,8 @@ pub enum RunError {
     Tls(#[from] skiff_pki::PkiError),
     #[error("authentication: {0}")]
     Authentication(String),
+    #[error("the audit log: {0}")]
+    Audit(String),
     #[error("the {listener} listener failed: {source}")]
     Serve {
         listener: &'static str,
@@ -205,8 +212,18 @@ pub async fn start_under(
     // Bad certificate files fail the start before the store opens.
     let tls = config.http_tls.as_ref().map(skiff_pki::server_config).transpose()?.map(std::sync::Arc::new);
     let shutdown = parent.child();
+    let audit = match &config.audit {
+        Some(audit) => Some(audit::AuditLog::open(audit, &shutdown).await.map_err(RunError::Audit)?),
+        None => None,
+    };
     let store = Store::open(config.store.clone()).await?;
     let fanout = watch::Fanout::new(store.clone(), config.watch_bookmark_interval, shutdown.clone());
+    let security = match config.authorization {
+        config::Authorization::AlwaysAllow => security,
+        config::Authorization::Rbac => {
+            security.with_authorizer(Arc::new(rbac::cache::Rbac::start(store.clone(), &shutdown)))
+        }
+    };
     let registry = registry::Registry::new(store.clone(), security, fanout);
 
     let peer = tonic::transport::Server::builder()
@@ -226,9 +243,16 @@ pub async fn start_under(
     let address = listeners.http.local_addr().map(|a| a.to_string()).unwrap_or_default();
     let rest =
         axum::Router::new().fallback(rest::handle).with_state(rest::RestState { registry: registry.clone(), address });
-    let app = http::router(store.clone())
-        .merge(rest)
-        .layer(axum::middleware::from_fn_with_state(registry.security().clone(), http::authenticate));
+    // Outermost first: authentication, the audit log, the fairness limits.
+    let mut app = http::router(store.clone()).merge(rest);
+    if let Some(limits) = config.fairness {
+        let fairness = Arc::new(fairness::Fairness::new(limits));
+        app = app.layer(axum::middleware::from_fn_with_state(fairness, fairness::limit));
+    }
+    if let Some(audit) = audit {
+        app = app.layer(axum::middleware::from_fn_with_state(audit, audit::record));
+    }
+    let app = app.layer(axum::middleware::from_fn_with_state(registry.security().clone(), http::authenticate));
     let http: std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), RunError>> + Send>> = match tls {
         Some(tls) => {
             let files = config.http_tls.clone().expect("TLS was loaded from these files");
@@ -239,6 +263,7 @@ pub async fn start_under(
             })
         }
         None => {
+            let app = app.into_make_service_with_connect_info::<SocketAddr>();
             let served = axum::serve(listeners.http, app).with_graceful_shutdown(shutdown.cancelled_owned());
             Box::pin(async move { served.await.map_err(failed("http")) })
         }
@@ -270,7 +295,8 @@ pub async fn start_under(
     Ok(running)
 }
 
-/// Creates the default namespaces and the system PriorityClasses once the
+/// Creates the default namespaces, the system PriorityClasses and the
+/// default roles and bindings once the
 /// cluster can take writes; every master tries, the first write wins and
 /// the others find them present.
 async fn ensure_defaults(registry: registry::Registry, shutdown: Shutdown) {
@@ -279,7 +305,8 @@ async fn ensure_defaults(registry: registry::Registry, shutdown: Shutdown) {
         let attempt = tokio::select! {
             attempt = async {
                 registry.ensure_default_namespaces().await?;
-                registry.ensure_system_priority_classes().await
+                registry.ensure_system_priority_classes().await?;
+                registry.ensure_bootstrap_policy().await
             } => attempt,
             () = shutdown.cancelled() => return,
         };

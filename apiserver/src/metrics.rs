@@ -5,10 +5,13 @@
 use std::sync::OnceLock;
 use std::time::Instant;
 
-use prometheus::{exponential_buckets, HistogramOpts, HistogramVec, IntCounterVec, IntGauge, IntGaugeVec, Opts};
+use prometheus::{
+    exponential_buckets, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts,
+};
 
 struct Metrics {
     requests: IntCounterVec,
+    rejected: IntCounter,
     latency: HistogramVec,
     watchers: IntGaugeVec,
 }
@@ -33,11 +36,23 @@ fn metrics() -> &'static Metrics {
             &["resource"],
         )
         .expect("valid metric");
+        let rejected = IntCounter::with_opts(Opts::new(
+            "skiff_apiserver_rejected_requests_total",
+            "Requests refused with 429 because their user had too many in flight.",
+        ))
+        .expect("valid metric");
         registry.register(Box::new(requests.clone())).expect("registered once");
+        registry.register(Box::new(rejected.clone())).expect("registered once");
         registry.register(Box::new(latency.clone())).expect("registered once");
         registry.register(Box::new(watchers.clone())).expect("registered once");
-        Metrics { requests, latency, watchers }
+        Metrics { requests, rejected, latency, watchers }
     })
+}
+
+/// One request refused by the fairness limits.
+pub fn rejected(user: &str) {
+    tracing::debug!(user, "too many requests in flight");
+    metrics().rejected.inc();
 }
 
 /// Open watchers of `resource`.

@@ -1530,6 +1530,24 @@ impl Registry {
         Ok(())
     }
 
+    /// Creates the default ClusterRoles and ClusterRoleBindings that are
+    /// missing ([`crate::rbac::bootstrap`]); ones that exist are left as
+    /// they are, changed or not.
+    pub async fn ensure_bootstrap_policy(&self) -> Result<(), ApiError> {
+        let roles = crate::rbac::bootstrap::cluster_roles().into_iter().map(|r| (Kind::ClusterRole, r));
+        let bindings =
+            crate::rbac::bootstrap::cluster_role_bindings().into_iter().map(|b| (Kind::ClusterRoleBinding, b));
+        for (kind, obj) in roles.chain(bindings) {
+            let name = meta::name(&obj).unwrap_or_default().to_string();
+            match self.create(&Context::internal(), resources::of(kind), "", obj, false).await {
+                Ok(_) => tracing::debug!(kind = ?kind, name, "created default RBAC object"),
+                Err(e) if e.reason == skiff_api::Reason::AlreadyExists => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+
     /// Creates the namespaces every cluster has, if missing. Idempotent:
     /// every master runs it at start.
     pub async fn ensure_default_namespaces(&self) -> Result<(), ApiError> {

@@ -10,7 +10,8 @@ use futures::StreamExt;
 use serde_json::{json, Value};
 use skiff_api::resources::{by_kind, of};
 use skiff_api::{meta, ApiError, Kind, Reason};
-use skiff_apiserver::admission::{AdmissionPlugin, AlwaysAllow, Anonymous, Attributes, Authorizer, Security};
+use skiff_apiserver::admission::{AdmissionPlugin, AlwaysAllow, Anonymous, Attributes, Authorizer, Security, UserInfo};
+use skiff_apiserver::rbac::Action;
 use skiff_client::resources::{DeleteParams, EventType, ListParams, WatchEvent, WatchParams};
 use skiff_client::{Client, ClientError};
 use skiff_testing::InProcessCluster;
@@ -677,11 +678,11 @@ async fn history_lists_every_revision_and_get_at_revision_shows_each() {
 struct DenyDeletes;
 
 impl Authorizer for DenyDeletes {
-    fn authorize(&self, a: &Attributes<'_>) -> Result<(), ApiError> {
-        if a.verb == "delete" {
-            return Err(skiff_apiserver::admission::forbidden(a, "User \"system:anonymous\" cannot delete"));
+    fn authorize(&self, user: &UserInfo, action: &Action<'_>) -> Result<(), String> {
+        if let Action::Resource { verb: "delete", .. } = action {
+            return Err(format!("User \"{}\" cannot delete", user.name));
         }
-        AlwaysAllow.authorize(a)
+        AlwaysAllow.authorize(user, action)
     }
 }
 

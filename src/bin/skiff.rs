@@ -157,6 +157,35 @@ struct ApiserverArgs {
     /// (kube-apiserver's --token-auth-file).
     #[arg(long)]
     token_auth_file: Option<PathBuf>,
+    /// Who decides what authenticated users may do: `RBAC` (roles and
+    /// bindings; `system:masters` may do anything) or `AlwaysAllow`.
+    /// Defaults to RBAC when --client-ca-file or --token-auth-file is
+    /// given, else AlwaysAllow (everyone is anonymous then).
+    #[arg(long, value_parser = parse_authorization_mode)]
+    authorization_mode: Option<skiff_apiserver::config::Authorization>,
+    /// Append an audit event (JSON, audit.k8s.io/v1) per request on the
+    /// HTTP listener to this file.
+    #[arg(long)]
+    audit_log_path: Option<PathBuf>,
+    /// What to log at which level (a Kubernetes audit Policy, YAML);
+    /// without it, every request at Metadata.
+    #[arg(long, requires = "audit_log_path")]
+    audit_policy_file: Option<PathBuf>,
+    /// Requests one user may have in flight on this member's HTTP listener
+    /// before more wait, then get 429 (watches and streams, and
+    /// system:masters, are exempt); 0: no limit. Applies only with
+    /// authentication on (without it everyone is the same anonymous user).
+    #[arg(long, default_value_t = 64)]
+    max_requests_inflight_per_user: usize,
+}
+
+fn parse_authorization_mode(s: &str) -> Result<skiff_apiserver::config::Authorization, String> {
+    use skiff_apiserver::config::Authorization;
+    match s {
+        "RBAC" => Ok(Authorization::Rbac),
+        "AlwaysAllow" => Ok(Authorization::AlwaysAllow),
+        other => Err(format!("unknown authorization mode {other:?}: expected RBAC or AlwaysAllow")),
+    }
 }
 
 fn parse_initial_cluster(s: &str) -> Result<BTreeMap<u64, String>, String> {
@@ -187,6 +216,7 @@ impl ApiserverArgs {
             return Err("--id must be a positive integer".into());
         }
         let peer_addr = self.advertise_peer.unwrap_or_else(|| self.peer_listen.clone());
+        let authenticated = self.client_ca_file.is_some() || self.token_auth_file.is_some();
         let mut store = StoreConfig::new(self.id, self.data_dir, peer_addr);
         store.name = self.name.unwrap_or_else(|| format!("member-{}", self.id));
         store.client_urls = vec![format!("http://{}", self.client_listen)];
@@ -211,6 +241,20 @@ impl ApiserverArgs {
                 cert,
                 key: self.tls_private_key_file.expect("clap requires the key with the certificate"),
                 client_ca: self.client_ca_file.clone(),
+            }),
+            audit: self
+                .audit_log_path
+                .map(|path| skiff_apiserver::audit::AuditConfig { path, policy_file: self.audit_policy_file }),
+            fairness: (authenticated && self.max_requests_inflight_per_user > 0).then(|| {
+                skiff_apiserver::fairness::Limits {
+                    per_user: self.max_requests_inflight_per_user,
+                    ..Default::default()
+                }
+            }),
+            authorization: self.authorization_mode.unwrap_or(if authenticated {
+                skiff_apiserver::config::Authorization::Rbac
+            } else {
+                skiff_apiserver::config::Authorization::AlwaysAllow
             }),
             authentication: skiff_apiserver::config::Authentication {
                 client_certificates: self.client_ca_file.is_some(),

@@ -94,6 +94,9 @@ impl InProcessCluster {
                 http_listen: http.clone(),
                 http_tls: None,
                 authentication: Default::default(),
+                authorization: Default::default(),
+                audit: None,
+                fairness: None,
                 watch_progress_interval: Duration::from_millis(300),
                 watch_bookmark_interval: Duration::from_millis(300),
             };

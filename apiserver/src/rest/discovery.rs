@@ -14,8 +14,10 @@ use super::resource_metrics;
 pub const AGGREGATED: &str = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList";
 
 /// Groups served besides the catalog's: the review APIs `kubectl auth` uses.
-const REVIEWS: [(&str, &str, &str, &str); 2] = [
+const REVIEWS: [(&str, &str, &str, &str); 4] = [
     ("authorization.k8s.io", "selfsubjectaccessreviews", "SelfSubjectAccessReview", "selfsubjectaccessreview"),
+    ("authorization.k8s.io", "selfsubjectrulesreviews", "SelfSubjectRulesReview", "selfsubjectrulesreview"),
+    ("authorization.k8s.io", "subjectaccessreviews", "SubjectAccessReview", "subjectaccessreview"),
     ("authentication.k8s.io", "selfsubjectreviews", "SelfSubjectReview", "selfsubjectreview"),
 ];
 

@@ -32,15 +32,16 @@ use skiff_api::resources::{self, Kind, ResourceInfo};
 use skiff_api::table::{self, IncludeObject};
 use skiff_api::{meta, validation, ApiError, Reason};
 
-use crate::admission::{Attributes, UserInfo};
+use crate::admission::{Attributes, Security, UserInfo};
 use crate::metrics::RequestTimer;
+use crate::rbac::{Action, Rule};
 use crate::registry::{
     unknown_fields, Context, DeleteOptions, Deleted, ListOptions, PatchOptions, PatchType, Registry,
 };
 use crate::watch::{EventType, WatchOptions};
 
 /// Request bodies larger than this are refused before decoding (413).
-const MAX_BODY: usize = 3 * 1024 * 1024;
+pub(crate) const MAX_BODY: usize = 3 * 1024 * 1024;
 
 #[derive(Clone)]
 pub struct RestState {
@@ -470,9 +471,10 @@ fn accepts_json(headers: &HeaderMap) -> bool {
     })
 }
 
-/// `POST selfsubjectaccessreviews` (kubectl auth can-i) and
-/// `selfsubjectreviews` (kubectl auth whoami), answered by the same layers
-/// every request passes.
+/// The review APIs, answered by the same layers every request passes:
+/// `selfsubjectaccessreviews` (kubectl auth can-i), `selfsubjectrulesreviews`
+/// (kubectl auth can-i --list), `subjectaccessreviews` (the same question
+/// about someone else) and `selfsubjectreviews` (kubectl auth whoami).
 async fn review(
     state: &RestState,
     user: &UserInfo,
@@ -484,53 +486,108 @@ async fn review(
 ) -> Result<Option<Response>, ApiError> {
     let kind = match (group, resource) {
         ("authorization.k8s.io", "selfsubjectaccessreviews") => "SelfSubjectAccessReview",
+        ("authorization.k8s.io", "selfsubjectrulesreviews") => "SelfSubjectRulesReview",
+        ("authorization.k8s.io", "subjectaccessreviews") => "SubjectAccessReview",
         ("authentication.k8s.io", "selfsubjectreviews") => "SelfSubjectReview",
         _ => return Ok(None),
     };
     if method != Method::POST {
         return Err(ApiError::method_not_allowed(format!("only POST is supported on {resource}")));
     }
+    let security = state.registry.security();
+    let asked = Action::Resource { verb: "create", group, resource, subresource: "", namespace: "", name: "" };
+    security
+        .authorize_action(user, &asked)
+        .map_err(|why| ApiError::forbidden(format!("{resource}.{group} is forbidden: {why}")))?;
     let review = decode_body(headers, body)?;
     let mut answer = review.clone();
     answer["apiVersion"] = json!(format!("{group}/v1"));
     answer["kind"] = json!(kind);
-    if kind == "SelfSubjectReview" {
-        answer["status"] = json!({"userInfo": {"username": user.name, "groups": user.groups}});
-        return Ok(Some(value_response(StatusCode::CREATED, &answer)));
-    }
-    let attrs = &review["spec"]["resourceAttributes"];
-    let text = |k: &str| attrs[k].as_str().unwrap_or_default().to_string();
-    let (verb, resource_name, namespace, name, subresource) =
-        (text("verb"), text("resource"), text("namespace"), text("name"), text("subresource"));
-    let group_name = attrs["group"].as_str();
-    let custom = state.registry.custom_resources().await?;
-    let found =
-        resources::by_plural(group_name, &resource_name).or_else(|| resources::lookup(&resource_name)).or_else(|| {
-            custom
-                .into_iter()
-                .find(|r| r.plural == resource_name && group_name.is_none_or(|g| g.is_empty() || g == r.group))
-        });
-    let allowed = match found {
-        Some(info) => {
-            let a = Attributes {
-                user,
-                verb: &verb,
-                resource: info,
-                subresource: &subresource,
-                namespace: &namespace,
-                name: &name,
+    let spec = &review["spec"];
+    answer["status"] = match kind {
+        "SelfSubjectReview" => json!({"userInfo": {"username": user.name, "groups": user.groups}}),
+        "SelfSubjectRulesReview" => rules_review(security, user, spec["namespace"].as_str().unwrap_or_default()),
+        "SubjectAccessReview" => {
+            let subject = UserInfo {
+                name: spec["user"].as_str().unwrap_or_default().to_string(),
+                groups: spec["groups"]
+                    .as_array()
+                    .map(|g| g.iter().filter_map(Value::as_str).map(String::from).collect())
+                    .unwrap_or_default(),
             };
-            state.registry.security().authorize(&a).map_err(|e| e.message)
+            if subject.name.is_empty() && subject.groups.is_empty() {
+                return Err(ApiError::new(
+                    Reason::Invalid,
+                    format!("{kind}.authorization.k8s.io \"\" is invalid: spec.user: Invalid value: \"\": at least one of user or group must be specified"),
+                ));
+            }
+            access_review(security, &subject, spec)?
         }
-        None if attrs.is_object() => Err(format!("the server doesn't have a resource type \"{resource_name}\"")),
-        // Non-resource URLs: everything is readable.
-        None => Ok(()),
-    };
-    answer["status"] = match allowed {
-        Ok(()) => json!({"allowed": true}),
-        Err(reason) => json!({"allowed": false, "reason": reason}),
+        _ => access_review(security, user, spec)?,
     };
     Ok(Some(value_response(StatusCode::CREATED, &answer)))
+}
+
+/// Whether the spec's resource or non-resource attributes are allowed to
+/// `user`. As Kubernetes' RBAC, a denial gives no reason.
+fn access_review(security: &Security, user: &UserInfo, spec: &Value) -> Result<Value, ApiError> {
+    let resource = &spec["resourceAttributes"];
+    let path = &spec["nonResourceAttributes"];
+    let text = |v: &Value, k: &str| v[k].as_str().unwrap_or_default().to_string();
+    let allowed = if resource.is_object() {
+        let (verb, group, plural, subresource, namespace, name) = (
+            text(resource, "verb"),
+            text(resource, "group"),
+            text(resource, "resource"),
+            text(resource, "subresource"),
+            text(resource, "namespace"),
+            text(resource, "name"),
+        );
+        let action = Action::Resource {
+            verb: &verb,
+            group: &group,
+            resource: &plural,
+            subresource: &subresource,
+            namespace: &namespace,
+            name: &name,
+        };
+        security.authorize_action(user, &action).is_ok()
+    } else if path.is_object() {
+        let (verb, path) = (text(path, "verb"), text(path, "path"));
+        security.authorize_action(user, &Action::Path { verb: &verb, path: &path }).is_ok()
+    } else {
+        return Err(ApiError::new(
+            Reason::Invalid,
+            "spec.resourceAttributes: Invalid value: \"null\": exactly one of nonResourceAttributes or resourceAttributes must be specified",
+        ));
+    };
+    Ok(json!({"allowed": allowed}))
+}
+
+/// What `user` may do in `namespace`, rule by rule.
+fn rules_review(security: &Security, user: &UserInfo, namespace: &str) -> Value {
+    let rules = security.rules_for(user, namespace).unwrap_or_else(|| {
+        // Everything is allowed: say so as one rule of each kind.
+        let all = vec!["*".to_string()];
+        vec![
+            Rule { verbs: all.clone(), api_groups: all.clone(), resources: all.clone(), ..Default::default() },
+            Rule { verbs: all.clone(), non_resource_urls: all, ..Default::default() },
+        ]
+    });
+    let (paths, resources): (Vec<&Rule>, Vec<&Rule>) = rules.iter().partition(|r| !r.non_resource_urls.is_empty());
+    let resource_rules: Vec<Value> = resources
+        .iter()
+        .map(|r| {
+            let mut rule = json!({"verbs": r.verbs, "apiGroups": r.api_groups, "resources": r.resources});
+            if !r.resource_names.is_empty() {
+                rule["resourceNames"] = json!(r.resource_names);
+            }
+            rule
+        })
+        .collect();
+    let non_resource_rules: Vec<Value> =
+        paths.iter().map(|r| json!({"verbs": r.verbs, "nonResourceURLs": r.non_resource_urls})).collect();
+    json!({"resourceRules": resource_rules, "nonResourceRules": non_resource_rules, "incomplete": false})
 }
 
 /// The body as JSON, whatever it was sent as.
