@@ -42,16 +42,17 @@ fn curl(args: &[&str]) -> Result<(u16, String), i32> {
     Ok((code.parse().unwrap(), body.to_string()))
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn https_lets_in_certificates_and_tokens_of_the_cluster_and_no_one_else() {
-    let dir = tempfile::tempdir().unwrap();
-    let pki = dir.path().join("pki");
+/// A CA, a serving certificate and a token file made in `dir`, and one
+/// member serving HTTPS with them (RBAC on, as it is by default with
+/// authentication). Returns the member's https URL.
+async fn secure_cluster(dir: &Path, tokens: &str) -> (Cluster, String) {
+    let pki = dir.join("pki");
     let pki_s = pki.to_str().unwrap();
     assert!(skiffctl(&["certs", "ca", "--dir", pki_s]).contains("created a new certificate authority"));
     assert!(skiffctl(&["certs", "ca", "--dir", pki_s]).contains("kept the existing"));
     skiffctl(&["certs", "server", "--dir", pki_s, "--host", "127.0.0.1", "--host", "localhost"]);
-    let tokens = dir.path().join("tokens.csv");
-    std::fs::write(&tokens, "# token,user,uid,groups\ns3cret-bob,bob,1001,\"ops,oncall\"\n").unwrap();
+    let token_file = dir.join("tokens.csv");
+    std::fs::write(&token_file, tokens).unwrap();
     let file = |name: &str| pki.join(name).display().to_string();
     let cluster = Cluster::spawn_with(
         1,
@@ -63,12 +64,47 @@ async fn https_lets_in_certificates_and_tokens_of_the_cluster_and_no_one_else() 
             "--client-ca-file",
             &file("ca.crt"),
             "--token-auth-file",
-            tokens.to_str().unwrap(),
+            token_file.to_str().unwrap(),
         ],
     )
     .await;
+    let url = format!("https://{}", cluster.members[&1].http);
+    (cluster, url)
+}
+
+/// kubectl against `url` with a bearer token.
+fn kubectl_token(url: &str, ca: &str, token: &str, args: &[&str]) -> Output {
+    let cache = tempfile::tempdir().unwrap();
+    Command::new("kubectl")
+        .args(["--server", url, "--certificate-authority", ca, "--token", token, "--cache-dir"])
+        .arg(cache.path())
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+/// Retries `check` for up to 30 s: RBAC follows the store, so a binding
+/// is in force a moment after it is written.
+async fn eventually(what: &str, mut check: impl FnMut() -> Result<(), String>) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        match check() {
+            Ok(()) => return,
+            Err(e) if Instant::now() > deadline => panic!("{what}: {e}"),
+            Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn https_lets_in_certificates_and_tokens_of_the_cluster_and_no_one_else() {
+    let dir = tempfile::tempdir().unwrap();
+    let (cluster, url) =
+        secure_cluster(dir.path(), "# token,user,uid,groups\ns3cret-bob,bob,1001,\"ops,oncall\"\n").await;
     let http = cluster.members[&1].http.clone();
-    let url = format!("https://{http}");
+    let pki = dir.path().join("pki");
+    let pki_s = pki.to_str().unwrap();
+    let file = |name: &str| pki.join(name).display().to_string();
 
     // A user's certificate and kubeconfig, from skiffctl alone.
     let alice = dir.path().join("alice.kubeconfig");
@@ -80,7 +116,7 @@ async fn https_lets_in_certificates_and_tokens_of_the_cluster_and_no_one_else() 
         "--user",
         "alice",
         "--group",
-        "dev",
+        "system:masters",
         "--kubeconfig",
         alice.to_str().unwrap(),
         "--server-url",
@@ -98,21 +134,13 @@ async fn https_lets_in_certificates_and_tokens_of_the_cluster_and_no_one_else() 
     let whoami = ok(kubectl_with(&alice, &["auth", "whoami", "-o", "jsonpath={.status.userInfo}"]));
     let who: serde_json::Value = serde_json::from_str(&whoami).unwrap();
     assert_eq!(who["username"], "alice", "{whoami}");
-    assert_eq!(who["groups"], serde_json::json!(["dev", "system:authenticated"]), "{whoami}");
+    assert_eq!(who["groups"], serde_json::json!(["system:masters", "system:authenticated"]), "{whoami}");
     ok(kubectl_with(&alice, &["create", "configmap", "over-tls", "--from-literal=k=v"]));
     assert_eq!(ok(kubectl_with(&alice, &["get", "configmap", "over-tls", "-o", "jsonpath={.data.k}"])), "v");
 
     // A bearer token from the token file, over the same TLS.
     let ca = file("ca.crt");
-    let by_token = |token: &str, args: &[&str]| {
-        let cache = tempfile::tempdir().unwrap();
-        Command::new("kubectl")
-            .args(["--server", &url, "--certificate-authority", &ca, "--token", token, "--cache-dir"])
-            .arg(cache.path())
-            .args(args)
-            .output()
-            .unwrap()
-    };
+    let by_token = |token: &str, args: &[&str]| kubectl_token(&url, &ca, token, args);
     let bob = ok(by_token("s3cret-bob", &["auth", "whoami", "-o", "jsonpath={.status.userInfo}"]));
     let who: serde_json::Value = serde_json::from_str(&bob).unwrap();
     assert_eq!(who["username"], "bob");
@@ -200,6 +228,271 @@ async fn https_lets_in_certificates_and_tokens_of_the_cluster_and_no_one_else() 
     }
     let _ = watch.kill();
     let _ = watch.wait();
+}
+
+/// RBAC through kubectl: the default roles, bindings made with `kubectl
+/// create rolebinding`, the Forbidden messages kubectl prints, `kubectl
+/// auth can-i`, aggregation extending `view`, and escalation refused.
+#[tokio::test(flavor = "multi_thread")]
+async fn rbac_lets_each_user_do_what_their_roles_allow_and_nothing_else() {
+    let dir = tempfile::tempdir().unwrap();
+    let tokens = "admin-t,root,0,system:masters\nview-t,vera,1\nedit-t,ed,2\nteam-t,tess,3\nnone-t,nobody,4\n";
+    let (_cluster, url) = secure_cluster(dir.path(), tokens).await;
+    let ca = dir.path().join("pki/ca.crt").display().to_string();
+    let as_user = |token: &str, args: &[&str]| kubectl_token(&url, &ca, token, args);
+    let admin = |args: &[&str]| ok(as_user("admin-t", args));
+    let forbidden = |token: &str, args: &[&str]| {
+        let o = as_user(token, args);
+        assert!(!o.status.success(), "{args:?} as {token} succeeded");
+        String::from_utf8_lossy(&o.stderr).into_owned()
+    };
+    let outcome = |o: Output| {
+        if o.status.success() {
+            Ok(())
+        } else {
+            Err(String::from_utf8_lossy(&o.stderr).into_owned())
+        }
+    };
+    eventually("the default roles exist", || outcome(as_user("admin-t", &["get", "clusterrole", "view"]))).await;
+    admin(&["create", "namespace", "team"]);
+    admin(&["-n", "team", "create", "configmap", "settings", "--from-literal=k=v"]);
+    admin(&["-n", "team", "create", "secret", "generic", "password", "--from-literal=p=x"]);
+    admin(&["-n", "team", "create", "rolebinding", "viewers", "--clusterrole=view", "--user=vera"]);
+    admin(&["-n", "team", "create", "rolebinding", "editors", "--clusterrole=edit", "--user=ed"]);
+    admin(&["-n", "team", "create", "rolebinding", "admins", "--clusterrole=admin", "--user=tess"]);
+    let wide = admin(&["-n", "team", "get", "rolebindings", "-o", "wide"]);
+    assert!(wide.contains("viewers") && wide.contains("ClusterRole/view") && wide.contains("vera"), "{wide}");
+
+    // A user without bindings: discovery and whoami, nothing else.
+    let denied = forbidden("none-t", &["-n", "team", "get", "configmaps"]);
+    assert!(
+        denied.contains(
+            "configmaps is forbidden: User \"nobody\" cannot list resource \"configmaps\" in API group \"\" in the namespace \"team\""
+        ),
+        "{denied}"
+    );
+    ok(as_user("none-t", &["auth", "whoami"]));
+    ok(as_user("none-t", &["api-resources", "--api-group=apps"]));
+    let raw = forbidden("none-t", &["get", "--raw", "/metrics"]);
+    assert!(raw.contains("cannot get path \"/metrics\""), "{raw}");
+
+    // view: reads the namespace's objects, not its secrets, writes nothing,
+    // and only in the namespace it was bound in.
+    eventually("vera reads configmaps", || outcome(as_user("view-t", &["-n", "team", "get", "configmap", "settings"])))
+        .await;
+    let delete = forbidden("view-t", &["-n", "team", "delete", "configmap", "settings"]);
+    assert!(
+        delete.contains("Error from server (Forbidden): configmaps \"settings\" is forbidden: User \"vera\" cannot delete resource \"configmaps\" in API group \"\" in the namespace \"team\""),
+        "{delete}"
+    );
+    forbidden("view-t", &["-n", "team", "get", "secret", "password"]);
+    forbidden("view-t", &["-n", "default", "get", "configmaps"]);
+    forbidden("view-t", &["get", "nodes"]);
+    assert_eq!(admin(&["-n", "team", "get", "configmap", "settings", "-o", "jsonpath={.data.k}"]), "v");
+
+    // kubectl auth can-i answers as the requests are decided.
+    let can_i = |token: &str, args: &[&str]| {
+        let o = as_user(token, &[&["auth", "can-i"][..], args].concat());
+        String::from_utf8_lossy(&o.stdout).trim().to_string()
+    };
+    assert_eq!(can_i("view-t", &["list", "configmaps", "-n", "team"]), "yes");
+    assert_eq!(can_i("view-t", &["delete", "configmaps", "-n", "team"]), "no");
+    assert_eq!(can_i("view-t", &["get", "secrets", "-n", "team"]), "no");
+    eventually("ed edits", || {
+        let answer = can_i("edit-t", &["delete", "configmaps", "-n", "team"]);
+        if answer == "yes" {
+            Ok(())
+        } else {
+            Err(answer)
+        }
+    })
+    .await;
+    assert_eq!(can_i("edit-t", &["create", "rolebindings", "-n", "team"]), "no");
+    assert_eq!(can_i("admin-t", &["delete", "nodes"]), "yes");
+    let list = ok(as_user("view-t", &["auth", "can-i", "--list", "-n", "team"]));
+    assert!(list.contains("configmaps") && list.contains("[get list watch]"), "{list}");
+    ok(as_user("edit-t", &["-n", "team", "create", "configmap", "by-ed"]));
+
+    // Aggregation: a ClusterRole labelled to aggregate into view extends
+    // every binding of view at once.
+    forbidden("view-t", &["-n", "team", "get", "secrets"]);
+    let reader = dir.path().join("reader.yaml");
+    std::fs::write(
+        &reader,
+        "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\nmetadata:\n  name: secret-reader\n  labels:\n    rbac.authorization.k8s.io/aggregate-to-view: \"true\"\nrules:\n- apiGroups: [\"\"]\n  resources: [\"secrets\"]\n  verbs: [\"get\", \"list\"]\n",
+    )
+    .unwrap();
+    admin(&["apply", "-f", reader.to_str().unwrap()]);
+    eventually("view aggregates secret-reader", || outcome(as_user("view-t", &["-n", "team", "get", "secrets"]))).await;
+
+    // Escalation: a namespace admin may hand out what they hold, not more.
+    eventually("tess administers team", || {
+        outcome(as_user(
+            "team-t",
+            &["-n", "team", "create", "rolebinding", "more-viewers", "--clusterrole=view", "--user=nobody"],
+        ))
+    })
+    .await;
+    let escalate = forbidden(
+        "team-t",
+        &["-n", "team", "create", "rolebinding", "grab", "--clusterrole=cluster-admin", "--user=tess"],
+    );
+    assert!(escalate.contains("is attempting to grant RBAC permissions not currently held"), "{escalate}");
+    let role = forbidden("team-t", &["-n", "team", "create", "role", "nodes", "--verb=get", "--resource=nodes"]);
+    assert!(role.contains("attempting to grant RBAC permissions not currently held"), "{role}");
+    ok(as_user("team-t", &["-n", "team", "create", "role", "cm-reader", "--verb=get", "--resource=configmaps"]));
+    // The binding tess could make works for its subject.
+    eventually("nobody now views team", || outcome(as_user("none-t", &["-n", "team", "get", "configmaps"]))).await;
+
+    // Deleting the binding takes the rights away again.
+    admin(&["-n", "team", "delete", "rolebinding", "viewers"]);
+    eventually("vera lost view", || match as_user("view-t", &["-n", "team", "get", "configmaps"]).status.success() {
+        true => Err("still allowed".into()),
+        false => Ok(()),
+    })
+    .await;
+}
+
+/// The audit log as a policy shapes it, and the fairness limits: a user
+/// flooding the API with slow requests gets 429 for the ones over their
+/// share while another user is served at once.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_audit_log_records_requests_and_one_user_cannot_starve_another() {
+    let dir = tempfile::tempdir().unwrap();
+    let audit = dir.path().join("audit.log");
+    let policy = dir.path().join("audit-policy.yaml");
+    std::fs::write(
+        &policy,
+        "apiVersion: audit.k8s.io/v1\nkind: Policy\nrules:\n\
+         - level: Metadata\n  resources:\n  - group: \"\"\n    resources: [\"secrets\"]\n\
+         - level: RequestResponse\n  verbs: [\"create\"]\n  resources:\n  - group: \"\"\n    resources: [\"configmaps\"]\n\
+         - level: None\n  nonResourceURLs: [\"/healthz\", \"/readyz\", \"/livez\"]\n\
+         - level: Metadata\n",
+    )
+    .unwrap();
+    let pki = dir.path().join("pki");
+    let pki_s = pki.to_str().unwrap();
+    skiffctl(&["certs", "ca", "--dir", pki_s]);
+    skiffctl(&["certs", "server", "--dir", pki_s, "--host", "127.0.0.1"]);
+    let tokens = dir.path().join("tokens.csv");
+    std::fs::write(&tokens, "admin-t,root,0,system:masters\nflood-t,flood,1\ncalm-t,calm,2\n").unwrap();
+    let file = |name: &str| pki.join(name).display().to_string();
+    let cluster = Cluster::spawn_with(
+        1,
+        &[
+            "--tls-cert-file",
+            &file("apiserver.crt"),
+            "--tls-private-key-file",
+            &file("apiserver.key"),
+            "--token-auth-file",
+            tokens.to_str().unwrap(),
+            "--audit-log-path",
+            audit.to_str().unwrap(),
+            "--audit-policy-file",
+            policy.to_str().unwrap(),
+            "--max-requests-inflight-per-user",
+            "2",
+        ],
+    )
+    .await;
+    let url = format!("https://{}", cluster.members[&1].http);
+    let ca = file("ca.crt");
+    let as_user = |token: &str, args: &[&str]| kubectl_token(&url, &ca, token, args);
+    eventually("the default roles exist", || {
+        match as_user("admin-t", &["get", "clusterrole", "view"]).status.success() {
+            true => Ok(()),
+            false => Err("not yet".into()),
+        }
+    })
+    .await;
+    ok(as_user("admin-t", &["create", "configmap", "audited", "--from-literal=k=v"]));
+    ok(as_user("admin-t", &["create", "secret", "generic", "hidden", "--from-literal=p=hunter2"]));
+    ok(as_user(
+        "admin-t",
+        &["create", "clusterrolebinding", "readers", "--clusterrole=view", "--user=flood", "--user=calm"],
+    ));
+    let _ = curl(&["--cacert", &ca, &format!("{url}/healthz")]);
+
+    // flood: three requests that each wait ~3 s for a revision that never
+    // comes; with a share of 2, the third is refused after its queue wait.
+    let slow = format!(
+        "{url}/api/v1/namespaces/default/configmaps?resourceVersion=999999999&resourceVersionMatch=NotOlderThan"
+    );
+    let list = format!("{url}/api/v1/namespaces/default/configmaps");
+    eventually("the readers binding is in force", || {
+        match curl(&["--cacert", &ca, "-H", "Authorization: Bearer calm-t", &list]) {
+            Ok((200, _)) => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+    let floods: Vec<_> = (0..3)
+        .map(|_| {
+            Command::new("curl")
+                .args([
+                    "-s",
+                    "-o",
+                    "/dev/null",
+                    "-w",
+                    "%{http_code}",
+                    "--cacert",
+                    &ca,
+                    "-H",
+                    "Authorization: Bearer flood-t",
+                    &slow,
+                ])
+                .stdout(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Meanwhile, calm is served at once.
+    let started = Instant::now();
+    assert_eq!(curl(&["--cacert", &ca, "-H", "Authorization: Bearer calm-t", &list]).map(|r| r.0), Ok(200));
+    let calm_took = started.elapsed();
+    let mut codes: Vec<String> = floods
+        .into_iter()
+        .map(|c| String::from_utf8_lossy(&c.wait_with_output().unwrap().stdout).into_owned())
+        .collect();
+    codes.sort();
+    assert_eq!(codes, ["429", "504", "504"], "flood's three requests");
+    assert!(calm_took < Duration::from_secs(2), "calm waited {calm_took:?} behind flood");
+
+    // The log: one JSON event per request, shaped by the policy.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let events = loop {
+        let text = std::fs::read_to_string(&audit).unwrap();
+        let events: Vec<serde_json::Value> = text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+        if events.iter().any(|e| e["responseStatus"]["code"] == 429) || Instant::now() > deadline {
+            assert!(!text.contains("aGVudGVyMg=="), "a secret's data reached the audit log");
+            break events;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let find = |verb: &str, resource: &str| {
+        events
+            .iter()
+            .find(|e| e["verb"] == verb && e["objectRef"]["resource"] == resource)
+            .unwrap_or_else(|| panic!("no {verb} {resource} event in {events:#?}"))
+    };
+    let created = find("create", "configmaps");
+    assert_eq!(created["apiVersion"], "audit.k8s.io/v1");
+    assert_eq!(created["level"], "RequestResponse");
+    assert_eq!(created["stage"], "ResponseComplete");
+    assert_eq!(created["user"]["username"], "root");
+    assert_eq!(created["objectRef"]["namespace"], "default");
+    assert_eq!(created["responseStatus"]["code"], 201);
+    assert_eq!(created["requestObject"]["data"]["k"], "v");
+    assert_eq!(created["responseObject"]["metadata"]["name"], "audited");
+    assert_eq!(created["sourceIPs"][0], "127.0.0.1");
+    assert!(created["userAgent"].as_str().unwrap().starts_with("kubectl"), "{created}");
+    let secret = find("create", "secrets");
+    assert_eq!(secret["level"], "Metadata");
+    assert!(secret.get("requestObject").is_none() && secret.get("responseObject").is_none(), "{secret}");
+    let refused = events.iter().find(|e| e["responseStatus"]["code"] == 429).expect("the 429 is audited");
+    assert_eq!(refused["user"]["username"], "flood");
+    assert!(!events.iter().any(|e| e["requestURI"] == "/healthz"), "the policy leaves probes out");
 }
 
 #[test]

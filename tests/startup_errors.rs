@@ -188,6 +188,16 @@ async fn bad_flags_are_refused_with_a_one_line_error() {
     let out = cluster.run_to_exit(2, &["--initial-cluster", &initial, "--client-ca-file", missing]);
     bad_flag(&out, "the following required arguments were not provided");
     assert!(String::from_utf8_lossy(&out.stderr).contains("  --tls-cert-file <TLS_CERT_FILE>"), "{out:?}");
+    let out = cluster.run_to_exit(2, &["--initial-cluster", &initial, "--authorization-mode", "Node"]);
+    bad_flag(&out, "unknown authorization mode \"Node\": expected RBAC or AlwaysAllow");
+    let policy = cluster.root.path().join("audit-policy.yaml");
+    std::fs::write(&policy, "apiVersion: audit.k8s.io/v1\nkind: Policy\nrules:\n- level: Loud\n").unwrap();
+    let log = cluster.root.path().join("audit.log");
+    let (policy, log) = (policy.to_str().unwrap(), log.to_str().unwrap());
+    let out = cluster
+        .run_to_exit(2, &["--initial-cluster", &initial, "--audit-log-path", log, "--audit-policy-file", policy]);
+    let line = refused(&out, "the audit log: ");
+    assert!(line.contains("audit-policy.yaml") && line.contains("unknown variant `Loud`"), "{line}");
     assert!(!dir.exists(), "a refused configuration created the data dir");
 
     // A fresh data dir with neither --initial-cluster nor --join.
