@@ -3,7 +3,9 @@
 //! with them, kubectl signing in with a client certificate and with a
 //! bearer token, and curl showing what anyone else gets (401, a refused
 //! handshake), while the probes stay open; the serving certificate
-//! rotated under a running watch.
+//! rotated under a running watch. Then RBAC as kubectl users meet it
+//! (bindings, Forbidden, `auth can-i`, aggregation, escalation), the audit
+//! log, and the per-user in-flight limits.
 
 mod support;
 
