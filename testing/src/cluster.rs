@@ -19,10 +19,13 @@ use skiff_apiserver::admission::Security;
 use skiff_apiserver::{ApiserverConfig, Listeners, RunError, Running};
 use skiff_raft_store::network::PeerFilter;
 use skiff_raft_store::store::StartError;
-use skiff_raft_store::types::NodeId;
+use skiff_raft_store::types::{NodeId, RangeRequest};
 use skiff_raft_store::{Store, StoreConfig};
 
 use crate::port::free_port;
+
+/// The default object every master creates last at start.
+const LAST_DEFAULT_OBJECT: &str = "/registry/clusterrolebindings/system:monitoring";
 use crate::wait::must_eventually;
 
 /// How long members may take to agree on a leader. Generous: elections
@@ -119,6 +122,20 @@ impl InProcessCluster {
             https: addresses.values().map(|[.., http]| http.clone()).collect(),
         };
         cluster.must_leader().await;
+        // Every master writes the default objects at start (namespaces,
+        // priority classes, RBAC's roles and bindings, this binding last):
+        // tests begin once they are in, on a store nothing else writes to.
+        for store in cluster.stores() {
+            must_eventually("the default objects are created", Duration::from_secs(60), || async {
+                let req = RangeRequest { key: LAST_DEFAULT_OBJECT.as_bytes().to_vec(), ..Default::default() };
+                match store.range(req, true).await {
+                    Ok((r, _)) if !r.kvs.is_empty() => Ok(()),
+                    Ok(_) => Err("not yet".to_string()),
+                    Err(e) => Err(e.to_string()),
+                }
+            })
+            .await;
+        }
         cluster
     }
 
