@@ -34,6 +34,7 @@ pub mod meta;
 pub mod patch;
 pub mod protobuf;
 pub mod quantity;
+pub mod quota;
 pub mod resources;
 pub mod selector;
 pub mod status;

@@ -14,13 +14,19 @@
 //!   and its largest init container, plus `overhead`; a container without a
 //!   request uses its limit, as defaulting does.
 //!
+//! A quota with scopes (`Terminating`, `BestEffort`, `PriorityClass` and
+//! their opposites, by `scopes` or `scopeSelector`) counts only the pods
+//! they select, and no other objects. What the keys and scopes mean is
+//! `skiff_api::quota`'s, which admission shares.
+//!
 //! Other keys are left out of `status.used`. `status.hard` mirrors
 //! `spec.hard`. The status is written only when it changes.
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::{Container, Pod, ResourceQuota, ResourceQuotaStatus};
+use k8s_openapi::api::core::v1::{Pod, ResourceQuota, ResourceQuotaStatus};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity as ApiQuantity;
+use skiff_api::quota::{is_scoped, is_terminal, pod_amount, selects, Key, Side};
 use skiff_api::validation::quantity::Quantity;
 
 use crate::action::Action;
@@ -29,11 +35,6 @@ use crate::action::Action;
 /// them (`services`, `deployments.apps`): the number of such objects in
 /// the quota's namespace.
 pub type ObjectCounts = BTreeMap<String, i64>;
-
-/// The core resources whose bare name counts objects (`pods` is counted
-/// from the pods themselves).
-const BARE_COUNTS: [&str; 6] =
-    ["services", "configmaps", "secrets", "persistentvolumeclaims", "replicationcontrollers", "resourcequotas"];
 
 /// The resources (`<resource>` for the core group, `<resource>.<group>`
 /// otherwise) whose objects the wiring must count for `quota`. Pods are
@@ -59,11 +60,14 @@ pub fn reconcile(quota: &ResourceQuota, pods: &[Pod], counts: &ObjectCounts) -> 
         return None;
     }
     let hard = hard(quota);
-    let live: Vec<&Pod> = pods.iter().filter(|p| !is_terminal(p)).collect();
+    let spec = quota.spec.clone().unwrap_or_default();
+    let live: Vec<&Pod> = pods.iter().filter(|p| !is_terminal(p) && selects(&spec, p)).collect();
     let mut used = BTreeMap::new();
     for (key, limit) in &hard {
         let value = match Key::parse(key) {
             Key::Count(resource) if resource == "pods" => Some(count(live.len())),
+            // A scoped quota tracks pods only, as admission charges it.
+            Key::Count(_) if is_scoped(&spec) => None,
             Key::Count(resource) => Some(count(usize::try_from(*counts.get(&resource).unwrap_or(&0)).unwrap_or(0))),
             Key::Requests(name) => Some(sum(&live, &name, Side::Requests, Quantity::is_binary_form(&limit.0))),
             Key::Limits(name) => Some(sum(&live, &name, Side::Limits, Quantity::is_binary_form(&limit.0))),
@@ -85,48 +89,26 @@ pub fn reconcile(quota: &ResourceQuota, pods: &[Pod], counts: &ObjectCounts) -> 
     serde_json::to_value(&updated).ok().map(Action::UpdateStatus)
 }
 
+/// Whether `update` (from [`reconcile`]) lowers any `used` value of
+/// `quota`. Admission raises `used` in the same transaction that creates
+/// an object, so a count lower than the quota's may only mean the caches
+/// have not seen that object yet: the wiring recounts from a linearizable
+/// read before writing such an update, or the next create could be
+/// admitted over the limit.
+pub fn lowers_usage(quota: &ResourceQuota, update: &Action) -> bool {
+    let Action::UpdateStatus(updated) = update else { return false };
+    let old = quota.status.as_ref().and_then(|s| s.used.as_ref());
+    old.into_iter().flatten().any(|(key, before)| {
+        let after = updated["status"]["used"][key].as_str().and_then(Quantity::parse);
+        match (Quantity::parse(&before.0), after) {
+            (Some(before), Some(after)) => after.compare(&before) == std::cmp::Ordering::Less,
+            _ => false,
+        }
+    })
+}
+
 fn hard(quota: &ResourceQuota) -> BTreeMap<String, ApiQuantity> {
     quota.spec.as_ref().and_then(|s| s.hard.clone()).unwrap_or_default()
-}
-
-/// What a `spec.hard` key measures.
-#[derive(Debug, PartialEq)]
-enum Key {
-    /// Objects of a resource (`pods`, `services`, `deployments.apps`).
-    Count(String),
-    /// The pods' requests of a resource (`cpu`).
-    Requests(String),
-    /// The pods' limits of a resource.
-    Limits(String),
-    Unknown,
-}
-
-impl Key {
-    fn parse(key: &str) -> Key {
-        if let Some(resource) = key.strip_prefix("count/") {
-            return Key::Count(resource.to_string());
-        }
-        if key == "pods" || BARE_COUNTS.contains(&key) {
-            return Key::Count(key.to_string());
-        }
-        if let Some(name) = key.strip_prefix("requests.") {
-            // `requests.storage` is PersistentVolumeClaim storage, not pods.
-            return if name == "storage" { Key::Unknown } else { Key::Requests(name.to_string()) };
-        }
-        if let Some(name) = key.strip_prefix("limits.") {
-            return Key::Limits(name.to_string());
-        }
-        match key {
-            "cpu" | "memory" | "ephemeral-storage" => Key::Requests(key.to_string()),
-            _ => Key::Unknown,
-        }
-    }
-}
-
-#[derive(Clone, Copy)]
-enum Side {
-    Requests,
-    Limits,
 }
 
 /// The total of one resource over the pods, printed canonically: with
@@ -142,51 +124,6 @@ fn sum(pods: &[&Pod], resource: &str, side: Side, binary: bool) -> String {
         }
     }
     total.format(binary)
-}
-
-/// One pod's amount: max(sum of containers, largest init container) plus
-/// the pod overhead; and whether any of it was written in binary form.
-fn pod_amount(pod: &Pod, resource: &str, side: Side) -> Option<(Quantity, bool)> {
-    let spec = pod.spec.as_ref()?;
-    let mut binary = false;
-    let mut containers = Quantity::ZERO;
-    for c in &spec.containers {
-        if let Some(text) = container_amount(c, resource, side) {
-            binary |= Quantity::is_binary_form(text);
-            containers = containers.checked_add(&Quantity::parse(text)?)?;
-        }
-    }
-    let mut amount = containers;
-    for c in spec.init_containers.iter().flatten() {
-        if let Some(text) = container_amount(c, resource, side) {
-            binary |= Quantity::is_binary_form(text);
-            let q = Quantity::parse(text)?;
-            if q.compare(&amount) == std::cmp::Ordering::Greater {
-                amount = q;
-            }
-        }
-    }
-    if let Some(text) = spec.overhead.as_ref().and_then(|o| o.get(resource)).map(|q| q.0.as_str()) {
-        binary |= Quantity::is_binary_form(text);
-        amount = amount.checked_add(&Quantity::parse(text)?)?;
-    }
-    Some((amount, binary))
-}
-
-/// A container's amount as written: its request, else its limit (what
-/// defaulting would have set), or its limit.
-fn container_amount<'a>(c: &'a Container, resource: &str, side: Side) -> Option<&'a str> {
-    let resources = c.resources.as_ref()?;
-    let limit = resources.limits.as_ref().and_then(|l| l.get(resource));
-    let value = match side {
-        Side::Limits => limit,
-        Side::Requests => resources.requests.as_ref().and_then(|r| r.get(resource)).or(limit),
-    }?;
-    Some(value.0.as_str())
-}
-
-fn is_terminal(pod: &Pod) -> bool {
-    matches!(pod.status.as_ref().and_then(|s| s.phase.as_deref()), Some("Succeeded" | "Failed"))
 }
 
 fn count(n: usize) -> String {

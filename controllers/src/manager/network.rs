@@ -7,9 +7,11 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{Endpoints, Pod, ResourceQuota, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
-use skiff_api::resources;
+use skiff_api::resources::{self, Kind};
+use skiff_client::resources::ListParams;
 use skiff_client::runtime::controller::{Controller, ReconcileAction, Request};
 use skiff_client::runtime::reflector::{Index, ObjectKey, Store};
+use skiff_client::{Client, ClientError};
 use skiff_shutdown::Shutdown;
 
 use super::dynamic::{every_kind, AnyInformer};
@@ -108,6 +110,25 @@ pub(super) fn endpoint_slices(ctx: &Arc<Context>, shutdown: &Shutdown) {
     shutdown.spawn(controller.run(reconcile, shared, workers, stop));
 }
 
+/// What a quota counts, read from the apiserver rather than the caches.
+async fn live_usage(
+    client: &Client,
+    quota: &ResourceQuota,
+    namespace: &str,
+) -> Result<(Vec<Pod>, resourcequota::ObjectCounts), ClientError> {
+    let params = ListParams::default();
+    let listed = client.list_all(resources::of(Kind::Pod), namespace, &params).await?;
+    let pods = listed.items.into_iter().filter_map(|p| serde_json::from_value(p).ok()).collect();
+    let mut counts = resourcequota::ObjectCounts::new();
+    for wanted in resourcequota::counted_resources(quota) {
+        let (plural, group) = wanted.split_once('.').unwrap_or((wanted.as_str(), ""));
+        let Some(info) = resources::by_plural(Some(group), plural) else { continue };
+        let n = client.list_all(info, namespace, &params).await?.items.len();
+        counts.insert(wanted, i64::try_from(n).unwrap_or(i64::MAX));
+    }
+    Ok((pods, counts))
+}
+
 /// How often a quota is recounted even without a pod event (objects of
 /// other kinds come and go without one).
 const QUOTA_RESYNC: Duration = Duration::from_secs(5);
@@ -138,7 +159,21 @@ pub(super) fn resource_quotas(ctx: &Arc<Context>, shutdown: &Shutdown) {
             }
         }
         let pods = namespace_pods(&shared.1, namespace);
-        let actions = resourcequota::reconcile(&quota, &pods, &counts).into_iter().collect();
+        let mut actions: Vec<_> = resourcequota::reconcile(&quota, &pods, &counts).into_iter().collect();
+        if actions.iter().any(|a| resourcequota::lowers_usage(&quota, a)) {
+            // The caches may lag the creates admission charged: recount
+            // from a linearizable read (the status write is still a
+            // compare-and-swap on the quota's resourceVersion).
+            let (pods, counts) =
+                live_usage(&shared.0.client, &quota, namespace).await.map_err(|source| ExecuteError::Api {
+                    verb: "list",
+                    kind: "ResourceQuota usage".into(),
+                    namespace: namespace.to_string(),
+                    name: request.key.name.clone(),
+                    source: Box::new(source),
+                })?;
+            actions = resourcequota::reconcile(&quota, &pods, &counts).into_iter().collect();
+        }
         let reconciled = Reconciled { actions, requeue_after: Some(QUOTA_RESYNC) };
         drive_about(&shared.0, "resourcequota", started, reconciled, quota.as_ref(), |_, _| {}).await
     };

@@ -123,3 +123,27 @@ fn unknown_keys_are_left_out_of_used() {
     let used = must_used(reconcile(&q, &[], &ObjectCounts::new()));
     assert_eq!(used.keys().collect::<Vec<_>>(), vec!["pods"]);
 }
+
+#[test]
+fn a_lower_count_than_the_quota_holds_is_flagged_for_a_live_recount() {
+    let q = quota(json!({"pods": "5", "requests.cpu": "2"}), json!({"used": {"pods": "2", "requests.cpu": "500m"}}));
+    let one = pod("Running", json!([container(json!({"cpu": "500m"}), json!({}))]), json!({}));
+    // The cache has one pod where admission charged two: a decrease.
+    let update = reconcile(&q, std::slice::from_ref(&one), &ObjectCounts::new()).expect("an update");
+    assert!(lowers_usage(&q, &update));
+    // Counting more than the quota holds (e.g. a new quota) is no decrease.
+    let q = quota(json!({"pods": "5"}), json!({"used": {"pods": "0"}}));
+    let update = reconcile(&q, &[one.clone(), one], &ObjectCounts::new()).expect("an update");
+    assert!(!lowers_usage(&q, &update));
+}
+
+#[test]
+fn a_scoped_quota_counts_only_the_pods_it_selects_and_no_other_objects() {
+    let mut q = quota(json!({"pods": "5", "configmaps": "3"}), json!({}));
+    q.spec.as_mut().unwrap().scopes = Some(vec!["BestEffort".into()]);
+    let best_effort = pod("Running", json!([{"name": "c", "image": "i"}]), json!({}));
+    let burstable = pod("Running", json!([container(json!({"cpu": "1"}), json!({}))]), json!({}));
+    let counts = ObjectCounts::from([("configmaps".to_string(), 2)]);
+    let used = must_used(reconcile(&q, &[best_effort, burstable], &counts));
+    assert_eq!(used, BTreeMap::from([("pods".to_string(), "1".to_string())]));
+}
