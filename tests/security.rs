@@ -5,7 +5,8 @@
 //! handshake), while the probes stay open; the serving certificate
 //! rotated under a running watch. Then RBAC as kubectl users meet it
 //! (bindings, Forbidden, `auth can-i`, aggregation, escalation), the audit
-//! log, and the per-user in-flight limits.
+//! log, the per-user in-flight limits, and service account tokens from
+//! `kubectl create token`.
 
 mod support;
 
@@ -47,7 +48,7 @@ fn curl(args: &[&str]) -> Result<(u16, String), i32> {
 /// A CA, a serving certificate and a token file made in `dir`, and one
 /// member serving HTTPS with them (RBAC on, as it is by default with
 /// authentication). Returns the member's https URL.
-async fn secure_cluster(dir: &Path, tokens: &str) -> (Cluster, String) {
+async fn secure_cluster(dir: &Path, tokens: &str, extra: &[&str]) -> (Cluster, String) {
     let pki = dir.join("pki");
     let pki_s = pki.to_str().unwrap();
     assert!(skiffctl(&["certs", "ca", "--dir", pki_s]).contains("created a new certificate authority"));
@@ -56,20 +57,19 @@ async fn secure_cluster(dir: &Path, tokens: &str) -> (Cluster, String) {
     let token_file = dir.join("tokens.csv");
     std::fs::write(&token_file, tokens).unwrap();
     let file = |name: &str| pki.join(name).display().to_string();
-    let cluster = Cluster::spawn_with(
-        1,
-        &[
-            "--tls-cert-file",
-            &file("apiserver.crt"),
-            "--tls-private-key-file",
-            &file("apiserver.key"),
-            "--client-ca-file",
-            &file("ca.crt"),
-            "--token-auth-file",
-            token_file.to_str().unwrap(),
-        ],
-    )
-    .await;
+    let (cert, key, ca) = (file("apiserver.crt"), file("apiserver.key"), file("ca.crt"));
+    let mut args = vec![
+        "--tls-cert-file",
+        &cert,
+        "--tls-private-key-file",
+        &key,
+        "--client-ca-file",
+        &ca,
+        "--token-auth-file",
+        token_file.to_str().unwrap(),
+    ];
+    args.extend_from_slice(extra);
+    let cluster = Cluster::spawn_with(1, &args).await;
     let url = format!("https://{}", cluster.members[&1].http);
     (cluster, url)
 }
@@ -102,7 +102,7 @@ async fn eventually(what: &str, mut check: impl FnMut() -> Result<(), String>) {
 async fn https_lets_in_certificates_and_tokens_of_the_cluster_and_no_one_else() {
     let dir = tempfile::tempdir().unwrap();
     let (cluster, url) =
-        secure_cluster(dir.path(), "# token,user,uid,groups\ns3cret-bob,bob,1001,\"ops,oncall\"\n").await;
+        secure_cluster(dir.path(), "# token,user,uid,groups\ns3cret-bob,bob,1001,\"ops,oncall\"\n", &[]).await;
     let http = cluster.members[&1].http.clone();
     let pki = dir.path().join("pki");
     let pki_s = pki.to_str().unwrap();
@@ -239,7 +239,7 @@ async fn https_lets_in_certificates_and_tokens_of_the_cluster_and_no_one_else() 
 async fn rbac_lets_each_user_do_what_their_roles_allow_and_nothing_else() {
     let dir = tempfile::tempdir().unwrap();
     let tokens = "admin-t,root,0,system:masters\nview-t,vera,1\nedit-t,ed,2\nteam-t,tess,3\nnone-t,nobody,4\n";
-    let (_cluster, url) = secure_cluster(dir.path(), tokens).await;
+    let (_cluster, url) = secure_cluster(dir.path(), tokens, &[]).await;
     let ca = dir.path().join("pki/ca.crt").display().to_string();
     let as_user = |token: &str, args: &[&str]| kubectl_token(&url, &ca, token, args);
     let admin = |args: &[&str]| ok(as_user("admin-t", args));
@@ -372,33 +372,17 @@ async fn the_audit_log_records_requests_and_one_user_cannot_starve_another() {
          - level: Metadata\n",
     )
     .unwrap();
-    let pki = dir.path().join("pki");
-    let pki_s = pki.to_str().unwrap();
-    skiffctl(&["certs", "ca", "--dir", pki_s]);
-    skiffctl(&["certs", "server", "--dir", pki_s, "--host", "127.0.0.1"]);
-    let tokens = dir.path().join("tokens.csv");
-    std::fs::write(&tokens, "admin-t,root,0,system:masters\nflood-t,flood,1\ncalm-t,calm,2\n").unwrap();
-    let file = |name: &str| pki.join(name).display().to_string();
-    let cluster = Cluster::spawn_with(
-        1,
-        &[
-            "--tls-cert-file",
-            &file("apiserver.crt"),
-            "--tls-private-key-file",
-            &file("apiserver.key"),
-            "--token-auth-file",
-            tokens.to_str().unwrap(),
-            "--audit-log-path",
-            audit.to_str().unwrap(),
-            "--audit-policy-file",
-            policy.to_str().unwrap(),
-            "--max-requests-inflight-per-user",
-            "2",
-        ],
-    )
-    .await;
-    let url = format!("https://{}", cluster.members[&1].http);
-    let ca = file("ca.crt");
+    let tokens = "admin-t,root,0,system:masters\nflood-t,flood,1\ncalm-t,calm,2\n";
+    let extra = [
+        "--audit-log-path",
+        audit.to_str().unwrap(),
+        "--audit-policy-file",
+        policy.to_str().unwrap(),
+        "--max-requests-inflight-per-user",
+        "2",
+    ];
+    let (_cluster, url) = secure_cluster(dir.path(), tokens, &extra).await;
+    let ca = dir.path().join("pki/ca.crt").display().to_string();
     let as_user = |token: &str, args: &[&str]| kubectl_token(&url, &ca, token, args);
     eventually("the default roles exist", || {
         match as_user("admin-t", &["get", "clusterrole", "view"]).status.success() {
@@ -508,4 +492,75 @@ fn skiffctl_certs_explain_what_is_missing() {
     skiffctl(&["certs", "ca", "--dir", d]);
     let o = Command::new(skiffctl_path()).args(["certs", "client", "--dir", d, "--user", ""]).output().unwrap();
     assert!(String::from_utf8_lossy(&o.stderr).contains("needs a user name"), "{o:?}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_service_account_token_works_until_its_pod_or_account_is_deleted() {
+    let dir = tempfile::tempdir().unwrap();
+    let key = skiff_pki::load_or_create_signing_key(&dir.path().join("sa")).unwrap();
+    let extra = ["--service-account-signing-key-file", key.to_str().unwrap()];
+    let (_cluster, url) = secure_cluster(dir.path(), "admin-t,root,0,system:masters\n", &extra).await;
+    let ca = dir.path().join("pki/ca.crt").display().to_string();
+    let admin = |args: &[&str]| kubectl_token(&url, &ca, "admin-t", args);
+    eventually("the default roles exist", || match admin(&["get", "clusterrole", "view"]).status.success() {
+        true => Ok(()),
+        false => Err("not yet".into()),
+    })
+    .await;
+    ok(admin(&["create", "serviceaccount", "robot"]));
+    let overrides = r#"{"spec": {"serviceAccountName": "robot"}}"#;
+    ok(admin(&["run", "web", "--image=busybox", "--restart=Never", "--overrides", overrides]));
+    ok(admin(&["run", "other", "--image=busybox", "--restart=Never"]));
+
+    // A token bound to the pod: the service account's identity, nothing more.
+    let bound = ["create", "token", "robot", "--bound-object-kind", "Pod", "--bound-object-name", "web"];
+    let token = ok(admin(&bound)).trim().to_string();
+    assert_eq!(token.split('.').count(), 3, "a JWT: {token}");
+    let as_robot = |args: &[&str]| kubectl_token(&url, &ca, &token, args);
+    let who = ok(as_robot(&["auth", "whoami", "-o", "jsonpath={.status.userInfo.username}"]));
+    assert_eq!(who, "system:serviceaccount:default:robot");
+    let groups = ok(as_robot(&["auth", "whoami", "-o", "jsonpath={.status.userInfo.groups}"]));
+    assert!(groups.contains("system:serviceaccounts:default") && groups.contains("system:authenticated"), "{groups}");
+    let denied = fails(as_robot(&["get", "secrets"]));
+    assert!(
+        denied.contains("User \"system:serviceaccount:default:robot\" cannot list resource \"secrets\""),
+        "{denied}"
+    );
+    ok(admin(&["create", "rolebinding", "robot-view", "--clusterrole=view", "--serviceaccount=default:robot"]));
+    eventually("the binding is in force", || match as_robot(&["get", "pods", "-o", "name"]).status.success() {
+        true => Ok(()),
+        false => Err("not yet".into()),
+    })
+    .await;
+
+    // Bad requests: another pod's service account, a pod that is not there, too short.
+    let err = fails(admin(&["create", "token", "robot", "--bound-object-kind", "Pod", "--bound-object-name", "other"]));
+    assert!(
+        err.contains(
+            "cannot bind token for serviceaccount \"robot\" to pod running with different serviceaccount name"
+        ),
+        "{err}"
+    );
+    let err = fails(admin(&["create", "token", "robot", "--bound-object-kind", "Pod", "--bound-object-name", "ghost"]));
+    assert!(err.contains("pods \"ghost\" not found"), "{err}");
+    let err = fails(admin(&["create", "token", "robot", "--duration", "1m"]));
+    assert!(err.contains("may not specify a duration less than 10 minutes"), "{err}");
+    // A token signed with another key, and an altered one, are strangers.
+    let mut parts: Vec<&str> = token.split('.').collect();
+    parts[2] = "AAAA";
+    let forged = parts.join(".");
+    let err = fails(kubectl_token(&url, &ca, &forged, &["auth", "whoami"]));
+    assert!(err.contains("Unauthorized"), "{err}");
+
+    // Deleting the pod revokes its token; an unbound token lives on until
+    // the service account goes.
+    let unbound = ok(admin(&["create", "token", "robot"])).trim().to_string();
+    ok(admin(&["delete", "pod", "web", "--grace-period=0", "--force"]));
+    let err = fails(as_robot(&["auth", "whoami"]));
+    assert!(err.contains("Unauthorized"), "{err}");
+    let as_unbound = |args: &[&str]| kubectl_token(&url, &ca, &unbound, args);
+    assert_eq!(ok(as_unbound(&["auth", "whoami", "-o", "jsonpath={.status.userInfo.username}"])), who);
+    ok(admin(&["delete", "serviceaccount", "robot"]));
+    let err = fails(as_unbound(&["auth", "whoami"]));
+    assert!(err.contains("Unauthorized"), "{err}");
 }

@@ -198,6 +198,25 @@ async fn bad_flags_are_refused_with_a_one_line_error() {
         .run_to_exit(2, &["--initial-cluster", &initial, "--audit-log-path", log, "--audit-policy-file", policy]);
     let line = refused(&out, "the audit log: ");
     assert!(line.contains("audit-policy.yaml") && line.contains("unknown variant `Loud`"), "{line}");
+    let encryption = cluster.root.path().join("encryption.yaml");
+    std::fs::write(
+        &encryption,
+        "apiVersion: apiserver.config.k8s.io/v1\nkind: EncryptionConfiguration\nresources:\n\
+         - resources: [secrets]\n  providers:\n  - aesgcm:\n      keys:\n      - {name: k1, secret: c2hvcnQ=}\n",
+    )
+    .unwrap();
+    let encryption = encryption.to_str().unwrap();
+    let out = cluster.run_to_exit(2, &["--initial-cluster", &initial, "--encryption-provider-config", encryption]);
+    let line = refused(&out, "--encryption-provider-config: ");
+    assert!(line.contains("aesgcm.keys[0].secret: 5 bytes; AES-GCM keys here are 16 or 32 bytes"), "{line}");
+    let not_a_key = cluster.root.path().join("sa.key");
+    std::fs::write(&not_a_key, "-----BEGIN PRIVATE KEY-----\nbm90IGEga2V5\n-----END PRIVATE KEY-----\n").unwrap();
+    let out = cluster.run_to_exit(
+        2,
+        &["--initial-cluster", &initial, "--service-account-signing-key-file", not_a_key.to_str().unwrap()],
+    );
+    let line = refused(&out, "--service-account-signing-key-file: ");
+    assert!(line.contains("sa.key"), "{line}");
     assert!(!dir.exists(), "a refused configuration created the data dir");
 
     // A fresh data dir with neither --initial-cluster nor --join.

@@ -258,7 +258,7 @@ fn volume(vol: &mut Value) {
 
 /// Guaranteed, Burstable or BestEffort, from the cpu and memory requests
 /// and limits of all containers (Kubernetes' `GetPodQOS`).
-fn qos_class(spec: &Value) -> &'static str {
+pub fn qos_class(spec: &Value) -> &'static str {
     const COMPUTE: [&str; 2] = ["cpu", "memory"];
     let mut requests: [Option<Quantity>; 2] = [None, None];
     let mut limits: [Option<Quantity>; 2] = [None, None];

@@ -180,7 +180,17 @@ static CATALOG: [ResourceInfo; 25] = [
     ),
     info(Kind::ConfigMap, "", "ConfigMap", "configmaps", "configmap", &["cm"], true, &[], &[]),
     info(Kind::Secret, "", "Secret", "secrets", "secret", &[], true, &[], &[]),
-    info(Kind::ServiceAccount, "", "ServiceAccount", "serviceaccounts", "serviceaccount", &["sa"], true, &[], &[]),
+    info(
+        Kind::ServiceAccount,
+        "",
+        "ServiceAccount",
+        "serviceaccounts",
+        "serviceaccount",
+        &["sa"],
+        true,
+        &["token"],
+        &[],
+    ),
     info(Kind::Event, "", "Event", "events", "event", &["ev"], true, &[], &[]),
     info(Kind::Lease, "coordination.k8s.io", "Lease", "leases", "lease", &[], true, &[], &[]),
     info(

@@ -200,11 +200,19 @@ pub struct Security {
     authenticators: Vec<Arc<dyn Authenticator>>,
     authorizer: Arc<dyn Authorizer>,
     admission: Vec<Arc<dyn AdmissionPlugin>>,
+    /// Service account tokens: issued by TokenRequest, accepted as bearer
+    /// tokens (they read the store, so they are checked apart).
+    tokens: Option<Arc<crate::service_account::Tokens>>,
 }
 
 impl Default for Security {
     fn default() -> Self {
-        Security { authenticators: vec![Arc::new(Anonymous)], authorizer: Arc::new(AlwaysAllow), admission: Vec::new() }
+        Security {
+            authenticators: vec![Arc::new(Anonymous)],
+            authorizer: Arc::new(AlwaysAllow),
+            admission: Vec::new(),
+            tokens: None,
+        }
     }
 }
 
@@ -223,7 +231,7 @@ impl Security {
         if authenticators.is_empty() {
             return Ok(Security::default());
         }
-        Ok(Security { authenticators, authorizer: Arc::new(AlwaysAllow), admission: Vec::new() })
+        Ok(Security { authenticators, authorizer: Arc::new(AlwaysAllow), admission: Vec::new(), tokens: None })
     }
 
     pub fn new(
@@ -231,7 +239,7 @@ impl Security {
         authorizer: Arc<dyn Authorizer>,
         admission: Vec<Arc<dyn AdmissionPlugin>>,
     ) -> Self {
-        Security { authenticators, authorizer, admission }
+        Security { authenticators, authorizer, admission, tokens: None }
     }
 
     /// The first authenticator that recognises the credentials decides.
@@ -260,6 +268,29 @@ impl Security {
             Err(e) if e.code() == 401 => Ok(unsecured_client_port()),
             other => other,
         }
+    }
+
+    /// Who a request's credentials name: a service account token of this
+    /// cluster first (checked against the store), then the other
+    /// authenticators.
+    pub async fn authenticate_request(&self, credentials: &Credentials) -> Result<UserInfo, ApiError> {
+        if let (Some(tokens), Some(token)) = (&self.tokens, &credentials.bearer_token) {
+            if let Some(mut user) = tokens.authenticate(token).await? {
+                user.groups.push(AUTHENTICATED.to_string());
+                return Ok(user);
+            }
+        }
+        self.authenticate(credentials)
+    }
+
+    /// The same layers, issuing and accepting service account tokens.
+    pub fn with_tokens(mut self, tokens: Arc<crate::service_account::Tokens>) -> Self {
+        self.tokens = Some(tokens);
+        self
+    }
+
+    pub fn tokens(&self) -> Option<&Arc<crate::service_account::Tokens>> {
+        self.tokens.as_ref()
     }
 
     /// The same layers with another authorizer (the member's RBAC, once

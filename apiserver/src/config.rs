@@ -42,6 +42,12 @@ pub struct ApiserverConfig {
     pub audit: Option<crate::audit::AuditConfig>,
     /// Per-user in-flight limits on the HTTP listener; `None`: no limits.
     pub fairness: Option<crate::fairness::Limits>,
+    /// `--encryption-provider-config`: which resources are encrypted at
+    /// rest, and with which keys; `None`: nothing is.
+    pub encryption_provider_config: Option<PathBuf>,
+    /// Service account tokens (`--service-account-signing-key-file`);
+    /// `None`: TokenRequest is refused and no such token authenticates.
+    pub service_account: Option<crate::service_account::ServiceAccountConfig>,
     /// How often watchers that asked for progress notifications get one.
     pub watch_progress_interval: Duration,
     /// How often resource watchers that allow bookmarks get one.

@@ -42,7 +42,7 @@ pub async fn authenticate(State(security): State<Security>, mut request: Request
     };
     let path = request.uri().path();
     let public = PUBLIC_PATHS.contains(&path);
-    let user = match security.authenticate(&credentials) {
+    let user = match security.authenticate_request(&credentials).await {
         Ok(user) => user,
         Err(_) if public => UserInfo::anonymous(),
         Err(e) => return crate::rest::error_response(&e),

@@ -7,7 +7,8 @@
 //! - [`registry`]: Kubernetes semantics (validation, defaulting,
 //!   optimistic concurrency, finalizers, history) on the object store.
 //! - [`priority`]: priority admission (a pod's priority from its
-//!   PriorityClass), the registry's step that reads other objects.
+//!   PriorityClass), the registry's step that reads other objects;
+//!   `limits` is LimitRanger, another such step.
 //! - [`crds`]: the resources CustomResourceDefinitions add, as this
 //!   member knows them.
 //! - [`strategy`]: per-kind rules the registry asks at fixed points of a
@@ -15,7 +16,8 @@
 //! - [`allocator`]: Service cluster IPs and node ports.
 //! - [`watch`]: one decoded event stream per resource, fanned out to
 //!   filtered watchers.
-//! - [`storage`]: objects as JSON on the raft store.
+//! - [`storage`]: objects as JSON on the raft store, encrypted at rest as
+//!   [`encryption`] says.
 //! - [`rest`]: the Kubernetes REST API for kubectl, discovery and OpenAPI.
 //! - [`http`]: the HTTP listener: health, readiness and Prometheus metrics,
 //!   behind authentication; `https` serves it over TLS.
@@ -33,17 +35,22 @@ pub mod allocator;
 pub mod audit;
 pub mod config;
 pub mod crds;
+pub mod encryption;
 pub mod fairness;
 pub mod grpc;
 pub mod http;
 mod https;
+mod limits;
 pub mod metrics;
+mod pod_security;
 pub mod priority;
+mod quota;
 pub mod rbac;
 pub mod registry;
 pub mod request_info;
 pub mod rest;
 mod serve;
+pub mod service_account;
 pub mod storage;
 pub mod strategy;
 pub mod watch;
@@ -77,6 +84,8 @@ pub enum RunError {
     Authentication(String),
     #[error("the audit log: {0}")]
     Audit(String),
+    #[error("--encryption-provider-config: {0}")]
+    Encryption(String),
     #[error("the {listener} listener failed: {source}")]
     Serve {
         listener: &'static str,
@@ -216,15 +225,30 @@ pub async fn start_under(
         Some(audit) => Some(audit::AuditLog::open(audit, &shutdown).await.map_err(RunError::Audit)?),
         None => None,
     };
+    let encryption = match &config.encryption_provider_config {
+        Some(path) => encryption::Encryption::load(path).map_err(RunError::Encryption)?,
+        None => encryption::Encryption::default(),
+    };
+    let signer = config
+        .service_account
+        .as_ref()
+        .map(service_account::Signer::load)
+        .transpose()
+        .map_err(|e| RunError::Authentication(format!("--service-account-signing-key-file: {e}")))?;
     let store = Store::open(config.store.clone()).await?;
-    let fanout = watch::Fanout::new(store.clone(), config.watch_bookmark_interval, shutdown.clone());
+    let objects = storage::ObjectStore::new(store.clone(), encryption);
+    let fanout = watch::Fanout::new(objects.clone(), config.watch_bookmark_interval, shutdown.clone());
     let security = match config.authorization {
         config::Authorization::AlwaysAllow => security,
         config::Authorization::Rbac => {
-            security.with_authorizer(Arc::new(rbac::cache::Rbac::start(store.clone(), &shutdown)))
+            security.with_authorizer(Arc::new(rbac::cache::Rbac::start(objects.clone(), &shutdown)))
         }
     };
-    let registry = registry::Registry::new(store.clone(), security, fanout);
+    let security = match signer {
+        Some(signer) => security.with_tokens(Arc::new(service_account::Tokens::new(signer, objects.clone()))),
+        None => security,
+    };
+    let registry = registry::Registry::new(objects, security, fanout);
 
     let peer = tonic::transport::Server::builder()
         .add_service(PeerService::server(store.clone()))

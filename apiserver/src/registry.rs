@@ -1,9 +1,12 @@
 //! The registry: Kubernetes semantics on top of the object store.
 //!
 //! A write flows: authorize → decode and normalize → priority admission
-//! (which reads PriorityClasses, see [`priority`]) → admission (mutating)
-//! → defaulting → validation → admission (validating) → one store
-//! transaction with optimistic compares. What a kind does beyond that
+//! (which reads PriorityClasses, see [`priority`]) → defaulting →
+//! LimitRanger on pod creates (which reads LimitRanges, see [`limits`]) →
+//! admission (mutating, then validating; PodSecurity reads the pod's
+//! namespace, see [`pod_security`]) → validation → on creates, the
+//! ResourceQuota charge (see [`quota`]) → one store transaction with
+//! optimistic compares (the charged quotas' among them). What a kind does beyond that
 //! (status rules, generation, allocations, graceful deletion, namespace
 //! finalization) is its [`strategy`](crate::strategy)'s, asked at fixed
 //! points of each write. Reads follow Kubernetes' resourceVersion rules.
@@ -25,13 +28,13 @@ use skiff_raft_store::Store;
 
 use crate::admission::{Attributes, Security, UserInfo};
 use crate::crds::CustomResources;
-use crate::priority;
 use crate::storage::{
     self, absent, parse_resource_version, prefix_end, unchanged_since, Consistency, ObjectStore, Stored,
     MAX_OBJECT_BYTES,
 };
 use crate::strategy::{self, Claim, Strategy};
 use crate::watch::{Fanout, Filter, WatchEvent, WatchOptions};
+use crate::{limits, pod_security, priority, quota};
 
 /// Attempts of a read-modify-write before giving up on a busy object.
 const UPDATE_ATTEMPTS: usize = 16;
@@ -154,6 +157,18 @@ impl PatchType {
             )),
         }
     }
+}
+
+/// Refuses an update or patch of a subresource the resource lacks (404)
+/// or that is only ever created (`binding`, `token`: 405).
+fn updatable_subresource(info: &ResourceInfo, name: &str, subresource: &str) -> Result<(), ApiError> {
+    if !subresource.is_empty() && !info.has_subresource(subresource) {
+        return Err(ApiError::not_found(info, &format!("{name}/{subresource}")));
+    }
+    if matches!(subresource, "binding" | "token") {
+        return Err(ApiError::method_not_allowed(format!("{}/{subresource} can only be created", info.plural)));
+    }
+    Ok(())
 }
 
 /// How a patch is applied.
@@ -306,8 +321,8 @@ pub struct Registry {
 }
 
 impl Registry {
-    pub fn new(store: Store, security: Security, fanout: Fanout) -> Registry {
-        Registry { objects: ObjectStore { store }, security, fanout, custom: CustomResources::default() }
+    pub fn new(objects: ObjectStore, security: Security, fanout: Fanout) -> Registry {
+        Registry { objects, security, fanout, custom: CustomResources::default() }
     }
 
     /// The resource served at `group`/`version` under `plural`, built-in
@@ -619,10 +634,14 @@ impl Registry {
             name: &name,
         };
         priority::admit(&self.objects, &attrs, &mut obj, None).await?;
+        let limit_ranges = limits::ranges_for(&self.objects, &attrs).await?;
 
         // A generated name that is taken is generated again, a few times.
         let generated = generate.is_some() && name.is_empty();
         let mut name_attempts = 0;
+        // The revision an attempt failed at: the next reads the quotas at
+        // least there, so it sees the charge that beat it.
+        let mut failed_at = 0;
         for _ in 0..UPDATE_ATTEMPTS {
             let mut candidate = obj.clone();
             let name = if name.is_empty() {
@@ -642,7 +661,9 @@ impl Registry {
                 namespace: ns_str,
                 name: &name,
             };
+            limits::admit(&attrs, &mut candidate, &limit_ranges)?;
             self.security.admit(&attrs, &mut candidate, None)?;
+            pod_security::admit(&self.objects, &attrs, &candidate, None).await?;
             let chosen = strategy.allocate(&mut candidate, None).map_err(|e| ApiError::invalid(info, &name, &[e]))?;
             let managers = if recorded {
                 supplied.clone()
@@ -655,6 +676,7 @@ impl Registry {
             self.check_valid(info, &candidate, strategy.validate_create(info, &candidate))?;
             let bytes = storage::encode(&candidate);
             size_check(&bytes)?;
+            let charges = quota::charge(&self.objects, &attrs, &candidate, failed_at).await?;
             if dry_run {
                 return Ok(candidate);
             }
@@ -670,6 +692,10 @@ impl Registry {
                 compare.push(absent(a));
                 success.push(storage::put(a, key.clone().into_bytes()));
             }
+            for charge in &charges {
+                compare.push(unchanged_since(&charge.key, charge.mod_revision));
+                success.push(storage::put(&charge.key, storage::encode(&charge.quota)));
+            }
             let failure =
                 std::iter::once(storage::get_op(&key)).chain(allocations.iter().map(|a| storage::get_op(a))).collect();
             let (ok, responses, revision) = self.objects.txn(Txn { compare, success, failure }).await?;
@@ -677,6 +703,7 @@ impl Registry {
                 meta::set_resource_version(&mut candidate, revision);
                 return Ok(candidate);
             }
+            failed_at = revision;
             let exists = |i: usize| matches!(responses.get(i), Some(OpResult::Range(r)) if !r.kvs.is_empty());
             if exists(0) {
                 name_attempts += 1;
@@ -692,7 +719,8 @@ impl Registry {
                     }
                 }
             }
-            // The namespace changed or a random allocation collided: again.
+            // The namespace or a quota changed, or a random allocation
+            // collided: again.
         }
         Err(ApiError::unavailable(format!("{} could not be created: too much contention", info.qualified())))
     }
@@ -714,9 +742,7 @@ impl Registry {
         let ns = self.scope(info, namespace)?;
         let ns_str = ns.unwrap_or("");
         self.authorize(ctx, "update", info, subresource, ns_str, name)?;
-        if !subresource.is_empty() && !info.has_subresource(subresource) {
-            return Err(ApiError::not_found(info, &format!("{name}/{subresource}")));
-        }
+        updatable_subresource(info, name, subresource)?;
         if subresource == "scale" {
             return self.update_scale(ctx, info, ns, name, obj, dry_run).await;
         }
@@ -768,9 +794,7 @@ impl Registry {
         let dry_run = opts.dry_run;
         let ns = self.scope(info, namespace)?;
         self.authorize(ctx, "patch", info, subresource, ns.unwrap_or(""), name)?;
-        if !subresource.is_empty() && !info.has_subresource(subresource) {
-            return Err(ApiError::not_found(info, &format!("{name}/{subresource}")));
-        }
+        updatable_subresource(info, name, subresource)?;
         if patch_type == PatchType::Apply {
             return Ok(self.apply_scoped(ctx, info, ns, name, patch, subresource, opts).await?.0);
         }
@@ -852,9 +876,7 @@ impl Registry {
     ) -> Result<(Value, bool), ApiError> {
         let ns = self.scope(info, namespace)?;
         self.authorize(ctx, "patch", info, subresource, ns.unwrap_or(""), name)?;
-        if !subresource.is_empty() && !info.has_subresource(subresource) {
-            return Err(ApiError::not_found(info, &format!("{name}/{subresource}")));
-        }
+        updatable_subresource(info, name, subresource)?;
         self.apply_scoped(ctx, info, ns, name, config, subresource, opts).await
     }
 
@@ -1056,6 +1078,7 @@ impl Registry {
             priority::admit(&self.objects, &attrs, &mut next, Some(&current)).await?;
             defaults::apply(info, &mut next);
             self.security.admit(&attrs, &mut next, Some(&current))?;
+            pod_security::admit(&self.objects, &attrs, &next, Some(&current)).await?;
             let chosen =
                 strategy.allocate(&mut next, Some(&current)).map_err(|e| ApiError::invalid(info, name, &[e]))?;
             if record == Record::Update {
@@ -1063,9 +1086,10 @@ impl Registry {
             }
             self.check_valid(info, &next, strategy.validate_update(info, &next, &current, subresource))?;
             meta::set_resource_version(&mut next, stored.mod_revision);
-            if next == current {
+            if next == current && !stored.stale {
                 // Nothing to write, but only a fresh read can say so: on a
-                // trailing read the change may undo a newer write.
+                // trailing read the change may undo a newer write. (An
+                // object under an old encryption key is written again.)
                 if !fresh {
                     fresh = self.refresh().await?;
                     continue;
@@ -1379,6 +1403,30 @@ impl Registry {
         Ok(json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}))
     }
 
+    /// A TokenRequest on service account `name`: a signed token for it,
+    /// optionally bound to a pod or Secret (see [`crate::service_account`]).
+    pub async fn request_token(
+        &self,
+        ctx: &Context,
+        namespace: &str,
+        name: &str,
+        request: &Value,
+    ) -> Result<Value, ApiError> {
+        let info = resources::of(Kind::ServiceAccount);
+        let ns = self.scope(info, namespace)?.unwrap_or("");
+        self.authorize(ctx, "create", info, "token", ns, name)?;
+        let Some(tokens) = self.security.tokens() else {
+            return Err(ApiError::new(
+                skiff_api::Reason::NotFound,
+                "service account tokens are not issued here: the apiserver has no --service-account-signing-key-file",
+            ));
+        };
+        self.objects.prepare_read(Consistency::Linearizable).await?;
+        let found = self.objects.get(&info.key(Some(ns), name), 0).await?.0;
+        let sa = found.ok_or_else(|| not_found(info, name))?.decode()?;
+        tokens.request(ns, &sa, request).await
+    }
+
     /// The `autoscaling/v1` Scale of a deployment or replica set.
     pub async fn get_scale(
         &self,
@@ -1460,7 +1508,7 @@ impl Registry {
         for entry in raw {
             let (event, object) = match entry.kind {
                 skiff_raft_store::EventKind::Put => {
-                    let obj = Stored::from_kv(entry.kv).decode()?;
+                    let obj = self.objects.stored(entry.kv)?.decode()?;
                     let event = if previous.is_some() { "MODIFIED" } else { "ADDED" };
                     (event, obj)
                 }

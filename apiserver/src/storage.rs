@@ -17,6 +17,8 @@ use skiff_raft_store::types::{
 };
 use skiff_raft_store::{Store, StoreError};
 
+use crate::encryption::{self, Encryption, Opened};
+
 /// etcd's request limit, which Kubernetes objects inherit.
 pub const MAX_OBJECT_BYTES: usize = 1536 * 1024;
 
@@ -114,15 +116,20 @@ pub struct Stored {
     pub json: Vec<u8>,
     pub mod_revision: i64,
     pub create_revision: i64,
+    /// Written with an encryption key (or none) that is no longer the one
+    /// writes use: an update writes it again even if nothing changed.
+    pub stale: bool,
 }
 
 impl Stored {
+    /// `kv` as stored in the clear.
     pub fn from_kv(kv: KeyValue) -> Stored {
         Stored {
             json: with_resource_version(&kv.value, kv.mod_revision),
             key: kv.key,
             mod_revision: kv.mod_revision,
             create_revision: kv.create_revision,
+            stale: false,
         }
     }
 
@@ -210,10 +217,12 @@ pub fn parse_resource_version(s: &str) -> Result<i64, ApiError> {
     })
 }
 
-/// Thin typed access to the store for the registry.
+/// Thin typed access to the store for the registry: every object read is
+/// decrypted and every write encrypted here, as `encryption` says.
 #[derive(Clone)]
 pub struct ObjectStore {
     pub store: Store,
+    pub encryption: Encryption,
 }
 
 /// What a range read found, at which store revision.
@@ -227,6 +236,31 @@ pub struct Page {
 }
 
 impl ObjectStore {
+    pub fn new(store: Store, encryption: Encryption) -> ObjectStore {
+        ObjectStore { store, encryption }
+    }
+
+    /// The plain bytes stored under `key`; a value that cannot be
+    /// decrypted is an internal error naming the key.
+    pub fn open<'a>(&self, key: &[u8], value: &'a [u8]) -> Result<Opened<'a>, ApiError> {
+        self.encryption.open(key, value).map_err(ApiError::internal)
+    }
+
+    /// `kv` decrypted, with its resourceVersion spliced in.
+    pub fn stored(&self, kv: KeyValue) -> Result<Stored, ApiError> {
+        if self.encryption.is_empty() && !kv.value.starts_with(encryption::PREFIX) {
+            return Ok(Stored::from_kv(kv));
+        }
+        let opened = self.open(&kv.key, &kv.value)?;
+        Ok(Stored {
+            json: with_resource_version(&opened.bytes, kv.mod_revision),
+            stale: opened.stale,
+            key: kv.key,
+            mod_revision: kv.mod_revision,
+            create_revision: kv.create_revision,
+        })
+    }
+
     /// Makes this member's state fit `consistency`; returns the revision
     /// to read at (0: this member's current).
     pub async fn prepare_read(&self, consistency: Consistency) -> Result<i64, ApiError> {
@@ -242,7 +276,8 @@ impl ObjectStore {
     pub async fn get(&self, key: &str, revision: i64) -> Result<(Option<Stored>, i64), ApiError> {
         let req = RangeRequest { key: key.as_bytes().to_vec(), revision, ..Default::default() };
         let (r, header) = self.store.range(req, true).await.map_err(store_error)?;
-        Ok((r.kvs.into_iter().next().map(Stored::from_kv), header.revision))
+        let found = r.kvs.into_iter().next().map(|kv| self.stored(kv)).transpose()?;
+        Ok((found, header.revision))
     }
 
     /// Keys in `[start, end)` at `revision` (0: current), at most `limit`
@@ -251,11 +286,21 @@ impl ObjectStore {
         let req = RangeRequest { key: start.to_vec(), range_end: end.to_vec(), revision, limit, ..Default::default() };
         let (r, header) = self.store.range(req, true).await.map_err(store_error)?;
         let revision = if revision > 0 { revision } else { header.revision };
-        Ok(Page { items: r.kvs.into_iter().map(Stored::from_kv).collect(), more: r.more, count: r.count, revision })
+        let items = r.kvs.into_iter().map(|kv| self.stored(kv)).collect::<Result<_, _>>()?;
+        Ok(Page { items, more: r.more, count: r.count, revision })
     }
 
-    /// Runs `txn`; returns whether its compares held and the store revision after it.
-    pub async fn txn(&self, txn: Txn) -> Result<(bool, Vec<skiff_raft_store::types::OpResult>, i64), ApiError> {
+    /// Runs `txn`, its puts encrypted; returns whether its compares held
+    /// and the store revision after it. Values its reads return are as
+    /// stored (callers only look at which keys exist).
+    pub async fn txn(&self, mut txn: Txn) -> Result<(bool, Vec<skiff_raft_store::types::OpResult>, i64), ApiError> {
+        if !self.encryption.is_empty() {
+            for op in txn.success.iter_mut().chain(txn.failure.iter_mut()) {
+                if let Op::Put(put) = op {
+                    put.value = self.encryption.seal(&put.key, std::mem::take(&mut put.value));
+                }
+            }
+        }
         match self.store.write(Command::Txn(txn)).await.map_err(store_error)? {
             Output::Txn { result, revision } => Ok((result.succeeded, result.responses, revision)),
             other => Err(ApiError::internal(format!("unexpected store output {other:?}"))),

@@ -24,6 +24,7 @@ use serde_json::{json, Value};
 use skiff_api::resources::{Kind, ResourceInfo};
 use skiff_api::selector::{object_fields, FieldSelector, Fields, LabelSelector};
 use skiff_api::{meta, ApiError, Reason};
+use skiff_raft_store::types::KeyValue;
 use skiff_raft_store::types::{ApplyError, RangeRequest};
 use skiff_raft_store::{Changes, ChangesError, EventKind, RevisionEvents, Store, StoreError};
 use skiff_shutdown::Shutdown;
@@ -167,15 +168,27 @@ impl Change {
     }
 }
 
+/// `kv` decrypted and decoded; what cannot be is logged and skipped, as a
+/// list would fail on it.
+fn decoded(objects: &ObjectStore, kind: Kind, kv: &KeyValue) -> Option<Decoded> {
+    match objects.open(&kv.key, &kv.value) {
+        Ok(opened) => Decoded::new(kind, &opened.bytes, kv.mod_revision),
+        Err(e) => {
+            tracing::warn!(key = %String::from_utf8_lossy(&kv.key), error = %e, "a watched object cannot be read");
+            None
+        }
+    }
+}
+
 /// The changes a revision made to keys under `prefix`.
-fn changes_of(kind: Kind, prefix: &[u8], rev: &RevisionEvents) -> Vec<Arc<Change>> {
+fn changes_of(objects: &ObjectStore, kind: Kind, prefix: &[u8], rev: &RevisionEvents) -> Vec<Arc<Change>> {
     rev.events
         .iter()
         .filter(|e| e.kv.key.starts_with(prefix))
         .map(|e| {
-            let old = e.prev_kv.as_ref().and_then(|p| Decoded::new(kind, &p.value, p.mod_revision));
+            let old = e.prev_kv.as_ref().and_then(|p| decoded(objects, kind, p));
             let new = match e.kind {
-                EventKind::Put => Decoded::new(kind, &e.kv.value, e.kv.mod_revision),
+                EventKind::Put => decoded(objects, kind, &e.kv),
                 EventKind::Delete => None,
             };
             Arc::new(Change { revision: rev.revision, old, new, old_at_revision: OnceLock::new() })
@@ -315,14 +328,9 @@ struct FanoutInner {
 
 impl Fanout {
     /// `bookmark_interval`: how often watchers that allow bookmarks get one.
-    pub fn new(store: Store, bookmark_interval: Duration, shutdown: Shutdown) -> Fanout {
+    pub fn new(objects: ObjectStore, bookmark_interval: Duration, shutdown: Shutdown) -> Fanout {
         Fanout {
-            inner: Arc::new(FanoutInner {
-                objects: ObjectStore { store },
-                shutdown,
-                feeds: Mutex::new(HashMap::new()),
-                bookmark_interval,
-            }),
+            inner: Arc::new(FanoutInner { objects, shutdown, feeds: Mutex::new(HashMap::new()), bookmark_interval }),
         }
     }
 
@@ -339,7 +347,7 @@ impl Fanout {
         let feed = Arc::new(Feed { info, state: Mutex::new(FeedState { dispatched, ..Default::default() }) });
         feeds.insert(key, feed.clone());
         let stopped = self.inner.shutdown.cancelled_owned();
-        let run = run_feed(feed.clone(), changes);
+        let run = run_feed(feed.clone(), self.inner.objects.clone(), changes);
         self.inner.shutdown.spawn(async move {
             tokio::select! {
                 _ = run => {}
@@ -419,7 +427,7 @@ impl Fanout {
     }
 }
 
-async fn run_feed(feed: Arc<Feed>, mut changes: Changes) {
+async fn run_feed(feed: Arc<Feed>, objects: ObjectStore, mut changes: Changes) {
     let prefix = feed.info.prefix().into_bytes();
     let kind = feed.info.kind_id;
     let mut tick = tokio::time::interval(PROGRESS_TICK);
@@ -428,7 +436,7 @@ async fn run_feed(feed: Arc<Feed>, mut changes: Changes) {
             next = changes.next() => match next {
                 Ok(revisions) => {
                     for rev in &revisions {
-                        feed.publish(&changes_of(kind, &prefix, rev), rev.revision);
+                        feed.publish(&changes_of(&objects, kind, &prefix, rev), rev.revision);
                     }
                 }
                 Err(ChangesError::Closed) => return,
@@ -528,7 +536,7 @@ impl Watcher {
                 let (page, header) =
                     self.objects.store.range(req, true).await.map_err(|e| Stop::Error(storage::store_error(e)))?;
                 for kv in page.kvs {
-                    let Some(d) = Decoded::new(info.kind_id, &kv.value, kv.mod_revision) else { continue };
+                    let Some(d) = decoded(&self.objects, info.kind_id, &kv) else { continue };
                     if self.filter.matches(&d) {
                         self.send(EventType::Added, d.json.clone()).await?;
                     }
@@ -562,7 +570,7 @@ impl Watcher {
                 break;
             }
             for rev in revisions.iter().take_while(|r| r.revision <= to) {
-                for change in changes_of(self.feed.info.kind_id, &prefix, rev) {
+                for change in changes_of(&self.objects, self.feed.info.kind_id, &prefix, rev) {
                     if let Some((kind, bytes)) = change.event_for(&self.filter) {
                         self.send(kind, bytes).await?;
                     }

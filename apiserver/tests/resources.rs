@@ -645,6 +645,136 @@ async fn subresources_bind_pods_update_status_and_scale() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn limit_ranges_default_new_pods_and_refuse_those_out_of_range() {
+    let cluster = InProcessCluster::spawn(3).await;
+    let client = client(&cluster).await;
+    must_namespace(&client, "limited").await;
+    must_namespace(&client, "free").await;
+    let ranges = of(Kind::LimitRange);
+    let range = json!({"apiVersion": "v1", "kind": "LimitRange", "metadata": {"name": "lr", "namespace": "limited"},
+        "spec": {"limits": [{"type": "Container", "default": {"cpu": "500m", "memory": "128Mi"},
+            "defaultRequest": {"cpu": "100m"}, "max": {"cpu": "1", "memory": "1Gi"}}]}});
+    client.create(ranges, "limited", &range).await.unwrap();
+    // LimitRanges apply on each member once it has them, as Kubernetes'
+    // plugin reads its cache: a linearizable read makes sure.
+    client.get(ranges, "limited", "lr").await.unwrap();
+
+    let pods = of(Kind::Pod);
+    let pod = |ns: &str, name: &str, resources: Value| {
+        json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": ns},
+            "spec": {"containers": [{"name": "c", "image": "busybox", "resources": resources}]}})
+    };
+    let created = client.create(pods, "limited", &pod("limited", "small", json!({}))).await.unwrap();
+    let r = &created["spec"]["containers"][0]["resources"];
+    assert_eq!(r["limits"], json!({"cpu": "500m", "memory": "128Mi"}), "{created}");
+    assert_eq!(r["requests"], json!({"cpu": "100m", "memory": "128Mi"}), "{created}");
+    let note = created["metadata"]["annotations"]["kubernetes.io/limit-ranger"].as_str().unwrap();
+    assert_eq!(note, "LimitRanger plugin set: cpu, memory request for container c; cpu, memory limit for container c");
+    assert_eq!(created["status"]["qosClass"], "Burstable", "the QoS class follows the defaulted resources");
+
+    let big = pod("limited", "big", json!({"limits": {"cpu": "2"}}));
+    let err = api(client.create(pods, "limited", &big).await.unwrap_err());
+    assert_eq!(err.reason, Reason::Forbidden);
+    assert!(err.message.contains("maximum cpu usage per Container is 1, but limit is 2"), "{}", err.message);
+    assert_eq!(api(client.get(pods, "limited", "big").await.unwrap_err()).reason, Reason::NotFound);
+
+    // Other namespaces, and updates, are not touched.
+    let free = client.create(pods, "free", &pod("free", "big", json!({"limits": {"cpu": "2"}}))).await.unwrap();
+    assert_eq!(free["spec"]["containers"][0]["resources"], json!({"limits": {"cpu": "2"}, "requests": {"cpu": "2"}}));
+    let relabeled =
+        client.patch(pods, "limited", "small", "merge", &json!({"metadata": {"labels": {"a": "b"}}}), "").await;
+    assert_eq!(relabeled.unwrap()["spec"]["containers"][0]["resources"], created["spec"]["containers"][0]["resources"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_quota_admits_exactly_its_limit_of_pods_created_concurrently_through_every_member() {
+    let cluster = InProcessCluster::spawn(3).await;
+    let admin = client(&cluster).await;
+    must_namespace(&admin, "quoted").await;
+    let quotas = of(Kind::ResourceQuota);
+    let hard = json!({"pods": "7", "requests.cpu": "2"});
+    let quota = json!({"apiVersion": "v1", "kind": "ResourceQuota", "metadata": {"name": "q", "namespace": "quoted"},
+        "spec": {"hard": hard}});
+    let created = admin.create(quotas, "quoted", &quota).await.unwrap();
+    let pods = of(Kind::Pod);
+    let pod = |name: String, cpu: &str| {
+        json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "quoted"},
+            "spec": {"containers": [{"name": "c", "image": "busybox", "resources": {"requests": {"cpu": cpu}}}]}})
+    };
+    // Until the usage is known (the controller's job; no controller runs
+    // here), what the quota tracks is refused.
+    let err = api(admin.create(pods, "quoted", &pod("early".into(), "100m")).await.unwrap_err());
+    assert!(err.message.contains("status unknown for quota: q, resources: pods,requests.cpu"), "{}", err.message);
+    let mut counted = created.clone();
+    counted["status"] = json!({"hard": hard, "used": {"pods": "0", "requests.cpu": "0"}});
+    admin.update_status(quotas, &counted).await.unwrap();
+
+    // 20 creates of 250m each at once, spread over the three members: the
+    // cpu allows 8, the count 7, so exactly 7 are admitted.
+    let members: Vec<Client> = cluster.clients.iter().map(|c| Client::new(std::slice::from_ref(c)).unwrap()).collect();
+    let tasks: Vec<_> = (0..20)
+        .map(|i| {
+            let client = members[i % members.len()].clone();
+            let obj = pod(format!("p{i}"), "250m");
+            tokio::spawn(async move { client.create(pods, "quoted", &obj).await })
+        })
+        .collect();
+    let mut admitted = 0;
+    for task in tasks {
+        match task.await.unwrap() {
+            Ok(_) => admitted += 1,
+            Err(e) => {
+                let e = api(e);
+                assert_eq!(e.reason, Reason::Forbidden, "{}", e.message);
+                assert!(
+                    e.message.contains("exceeded quota: q, requested: pods=1, used: pods=7, limited: pods=7"),
+                    "{}",
+                    e.message
+                );
+            }
+        }
+    }
+    assert_eq!(admitted, 7);
+    let listed = admin.list(pods, "quoted", &ListParams::default()).await.unwrap();
+    assert_eq!(listed.items.len(), 7);
+    let q = admin.get(quotas, "quoted", "q").await.unwrap();
+    assert_eq!(q["status"]["used"], json!({"pods": "7", "requests.cpu": "1750m"}));
+
+    // What the quota does not track goes through; what it does stays refused.
+    admin.create(of(Kind::ConfigMap), "quoted", &configmap("quoted", "free", json!({}))).await.unwrap();
+    let err = api(admin.create(pods, "quoted", &pod("more".into(), "1m")).await.unwrap_err());
+    assert_eq!(err.reason, Reason::Forbidden);
+    assert_eq!(admin.get(quotas, "quoted", "q").await.unwrap()["status"]["used"]["pods"], "7");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_namespace_enforcing_a_pod_security_level_refuses_pods_that_break_it() {
+    let cluster = InProcessCluster::spawn(3).await;
+    let client = client(&cluster).await;
+    let ns = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "guarded",
+        "labels": {"pod-security.kubernetes.io/enforce": "baseline"}}});
+    client.create(of(Kind::Namespace), "", &ns).await.unwrap();
+    must_namespace(&client, "open").await;
+    let pods = of(Kind::Pod);
+    let pod = |ns: &str, name: &str, security: Value| {
+        json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": ns},
+            "spec": {"hostNetwork": true, "containers": [{"name": "c", "image": "busybox", "securityContext": security}]}})
+    };
+    let err =
+        api(client.create(pods, "guarded", &pod("guarded", "root", json!({"privileged": true}))).await.unwrap_err());
+    assert_eq!(err.reason, Reason::Forbidden);
+    assert_eq!(
+        err.message,
+        "pods \"root\" is forbidden: violates PodSecurity \"baseline:latest\": host namespaces (hostNetwork=true), \
+         privileged (container \"c\" must not set securityContext.privileged=true)"
+    );
+    client.create(pods, "open", &pod("open", "root", json!({"privileged": true}))).await.unwrap();
+    let mut fine = pod("guarded", "fine", json!({}));
+    fine["spec"]["hostNetwork"] = json!(false);
+    client.create(pods, "guarded", &fine).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn history_lists_every_revision_and_get_at_revision_shows_each() {
     let cluster = InProcessCluster::spawn(3).await;
     let client = client(&cluster).await;

@@ -100,6 +100,33 @@ fn write_file(path: &Path, contents: &[u8], mode: u32) -> Result<(), PkiError> {
     fs::rename(&tmp, path).map_err(io(path))
 }
 
+/// The key service account tokens are signed with (kubeadm's `sa.key`):
+/// `<dir>/sa.key`, made there first if missing. Every master signs and
+/// verifies with the same key. Returns its path.
+pub fn load_or_create_signing_key(dir: &Path) -> Result<PathBuf, PkiError> {
+    let path = dir.join("sa.key");
+    if !path.exists() {
+        fs::create_dir_all(dir).map_err(io(dir))?;
+        write_file(&path, KeyPair::generate()?.serialize_pem().as_bytes(), 0o600)?;
+    }
+    Ok(path)
+}
+
+/// A PEM private key (ECDSA P-256, PKCS#8: `openssl genpkey -algorithm EC
+/// -pkeyopt ec_paramgen_curve:P-256` or `skiff up`) as PKCS#8 DER, the form
+/// ring signs with.
+pub fn signing_key_der(path: &Path) -> Result<Vec<u8>, PkiError> {
+    let pem = fs::read_to_string(path).map_err(io(path))?;
+    let key = KeyPair::from_pem(&pem).map_err(|e| invalid(path.display().to_string(), e))?;
+    if key.algorithm() != &rcgen::PKCS_ECDSA_P256_SHA256 {
+        return Err(invalid(
+            path.display().to_string(),
+            "not an ECDSA P-256 key (ES256 is what tokens are signed with)",
+        ));
+    }
+    Ok(key.serialize_der())
+}
+
 /// The cluster's certificate authority.
 pub struct Authority {
     cert_pem: String,

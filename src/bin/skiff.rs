@@ -177,6 +177,19 @@ struct ApiserverArgs {
     /// authentication on (without it everyone is the same anonymous user).
     #[arg(long, default_value_t = 64)]
     max_requests_inflight_per_user: usize,
+    /// Encrypt resources at rest (a Kubernetes EncryptionConfiguration,
+    /// YAML, with aesgcm and identity providers). Every master of a
+    /// cluster must be given the same keys.
+    #[arg(long, value_name = "FILE")]
+    encryption_provider_config: Option<PathBuf>,
+    /// Issue service account tokens (`kubectl create token`) signed with
+    /// this ECDSA P-256 key (PEM, PKCS#8), and accept them as bearer
+    /// tokens. Every master must be given the same key.
+    #[arg(long, value_name = "FILE")]
+    service_account_signing_key_file: Option<PathBuf>,
+    /// The `iss` of the tokens issued, and the audience they must name.
+    #[arg(long, default_value = skiff_apiserver::service_account::DEFAULT_ISSUER)]
+    service_account_issuer: String,
 }
 
 fn parse_authorization_mode(s: &str) -> Result<skiff_apiserver::config::Authorization, String> {
@@ -241,6 +254,13 @@ impl ApiserverArgs {
                 cert,
                 key: self.tls_private_key_file.expect("clap requires the key with the certificate"),
                 client_ca: self.client_ca_file.clone(),
+            }),
+            encryption_provider_config: self.encryption_provider_config,
+            service_account: self.service_account_signing_key_file.map(|signing_key_file| {
+                skiff_apiserver::service_account::ServiceAccountConfig {
+                    signing_key_file,
+                    issuer: self.service_account_issuer,
+                }
             }),
             audit: self
                 .audit_log_path

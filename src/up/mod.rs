@@ -185,8 +185,9 @@ const PKI_DIR: &str = "pki";
 
 /// Makes the cluster's authority in DIR/pki once (later runs keep it, so a
 /// kubeconfig copied elsewhere stays trusted), and issues the masters'
-/// serving certificate and the admin's client certificate at each start.
-/// The admin's, for the kubeconfig.
+/// serving certificate and the admin's client certificate at each start,
+/// and the service account signing key once. The admin's, for the
+/// kubeconfig.
 fn pki(dir: &Path) -> Result<skiff_pki::Issued, String> {
     use skiff_pki::{Authority, Profile, DEFAULT_VALIDITY};
     let pki = dir.join(PKI_DIR);
@@ -198,6 +199,7 @@ fn pki(dir: &Path) -> Result<skiff_pki::Issued, String> {
         Profile::Client { user: skiff_pki::ADMIN_USER.to_string(), groups: vec![skiff_pki::MASTERS_GROUP.to_string()] };
     let admin = ca.issue(&admin, DEFAULT_VALIDITY).map_err(fail)?;
     admin.write(&pki, "admin").map_err(fail)?;
+    skiff_pki::load_or_create_signing_key(&pki).map_err(fail)?;
     Ok(admin)
 }
 
@@ -238,6 +240,7 @@ fn master_process(
                 ("--tls-cert-file", "apiserver.crt"),
                 ("--tls-private-key-file", "apiserver.key"),
                 ("--client-ca-file", "ca.crt"),
+                ("--service-account-signing-key-file", "sa.key"),
             ] {
                 args.push(flag.into());
                 args.push(pki.join(file).into());

@@ -100,6 +100,8 @@ impl InProcessCluster {
                 authorization: Default::default(),
                 audit: None,
                 fairness: None,
+                encryption_provider_config: None,
+                service_account: None,
                 watch_progress_interval: Duration::from_millis(300),
                 watch_bookmark_interval: Duration::from_millis(300),
             };

@@ -12,7 +12,6 @@ use futures::future::select_all;
 use serde_json::Value;
 use skiff_api::resources::{self, Kind};
 use skiff_api::ApiError;
-use skiff_raft_store::Store;
 use skiff_shutdown::Shutdown;
 
 use super::{covers, Action, Policy, Rule};
@@ -30,13 +29,13 @@ pub struct Rbac {
 
 impl Rbac {
     /// Builds the policy from `store` and keeps it current until `shutdown`.
-    pub fn start(store: Store, shutdown: &Shutdown) -> Rbac {
+    pub fn start(objects: ObjectStore, shutdown: &Shutdown) -> Rbac {
         let rbac = Rbac { policy: Arc::new(RwLock::new(None)) };
         let follower = rbac.clone();
         let stopped = shutdown.cancelled_owned();
         shutdown.spawn(async move {
             tokio::select! {
-                () = follower.follow(store) => {}
+                () = follower.follow(objects) => {}
                 () = stopped => {}
             }
         });
@@ -47,8 +46,8 @@ impl Rbac {
         self.policy.read().expect("rbac lock poisoned").clone()
     }
 
-    async fn follow(&self, store: Store) {
-        let objects = ObjectStore { store: store.clone() };
+    async fn follow(&self, objects: ObjectStore) {
+        let store = objects.store.clone();
         loop {
             // Subscribe before reading: no change after the read is missed.
             let mut feeds: Vec<_> = KINDS

@@ -765,6 +765,10 @@ impl Request<'_> {
                 let created = registry.create(&ctx, info, ns, obj, self.dry_run()?).await?;
                 Ok(self.warned(self.object_response(StatusCode::CREATED, &created)))
             }
+            ("create", Some(name), Some("token")) if info.has_subresource("token") => {
+                let request = decode_body(self.headers, &body)?;
+                Ok(value_response(StatusCode::CREATED, &registry.request_token(&ctx, ns, name, &request).await?))
+            }
             ("create", Some(name), Some("binding")) if info.has_subresource("binding") => {
                 let binding = decode_body(self.headers, &body)?;
                 Ok(value_response(StatusCode::CREATED, &registry.bind(&ctx, ns, name, &binding).await?))

@@ -254,6 +254,7 @@ fn other_kinds(gen: &mut SchemaGenerator) -> Vec<Named> {
     vec![
         named::<autoscaling::v1::Scale>(gen),
         named::<core::v1::Binding>(gen),
+        named::<authentication::v1::TokenRequest>(gen),
         named::<authorization::v1::SelfSubjectAccessReview>(gen),
         named::<authorization::v1::SelfSubjectRulesReview>(gen),
         named::<authorization::v1::SubjectAccessReview>(gen),
@@ -751,6 +752,7 @@ fn resource_operations(
         let sub_kind = match k.as_str() {
             "Scale" => named::<autoscaling::v1::Scale>(gen),
             "Binding" => named::<core::v1::Binding>(gen),
+            "TokenRequest" => named::<authentication::v1::TokenRequest>(gen),
             _ => kind.clone(),
         };
         debug_assert!(g == sub_kind.group, "{sub} of {} answers with its own group", info.kind);
@@ -758,12 +760,15 @@ fn resource_operations(
             "status" => "Status",
             "scale" => "Scale",
             "binding" => "Binding",
+            "token" => "Token",
             "log" => "Log",
             _ => "Finalize",
         };
         let schema = sub_kind.schema.as_str();
         match *sub {
-            "binding" => ops.push(make(&path, Action::Post, "create", suffix, &sub_kind, true, schema, &params)),
+            "binding" | "token" => {
+                ops.push(make(&path, Action::Post, "create", suffix, &sub_kind, true, schema, &params))
+            }
             "finalize" => ops.push(make(&path, Action::Put, "replace", suffix, &sub_kind, true, schema, &params)),
             // The log is text and exec, attach and port-forward are streams
             // (proxied to the node): no schema of their own.
