@@ -47,7 +47,8 @@ struct Rule {
     prefix: Vec<u8>,
     /// As configured: `secrets`, `deployments.apps`.
     resource: String,
-    providers: Vec<Provider>,
+    /// Shared by every resource of one configuration entry.
+    providers: Arc<Vec<Provider>>,
 }
 
 enum Provider {
@@ -93,27 +94,28 @@ impl Encryption {
                  got {api_version:?} and {kind:?}"
             ));
         }
-        let entries = doc.get("resources").and_then(Value::as_array).filter(|a| !a.is_empty());
-        let entries = entries.ok_or("resources: at least one entry is required")?;
+        let entries = non_empty(&doc, "resources", "resources", "entry")?;
         let mut rules: Vec<Rule> = Vec::new();
         for (i, entry) in entries.iter().enumerate() {
             let at = format!("resources[{i}]");
-            let names = entry.get("resources").and_then(Value::as_array).filter(|a| !a.is_empty());
-            let names = names.ok_or_else(|| format!("{at}.resources: at least one resource is required"))?;
-            let providers = entry.get("providers").and_then(Value::as_array).filter(|a| !a.is_empty());
-            let providers = providers.ok_or_else(|| format!("{at}.providers: at least one provider is required"))?;
+            let names = non_empty(entry, "resources", &format!("{at}.resources"), "resource")?;
+            let providers = non_empty(entry, "providers", &format!("{at}.providers"), "provider")?
+                .iter()
+                .enumerate()
+                .map(|(k, p)| provider(p).map_err(|e| format!("{at}.providers[{k}]: {e}")))
+                .collect::<Result<Vec<_>, _>>()?;
+            let providers = Arc::new(providers);
             for (j, name) in names.iter().enumerate() {
                 let name = name.as_str().ok_or_else(|| format!("{at}.resources[{j}]: not a string"))?;
                 let prefix = storage_prefix(name).map_err(|e| format!("{at}.resources[{j}]: {e}"))?;
                 if rules.iter().any(|r| r.prefix == prefix.as_bytes()) {
                     return Err(format!("{at}.resources[{j}]: {name} is listed twice"));
                 }
-                let providers = providers
-                    .iter()
-                    .enumerate()
-                    .map(|(k, p)| provider(p).map_err(|e| format!("{at}.providers[{k}]: {e}")))
-                    .collect::<Result<Vec<_>, _>>()?;
-                rules.push(Rule { prefix: prefix.into_bytes(), resource: name.to_string(), providers });
+                rules.push(Rule {
+                    prefix: prefix.into_bytes(),
+                    resource: name.to_string(),
+                    providers: providers.clone(),
+                });
             }
         }
         Ok(Encryption { rules: Arc::new(rules) })
@@ -183,6 +185,15 @@ impl Encryption {
     }
 }
 
+/// `value[field]` as a list with at least one `what` in it.
+fn non_empty<'a>(value: &'a Value, field: &str, at: &str, what: &str) -> Result<&'a Vec<Value>, String> {
+    value
+        .get(field)
+        .and_then(Value::as_array)
+        .filter(|a| !a.is_empty())
+        .ok_or_else(|| format!("{at}: at least one {what} is required"))
+}
+
 /// The text up to the next `:`, and what follows it.
 fn split_field(bytes: &[u8]) -> Option<(&str, &[u8])> {
     let end = bytes.iter().position(|b| *b == b':')?;
@@ -211,8 +222,7 @@ fn provider(p: &Value) -> Result<Provider, String> {
     match kind.as_str() {
         "identity" => Ok(Provider::Identity),
         "aesgcm" => {
-            let keys = config.get("keys").and_then(Value::as_array).filter(|a| !a.is_empty());
-            let keys = keys.ok_or("aesgcm.keys: at least one key is required")?;
+            let keys = non_empty(config, "keys", "aesgcm.keys", "key")?;
             let mut out: Vec<Key> = Vec::new();
             for (i, k) in keys.iter().enumerate() {
                 let at = format!("aesgcm.keys[{i}]");
