@@ -28,6 +28,9 @@ use rustls::{RootCertStore, ServerConfig};
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 
+pub mod transport;
+pub use transport::{ClientFiles, Connector, PEERS_GROUP};
+
 /// How long the cluster's authority is valid (kubeadm: 10 years).
 pub const CA_VALIDITY: Duration = Duration::from_secs(10 * 365 * 24 * 3600);
 /// How long an issued certificate is valid unless asked otherwise
@@ -70,6 +73,9 @@ pub enum Profile {
     Server { names: Vec<String> },
     /// A client's: the user and the groups it belongs to.
     Client { user: String, groups: Vec<String> },
+    /// A Raft peer's, which it both serves and dials with: reached at
+    /// `names`, named `user` in [`PEERS_GROUP`].
+    Peer { user: String, names: Vec<String> },
 }
 
 /// A certificate and its private key, both PEM.
@@ -224,6 +230,17 @@ impl Authority {
                 }
                 p.distinguished_name.push(DnType::CommonName, user.as_str());
                 p.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+                p
+            }
+            Profile::Peer { user, names } => {
+                if names.is_empty() || user.is_empty() {
+                    return Err(invalid("a peer certificate", "needs a name and at least one address"));
+                }
+                let mut p = CertificateParams::new(names.clone())?;
+                p.distinguished_name = DistinguishedName::new();
+                p.distinguished_name.push(DnType::OrganizationName, PEERS_GROUP);
+                p.distinguished_name.push(DnType::CommonName, user.as_str());
+                p.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth, ExtendedKeyUsagePurpose::ClientAuth];
                 p
             }
         };
