@@ -203,6 +203,9 @@ pub struct Security {
     /// Service account tokens: issued by TokenRequest, accepted as bearer
     /// tokens (they read the store, so they are checked apart).
     tokens: Option<Arc<crate::service_account::Tokens>>,
+    /// Whether the gRPC client port checks client certificates: then its
+    /// callers authenticate like the HTTP listener's, with no fallback.
+    client_port_secured: bool,
 }
 
 impl Default for Security {
@@ -212,6 +215,7 @@ impl Default for Security {
             authorizer: Arc::new(AlwaysAllow),
             admission: Vec::new(),
             tokens: None,
+            client_port_secured: false,
         }
     }
 }
@@ -231,7 +235,13 @@ impl Security {
         if authenticators.is_empty() {
             return Ok(Security::default());
         }
-        Ok(Security { authenticators, authorizer: Arc::new(AlwaysAllow), admission: Vec::new(), tokens: None })
+        Ok(Security {
+            authenticators,
+            authorizer: Arc::new(AlwaysAllow),
+            admission: Vec::new(),
+            tokens: None,
+            client_port_secured: false,
+        })
     }
 
     pub fn new(
@@ -239,7 +249,7 @@ impl Security {
         authorizer: Arc<dyn Authorizer>,
         admission: Vec<Arc<dyn AdmissionPlugin>>,
     ) -> Self {
-        Security { authenticators, authorizer, admission, tokens: None }
+        Security { authenticators, authorizer, admission, tokens: None, client_port_secured: false }
     }
 
     /// The first authenticator that recognises the credentials decides.
@@ -256,18 +266,29 @@ impl Security {
         Err(ApiError::unauthorized("Unauthorized"))
     }
 
-    /// [`Self::authenticate`] for the gRPC client port, where callers no
-    /// authenticator recognises are trusted as [`unsecured_client_port`]
-    /// instead of refused: that port has no TLS yet, and the controller
-    /// manager, the scheduler and the node agents reach it without
-    /// credentials. It stays as open as it was before authentication
-    /// existed until it gets TLS (issue 25); deploy/README.md says to keep
-    /// it off untrusted networks.
-    pub fn authenticate_or_anonymous(&self, credentials: &Credentials) -> Result<UserInfo, ApiError> {
+    /// Who a call on the gRPC client port comes from. A port that checks
+    /// client certificates authenticates as the HTTP listener does. One
+    /// that does not (no `--trusted-ca-file`) trusts callers no
+    /// authenticator recognises as [`unsecured_client_port`] instead of
+    /// refusing them, as it did before authentication existed: the
+    /// components then reach it without credentials, and deploy/README.md
+    /// says to keep such a port off untrusted networks.
+    pub async fn authenticate_client_port(&self, credentials: &Credentials) -> Result<UserInfo, ApiError> {
+        if self.client_port_secured {
+            return self.authenticate_request(credentials).await;
+        }
         match self.authenticate(credentials) {
             Err(e) if e.code() == 401 => Ok(unsecured_client_port()),
             other => other,
         }
+    }
+
+    /// The same layers, for a client port that checks client certificates
+    /// (built with [`crate::config::Authentication::client_certificates`],
+    /// so that they are read).
+    pub fn with_secured_client_port(mut self) -> Self {
+        self.client_port_secured = true;
+        self
     }
 
     /// Who a request's credentials name: a service account token of this
@@ -414,8 +435,12 @@ mod tests {
         let e = security.authenticate(&Credentials::default()).unwrap_err();
         assert_eq!(e.code(), 401);
         assert_eq!(security.authenticate(&bearer("guess")).unwrap_err().code(), 401);
-        // The gRPC port, still without TLS, trusts them as before.
-        assert_eq!(security.authenticate_or_anonymous(&bearer("guess")).unwrap(), unsecured_client_port());
+        // A client port that checks no certificates trusts them as before.
+        let on_client_port = futures::executor::block_on(security.authenticate_client_port(&bearer("guess")));
+        assert_eq!(on_client_port.unwrap(), unsecured_client_port());
+        let secured = security.clone().with_secured_client_port();
+        let refused = futures::executor::block_on(secured.authenticate_client_port(&bearer("guess")));
+        assert_eq!(refused.unwrap_err().code(), 401, "a secured client port trusts no one for connecting");
         let cert = Credentials { bearer_token: None, client_certificate: Some(user("alice", &["dev"])) };
         assert_eq!(security.authenticate(&cert).unwrap(), user("alice", &["dev", AUTHENTICATED]));
         // Off, as in-process tests and `skiff apiserver` without TLS run.

@@ -34,6 +34,15 @@ pub struct ApiserverConfig {
     /// HTTPS on the HTTP listener (`--tls-cert-file`,
     /// `--tls-private-key-file`, `--client-ca-file`); plain HTTP without.
     pub http_tls: Option<ServerFiles>,
+    /// TLS on the gRPC client listener (`--cert-file`, `--key-file`,
+    /// `--trusted-ca-file`, etcd's names). With a client CA, callers are
+    /// authenticated by certificate (or, on the resource API, a bearer
+    /// token) and nobody is trusted for being able to connect.
+    pub client_tls: Option<ServerFiles>,
+    /// Mutual TLS between Raft peers (`--peer-cert-file`, `--peer-key-file`,
+    /// `--peer-trusted-ca-file`): the CA is required, and so is a peer
+    /// certificate of it on both ends of every peer connection.
+    pub peer_tls: Option<ServerFiles>,
     /// Who the HTTP listener lets in; with no way to authenticate
     /// configured, everyone is anonymous and may do anything.
     pub authentication: Authentication,

@@ -19,7 +19,7 @@ use tokio_stream::wrappers::ReceiverStream;
 use tokio_stream::StreamExt;
 use tonic::{Request, Response, Status};
 
-use crate::admission::Credentials;
+use crate::admission::{ClientCertificate, Credentials};
 use crate::metrics::RequestTimer;
 use crate::registry::{Context, DeleteOptions, ListOptions, PatchOptions, PatchType, Registry};
 use crate::watch::WatchOptions;
@@ -49,7 +49,8 @@ fn credentials<T>(request: &Request<T>) -> Credentials {
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer "))
         .map(str::to_string);
-    Credentials { bearer_token, client_certificate: None }
+    let client_certificate = request.extensions().get::<ClientCertificate>().map(|c| c.0.clone());
+    Credentials { bearer_token, client_certificate }
 }
 
 /// The resource a request names: a built-in one, or one a
@@ -90,8 +91,8 @@ fn object(v: &Value) -> Object {
 }
 
 impl ResourceService {
-    fn context<T>(&self, request: &Request<T>) -> Result<Context, ApiError> {
-        let user = self.registry.security().authenticate_or_anonymous(&credentials(request))?;
+    async fn context<T>(&self, request: &Request<T>) -> Result<Context, ApiError> {
+        let user = self.registry.security().authenticate_client_port(&credentials(request)).await?;
         let agent = request.metadata().get("user-agent").and_then(|v| v.to_str().ok()).unwrap_or_default();
         Ok(Context { user, field_manager: crate::registry::manager_from_user_agent(agent) })
     }
@@ -104,7 +105,7 @@ impl ResourceService {
             Output = Result<(&'static ResourceInfo, Value), (Option<&'static ResourceInfo>, ApiError)>,
         >,
     {
-        let ctx = self.context(&request).map_err(|e| to_status(&e))?;
+        let ctx = self.context(&request).await.map_err(|e| to_status(&e))?;
         let started = std::time::Instant::now();
         let result = f(ctx, request.into_inner()).await;
         let (resource, code) = match &result {
@@ -139,7 +140,7 @@ impl Resources for ResourceService {
     }
 
     async fn list(&self, request: Request<ListRequest>) -> Result<Response<ListResponse>, Status> {
-        let ctx = self.context(&request).map_err(|e| to_status(&e))?;
+        let ctx = self.context(&request).await.map_err(|e| to_status(&e))?;
         let r = request.into_inner();
         let started = std::time::Instant::now();
         let result = async {
@@ -263,7 +264,7 @@ impl Resources for ResourceService {
     type WatchStream = WatchStream;
 
     async fn watch(&self, request: Request<WatchRequest>) -> Result<Response<WatchStream>, Status> {
-        let ctx = self.context(&request).map_err(|e| to_status(&e))?;
+        let ctx = self.context(&request).await.map_err(|e| to_status(&e))?;
         let r = request.into_inner();
         let rx = async {
             let (info, ns) = resource(&self.registry, &r.resource).await?;
@@ -283,7 +284,7 @@ impl Resources for ResourceService {
     }
 
     async fn history(&self, request: Request<HistoryRequest>) -> Result<Response<HistoryResponse>, Status> {
-        let ctx = self.context(&request).map_err(|e| to_status(&e))?;
+        let ctx = self.context(&request).await.map_err(|e| to_status(&e))?;
         let r = request.into_inner();
         let result = async {
             let (info, ns) = resource(&self.registry, &r.resource).await?;

@@ -53,6 +53,7 @@ mod serve;
 pub mod service_account;
 pub mod storage;
 pub mod strategy;
+mod tls;
 pub mod watch;
 
 use std::net::SocketAddr;
@@ -78,8 +79,8 @@ pub enum RunError {
     Listen { addr: String, source: std::io::Error },
     #[error(transparent)]
     Start(#[from] skiff_raft_store::store::StartError),
-    #[error("the HTTP listener's TLS: {0}")]
-    Tls(#[from] skiff_pki::PkiError),
+    #[error("the {listener} listener's TLS: {source}")]
+    Tls { listener: &'static str, source: skiff_pki::PkiError },
     #[error("authentication: {0}")]
     Authentication(String),
     #[error("the audit log: {0}")]
@@ -121,6 +122,51 @@ fn incoming(listener: TcpListener) -> impl tokio_stream::Stream<Item = std::io::
 
 async fn bind(addr: &str) -> Result<TcpListener, RunError> {
     TcpListener::bind(addr).await.map_err(|source| RunError::Listen { addr: addr.to_string(), source })
+}
+
+/// The TLS configurations of a member's listeners, each following its
+/// files, and what its peer and join connections dial with.
+struct Tls {
+    http: Option<tls::Current>,
+    client: Option<serve::ClientTls>,
+    peer: Option<tls::Current>,
+    /// Presents this member's peer certificate and trusts the peers' CA.
+    peer_client: Option<skiff_pki::Connector>,
+}
+
+impl Tls {
+    fn load(config: &ApiserverConfig, shutdown: &Shutdown) -> Result<Tls, RunError> {
+        let follow = |listener: &'static str, files: &Option<skiff_pki::ServerFiles>, load| {
+            let current = files.clone().map(|files| tls::follow(files, load, shutdown)).transpose();
+            current.map_err(|source| RunError::Tls { listener, source })
+        };
+        let client = follow("client", &config.client_tls, skiff_pki::server_config)?.map(|current| serve::ClientTls {
+            current,
+            client_certificates: config.client_tls.as_ref().is_some_and(|f| f.client_ca.is_some()),
+        });
+        let peer_client = match &config.peer_tls {
+            Some(files) => {
+                let failed = |source| RunError::Tls { listener: "peer", source };
+                let ca = files.client_ca.clone().ok_or_else(|| {
+                    failed(skiff_pki::PkiError::Invalid {
+                        what: "mutual TLS".into(),
+                        message: "needs --peer-trusted-ca-file".into(),
+                    })
+                })?;
+                let cert = Some((files.cert.clone(), files.key.clone()));
+                let config =
+                    skiff_pki::transport::client_config(&skiff_pki::ClientFiles { ca, cert }).map_err(failed)?;
+                Some(skiff_pki::Connector::new(Arc::new(config)))
+            }
+            None => None,
+        };
+        Ok(Tls {
+            http: follow("HTTP", &config.http_tls, skiff_pki::server_config)?,
+            client,
+            peer: follow("peer", &config.peer_tls, skiff_pki::transport::peer_server_config)?,
+            peer_client,
+        })
+    }
 }
 
 /// Listeners bound before anything else starts, so bad addresses fail fast.
@@ -218,9 +264,18 @@ pub async fn start_under(
     security: admission::Security,
     parent: &Shutdown,
 ) -> Result<Running, RunError> {
-    // Bad certificate files fail the start before the store opens.
-    let tls = config.http_tls.as_ref().map(skiff_pki::server_config).transpose()?.map(std::sync::Arc::new);
     let shutdown = parent.child();
+    // Bad certificate files fail the start before the store opens.
+    let tls = match Tls::load(&config, &shutdown) {
+        Ok(tls) => tls,
+        Err(e) => {
+            shutdown.cancel();
+            return Err(e);
+        }
+    };
+    let mut store_config = config.store.clone();
+    store_config.peer_tls = tls.peer_client.clone();
+    store_config.join_tls = tls.peer_client.clone();
     let audit = match &config.audit {
         Some(audit) => Some(audit::AuditLog::open(audit, &shutdown).await.map_err(RunError::Audit)?),
         None => None,
@@ -235,7 +290,7 @@ pub async fn start_under(
         .map(service_account::Signer::load)
         .transpose()
         .map_err(|e| RunError::Authentication(format!("--service-account-signing-key-file: {e}")))?;
-    let store = Store::open(config.store.clone()).await?;
+    let store = Store::open(store_config).await?;
     let objects = storage::ObjectStore::new(store.clone(), encryption);
     let fanout = watch::Fanout::new(objects.clone(), config.watch_bookmark_interval, shutdown.clone());
     let security = match config.authorization {
@@ -248,11 +303,21 @@ pub async fn start_under(
         Some(signer) => security.with_tokens(Arc::new(service_account::Tokens::new(signer, objects.clone()))),
         None => security,
     };
+    let security = match &tls.client {
+        Some(client) if client.client_certificates => security.with_secured_client_port(),
+        _ => security,
+    };
     let registry = registry::Registry::new(objects, security, fanout);
 
-    let peer = tonic::transport::Server::builder()
-        .add_service(PeerService::server(store.clone()))
-        .serve_with_incoming_shutdown(incoming(listeners.peer), shutdown.cancelled_owned());
+    let peer = tonic::transport::Server::builder().add_service(PeerService::server(store.clone()));
+    let peer: std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), tonic::transport::Error>> + Send>> =
+        match tls.peer {
+            Some(current) => Box::pin(peer.serve_with_incoming_shutdown(
+                tls::peers(listeners.peer, current, shutdown.clone()),
+                shutdown.cancelled_owned(),
+            )),
+            None => Box::pin(peer.serve_with_incoming_shutdown(incoming(listeners.peer), shutdown.cancelled_owned())),
+        };
     let routes = tonic::service::Routes::new(KvService::server(store.clone()))
         .add_service(WatchService::server(store.clone(), config.watch_progress_interval))
         .add_service(LeaseService::server(store.clone()))
@@ -263,7 +328,7 @@ pub async fn start_under(
         .add_service(AuthService::server(store.clone()))
         .add_service(ControlService::server(store.clone()))
         .add_service(grpc::ResourceService::server(registry.clone()));
-    let client = serve::serve(listeners.client, routes, shutdown.clone());
+    let client = serve::serve(listeners.client, routes, tls.client, shutdown.clone());
     let address = listeners.http.local_addr().map(|a| a.to_string()).unwrap_or_default();
     let rest =
         axum::Router::new().fallback(rest::handle).with_state(rest::RestState { registry: registry.clone(), address });
@@ -277,10 +342,9 @@ pub async fn start_under(
         app = app.layer(axum::middleware::from_fn_with_state(audit, audit::record));
     }
     let app = app.layer(axum::middleware::from_fn_with_state(registry.security().clone(), http::authenticate));
-    let http: std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), RunError>> + Send>> = match tls {
-        Some(tls) => {
-            let files = config.http_tls.clone().expect("TLS was loaded from these files");
-            let served = https::serve(listeners.http, app, files, tls, shutdown.clone());
+    let http: std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), RunError>> + Send>> = match tls.http {
+        Some(current) => {
+            let served = https::serve(listeners.http, app, current, shutdown.clone());
             Box::pin(async move {
                 served.await;
                 Ok(())

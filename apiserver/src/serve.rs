@@ -15,6 +15,13 @@
 //! The cost: the requests of one connection share one task, so one of them
 //! doing slow synchronous work holds up the others on that connection
 //! (never those of other connections).
+//!
+//! Over TLS ([`ClientTls`]), each connection's handshake runs first, in the
+//! connection's task. When client certificates are checked, the etcd API
+//! (and Skiff's key history) is for `system:masters` only, a join for
+//! members (`system:skiff-peers`) too, and the resource API authenticates
+//! and authorizes each request itself, the certificate's identity handed to
+//! it as a [`ClientCertificate`] extension.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -26,18 +33,31 @@ use std::time::Duration;
 use futures::stream::{FuturesUnordered, StreamExt};
 use futures::task::AtomicWaker;
 use hyper_util::rt::{TokioIo, TokioTimer};
+use skiff_pki::Identity;
 use skiff_shutdown::Shutdown;
 use tokio::net::TcpListener;
 use tonic::codegen::Service;
 use tonic::service::Routes;
 
+use crate::admission::{ClientCertificate, UserInfo};
+use crate::rbac::bootstrap::MASTERS;
+
 type Request = Pin<Box<dyn Future<Output = ()> + Send>>;
 
-/// Serves `routes` on `listener` until `shutdown` is cancelled, then lets
-/// every connection finish the requests it has (HTTP/2 GOAWAY) before
-/// returning. Each connection's task is a task of a child of `shutdown`,
-/// so whoever stops `shutdown` also waits for the connections.
-pub async fn serve(listener: TcpListener, routes: Routes, shutdown: Shutdown) {
+/// TLS on the client listener.
+pub struct ClientTls {
+    pub current: crate::tls::Current,
+    /// Whether client certificates are checked (`--trusted-ca-file`):
+    /// then who may call what is decided by [`admit`].
+    pub client_certificates: bool,
+}
+
+/// Serves `routes` on `listener` (over `tls`, if given) until `shutdown` is
+/// cancelled, then lets every connection finish the requests it has
+/// (HTTP/2 GOAWAY) before returning. Each connection's task is a task of a
+/// child of `shutdown`, so whoever stops `shutdown` also waits for the
+/// connections.
+pub async fn serve(listener: TcpListener, routes: Routes, tls: Option<ClientTls>, shutdown: Shutdown) {
     let routes = routes.prepare();
     let connections = shutdown.child();
     loop {
@@ -61,40 +81,117 @@ pub async fn serve(listener: TcpListener, routes: Routes, shutdown: Shutdown) {
             tracing::debug!(error = %e, "setting TCP_NODELAY");
         }
         let routes = routes.clone();
-        let service = hyper::service::service_fn(move |r: hyper::Request<hyper::body::Incoming>| {
-            let expiry = grpc_timeout(r.headers()).map(tokio::time::sleep);
-            Deadline { answer: routes.clone().call(r.map(tonic::body::boxed)), expiry }
-        });
-        let spawner = Spawner::default();
-        let conn = hyper::server::conn::http2::Builder::new(spawner.clone())
-            .timer(TokioTimer::new())
-            // As tonic's server: no limit on concurrent streams (a client
-            // may hold thousands of watches on one connection).
-            .max_concurrent_streams(None)
-            .serve_connection(TokioIo::new(stream), service);
-        let task = ConnectionTask { conn: Box::pin(conn), spawner, requests: FuturesUnordered::new(), closed: false };
         let stop = connections.clone();
+        let Some(tls) = &tls else {
+            connections.spawn(connection(stream, routes, None, stop));
+            continue;
+        };
+        let acceptor = tokio_rustls::TlsAcceptor::from(tls.current.borrow().clone());
+        let checked = tls.client_certificates;
         connections.spawn(async move {
-            let mut task = std::pin::pin!(task);
-            tokio::select! {
-                () = task.as_mut() => return,
-                () = stop.cancelled() => {}
+            match skiff_pki::transport::accept(&acceptor, stream).await {
+                Ok((stream, who)) => connection(stream, routes, checked.then_some(who), stop).await,
+                Err(e) => tracing::debug!(error = %e, "TLS handshake on the client listener failed"),
             }
-            task.as_mut().conn.as_mut().graceful_shutdown();
-            task.await;
         });
     }
     connections.wait().await
+}
+
+/// Serves one connection until it closes or `stop`. `who`: when client
+/// certificates are checked, the identity the connection's proved (if any).
+/// Built before it is awaited and boxed as `Send`: rustc cannot prove an
+/// `async fn` holding hyper's connection `Send` (its service's error type
+/// meets a higher-ranked lifetime), so the future is made outside one.
+fn connection<I>(
+    io: I,
+    routes: Routes,
+    who: Option<Option<Identity>>,
+    stop: Shutdown,
+) -> Pin<Box<dyn Future<Output = ()> + Send>>
+where
+    I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + Unpin + 'static,
+{
+    let service = hyper::service::service_fn(move |r: hyper::Request<hyper::body::Incoming>| answer(&routes, &who, r));
+    let spawner = Spawner::default();
+    let conn = hyper::server::conn::http2::Builder::new(spawner.clone())
+        .timer(TokioTimer::new())
+        // As tonic's server: no limit on concurrent streams (a client
+        // may hold thousands of watches on one connection).
+        .max_concurrent_streams(None)
+        .serve_connection(TokioIo::new(io), service);
+    let task = ConnectionTask { conn: Box::pin(conn), spawner, requests: FuturesUnordered::new(), closed: false };
+    Box::pin(async move {
+        let mut task = std::pin::pin!(task);
+        tokio::select! {
+            () = task.as_mut() => return,
+            () = stop.cancelled() => {}
+        }
+        task.as_mut().conn.as_mut().graceful_shutdown();
+        task.await;
+    })
+}
+
+type RoutesFuture = <Routes as Service<hyper::Request<tonic::body::BoxBody>>>::Future;
+
+/// One request's answer: refused by [`admit`], or routed to its service
+/// (with the caller's certificate), in either case within its deadline.
+fn answer(
+    routes: &Routes,
+    who: &Option<Option<Identity>>,
+    mut r: hyper::Request<hyper::body::Incoming>,
+) -> Deadline<RoutesFuture> {
+    let expiry = grpc_timeout(r.headers()).map(tokio::time::sleep);
+    let refused = match who {
+        Some(who) => admit(r.uri().path(), who.as_ref()).err(),
+        None => None,
+    };
+    if let Some(Some(who)) = who {
+        r.extensions_mut().insert(ClientCertificate(UserInfo { name: who.user.clone(), groups: who.groups.clone() }));
+    }
+    let answer = match refused {
+        Some(_) => None,
+        None => Some(routes.clone().call(r.map(tonic::body::boxed))),
+    };
+    Deadline { answer, refused, expiry }
+}
+
+/// Who may call what on a client listener that checks client certificates:
+/// the resource API decides for itself, request by request (certificate or
+/// bearer token, then RBAC); a join takes a member's certificate (or an
+/// administrator's); everything else, the etcd API and Skiff's key history
+/// alike, reads and writes any key, so it is for `system:masters` only.
+fn admit(path: &str, who: Option<&Identity>) -> Result<(), tonic::Status> {
+    if path.starts_with("/skiff.resource.Resources/") {
+        return Ok(());
+    }
+    let Some(who) = who else {
+        return Err(tonic::Status::unauthenticated(
+            "this API takes a client certificate of the cluster (system:masters)",
+        ));
+    };
+    let member = |g: &str| who.groups.iter().any(|have| have == g);
+    let allowed = member(MASTERS) || (path == "/skiff.control.Control/Join" && member(skiff_pki::PEERS_GROUP));
+    if allowed {
+        Ok(())
+    } else {
+        Err(tonic::Status::permission_denied(format!(
+            "user {:?} may not call {path}: the etcd API and the key history are for {MASTERS} only",
+            who.user
+        )))
+    }
 }
 
 pin_project_lite::pin_project! {
     /// A call bounded by its caller's deadline, as in grpc-go's server: the
     /// `grpc-timeout` header bounds the call until its response headers (a
     /// stream's messages may follow later), and the caller hears why it
-    /// ended.
+    /// ended. A call [`admit`] refused has no answer to wait for: its
+    /// refusal is the answer.
     struct Deadline<F> {
         #[pin]
-        answer: F,
+        answer: Option<F>,
+        refused: Option<tonic::Status>,
         #[pin]
         expiry: Option<tokio::time::Sleep>,
     }
@@ -107,7 +204,10 @@ impl<F: Future<Output = Answer>> Future for Deadline<F> {
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Answer> {
         let this = self.project();
-        if let Poll::Ready(answer) = this.answer.poll(cx) {
+        if let Some(refused) = this.refused.take() {
+            return Poll::Ready(Ok(refused.into_http()));
+        }
+        if let Some(Poll::Ready(answer)) = this.answer.as_pin_mut().map(|answer| answer.poll(cx)) {
             return Poll::Ready(answer);
         }
         match this.expiry.as_pin_mut().map(|expiry| expiry.poll(cx)) {
@@ -234,6 +334,28 @@ fn grpc_timeout(headers: &hyper::HeaderMap) -> Option<Duration> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn with_client_certificates_the_etcd_api_is_for_masters_and_joins_for_members_too() {
+        let who = |user: &str, group: &str| Identity { user: user.into(), groups: vec![group.into()] };
+        let admin = who("root", MASTERS);
+        let peer = who("master-2", skiff_pki::PEERS_GROUP);
+        let node = who("system:node:a", "system:nodes");
+        let put = "/etcdserverpb.KV/Put";
+        let join = "/skiff.control.Control/Join";
+        assert!(admit(put, Some(&admin)).is_ok());
+        assert!(admit(join, Some(&admin)).is_ok());
+        assert!(admit(join, Some(&peer)).is_ok());
+        assert_eq!(admit(put, Some(&peer)).unwrap_err().code(), tonic::Code::PermissionDenied);
+        assert_eq!(
+            admit("/skiff.control.Control/History", Some(&node)).unwrap_err().code(),
+            tonic::Code::PermissionDenied
+        );
+        assert_eq!(admit("/v3lockpb.Lock/Lock", None).unwrap_err().code(), tonic::Code::Unauthenticated);
+        // The resource API checks each request itself, certificate or not.
+        assert!(admit("/skiff.resource.Resources/Get", None).is_ok());
+        assert!(admit("/skiff.resource.Resources/Get", Some(&node)).is_ok());
+    }
 
     fn timeout_of(value: &str) -> Option<Duration> {
         let mut headers = hyper::HeaderMap::new();

@@ -32,16 +32,31 @@ pub enum JoinError {
 }
 
 /// Asks the member at `client_addr` to add `info` to its cluster and waits
-/// until it is a voter. Returns the cluster id.
-pub async fn request_join(client_addr: &str, info: &MemberInfo, timeout: Duration) -> Result<u64, JoinError> {
-    let url = if client_addr.contains("://") { client_addr.to_string() } else { format!("http://{client_addr}") };
+/// until it is a voter, over `tls` if given (presenting this member's peer
+/// certificate, which the cluster checks before it adds anyone). Returns
+/// the cluster id.
+pub async fn request_join(
+    client_addr: &str,
+    info: &MemberInfo,
+    timeout: Duration,
+    tls: Option<&skiff_pki::Connector>,
+) -> Result<u64, JoinError> {
+    let scheme = if tls.is_some() { "https" } else { "http" };
+    let url = match client_addr.split_once("://") {
+        Some((_, rest)) => format!("{scheme}://{rest}"),
+        None => format!("{scheme}://{client_addr}"),
+    };
     let endpoint = tonic::transport::Endpoint::from_shared(url.clone())
         .map_err(|source| JoinError::BadAddress { addr: client_addr.to_string(), source })?
         .connect_timeout(Duration::from_secs(3));
     let deadline = tokio::time::Instant::now() + timeout;
     // The cluster may be starting too: retry connecting until the deadline.
     let channel = loop {
-        match endpoint.connect().await {
+        let connected = match tls {
+            Some(tls) => endpoint.connect_with_connector(tls.clone()).await,
+            None => endpoint.connect().await,
+        };
+        match connected {
             Ok(c) => break c,
             Err(e) if tokio::time::Instant::now() + Duration::from_millis(500) < deadline => {
                 tracing::info!(error = %e, "cluster at {client_addr} not reachable yet; retrying");

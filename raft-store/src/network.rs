@@ -118,6 +118,8 @@ pub struct PeerClients {
     streams: Arc<Mutex<HashMap<String, AppendStream>>>,
     /// Peers that do not serve `AppendStream` (an older Skiff): unary calls.
     unary_only: Arc<Mutex<HashSet<String>>>,
+    /// Mutual TLS to peers; `None`: plaintext.
+    tls: Option<skiff_pki::Connector>,
 }
 
 /// One AppendEntries stream to a peer: requests go out in order on one
@@ -276,6 +278,13 @@ impl PeerClients {
         PeerClients { me, filter, ..PeerClients::default() }
     }
 
+    /// The same clients, over mutual TLS when `tls` is given: each peer
+    /// must prove it holds a peer certificate of the cluster.
+    pub fn with_tls(mut self, tls: Option<skiff_pki::Connector>) -> PeerClients {
+        self.tls = tls.map(|c| c.requiring(skiff_pki::PEERS_GROUP));
+        self
+    }
+
     /// Fails a call to member `target` that the filter blocks.
     fn check_filter(&self, addr: &str, target: NodeId) -> Result<(), PeerError> {
         if self.filter.allows(self.me, target) {
@@ -290,14 +299,19 @@ impl PeerClients {
         if let Some(c) = clients.get(addr) {
             return Ok(c.clone());
         }
-        let endpoint = Endpoint::from_shared(format!("http://{addr}"))
+        let scheme = if self.tls.is_some() { "https" } else { "http" };
+        let endpoint = Endpoint::from_shared(format!("{scheme}://{addr}"))
             .map_err(|e| PeerError::Unreachable { addr: addr.to_string(), reason: e.to_string() })?
             .connect_timeout(Duration::from_millis(500))
             .tcp_nodelay(true)
             .http2_keep_alive_interval(Duration::from_secs(1))
             .keep_alive_timeout(Duration::from_secs(2))
             .keep_alive_while_idle(true);
-        let client = PeerClient::new(endpoint.connect_lazy())
+        let channel = match &self.tls {
+            Some(tls) => endpoint.connect_with_connector_lazy(tls.clone()),
+            None => endpoint.connect_lazy(),
+        };
+        let client = PeerClient::new(channel)
             .max_decoding_message_size(MAX_PEER_MESSAGE)
             .max_encoding_message_size(MAX_PEER_MESSAGE);
         clients.insert(addr.to_string(), client.clone());

@@ -208,6 +208,76 @@ pub fn cluster_roles() -> Vec<Value> {
             vec![urls(&["/healthz", "/livez", "/readyz", "/version", "/version/"], &["get"])],
         ),
         cluster_role("system:monitoring", &[], vec![urls(&["/metrics", "/metrics/*", "/livez", "/readyz"], &["get"])]),
+        // Skiff's controller manager runs every controller under one
+        // identity (Kubernetes gives each its own service account), and
+        // those controllers between them manage every kind: it may do
+        // anything with resources, and nothing with non-resource URLs.
+        cluster_role("system:kube-controller-manager", &[], vec![rule(&["*"], &["*"], &["*"])]),
+        cluster_role(
+            "system:kube-scheduler",
+            &[],
+            vec![
+                rule(
+                    &[""],
+                    &[
+                        "pods",
+                        "nodes",
+                        "namespaces",
+                        "services",
+                        "persistentvolumeclaims",
+                        "persistentvolumes",
+                        "replicationcontrollers",
+                    ],
+                    &READ,
+                ),
+                rule(&[""], &["pods/binding", "bindings"], &["create"]),
+                rule(&[""], &["pods/status"], &["patch", "update"]),
+                rule(&[""], &["pods"], &["delete"]),
+                rule(&["", "events.k8s.io"], &["events"], &["create", "patch", "update"]),
+                rule(&["apps"], &["replicasets", "statefulsets"], &READ),
+                rule(&["policy"], &["poddisruptionbudgets"], &READ),
+                rule(&["storage.k8s.io"], &["storageclasses", "csinodes", "csidrivers", "csistoragecapacities"], &READ),
+                rule(&["scheduling.k8s.io"], &["priorityclasses"], &READ),
+                rule(&["coordination.k8s.io"], &["leases"], &["create", "get", "list", "watch", "update", "patch"]),
+            ],
+        ),
+        // What a node agent needs. Every node holds all of it: the Node
+        // authorizer, which would narrow it to the node's own objects and
+        // its pods' references, is not built yet.
+        cluster_role(
+            "system:node",
+            &[],
+            vec![
+                rule(&[""], &["nodes"], &["create", "get", "list", "watch", "patch", "update", "delete"]),
+                rule(&[""], &["nodes/status"], &["patch", "update"]),
+                rule(&[""], &["pods"], &["get", "list", "watch", "create", "delete"]),
+                rule(&[""], &["pods/status"], &["patch", "update"]),
+                rule(&[""], &["pods/eviction"], &["create"]),
+                rule(
+                    &[""],
+                    &[
+                        "configmaps",
+                        "secrets",
+                        "persistentvolumeclaims",
+                        "persistentvolumes",
+                        "services",
+                        "endpoints",
+                        "namespaces",
+                    ],
+                    &READ,
+                ),
+                rule(&[""], &["serviceaccounts/token"], &["create"]),
+                rule(&["", "events.k8s.io"], &["events"], &["create", "patch", "update"]),
+                rule(&["discovery.k8s.io"], &["endpointslices"], &READ),
+                rule(&["storage.k8s.io"], &["csidrivers", "csinodes", "volumeattachments"], &READ),
+                rule(
+                    &["coordination.k8s.io"],
+                    &["leases"],
+                    &["create", "get", "list", "watch", "update", "patch", "delete"],
+                ),
+                rule(&["node.k8s.io"], &["runtimeclasses"], &READ),
+            ],
+        ),
     ]
 }
 
@@ -223,5 +293,12 @@ pub fn cluster_role_bindings() -> Vec<Value> {
             &[("Group", "system:authenticated"), ("Group", "system:unauthenticated")],
         ),
         cluster_role_binding("system:monitoring", "system:monitoring", &[("Group", "system:monitoring")]),
+        cluster_role_binding(
+            "system:kube-controller-manager",
+            "system:kube-controller-manager",
+            &[("User", "system:kube-controller-manager")],
+        ),
+        cluster_role_binding("system:kube-scheduler", "system:kube-scheduler", &[("User", "system:kube-scheduler")]),
+        cluster_role_binding("system:node", "system:node", &[("Group", "system:nodes")]),
     ]
 }

@@ -91,8 +91,9 @@ impl Store {
     async fn join(&self, client_addr: &str) -> Result<(), StartError> {
         let config = &self.inner.config;
         let info = self.member_info();
-        let cluster_id =
-            crate::join::request_join(client_addr, &info, config.join_timeout).await.map_err(StartError::Join)?;
+        let cluster_id = crate::join::request_join(client_addr, &info, config.join_timeout, config.join_tls.as_ref())
+            .await
+            .map_err(StartError::Join)?;
         let mut identity = self.inner.identity.lock().expect("poisoned").clone();
         identity.cluster_id = cluster_id;
         save_identity(&config.data_dir, &identity)

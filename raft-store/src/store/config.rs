@@ -60,6 +60,12 @@ pub struct StoreConfig {
     /// How long an auth token issued by this member lives unused (etcd's
     /// `--auth-token-ttl`).
     pub auth_token_ttl: Duration,
+    /// TLS to the other members' peer listeners, presenting this member's
+    /// peer certificate and accepting only theirs; `None`: plaintext.
+    pub peer_tls: Option<skiff_pki::Connector>,
+    /// TLS to the client listener of the member `join` names, presenting
+    /// this member's peer certificate; `None`: plaintext.
+    pub join_tls: Option<skiff_pki::Connector>,
 }
 
 /// Automatic compaction policy.
@@ -132,6 +138,8 @@ impl StoreConfig {
             peer_filter: PeerFilter::default(),
             // etcd's default `--auth-token-ttl`.
             auth_token_ttl: Duration::from_secs(300),
+            peer_tls: None,
+            join_tls: None,
         }
     }
 }

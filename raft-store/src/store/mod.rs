@@ -231,7 +231,7 @@ impl Store {
         }
         .validate()
         .map_err(StartError::RaftConfig)?;
-        let peers = PeerClients::new(config.id, config.peer_filter.clone());
+        let peers = PeerClients::new(config.id, config.peer_filter.clone()).with_tls(config.peer_tls.clone());
         let raft = Raft::new(config.id, Arc::new(raft_config), peers.clone(), log.clone(), sm.clone())
             .await
             .map_err(|e| StartError::Storage(e.into()))?;
