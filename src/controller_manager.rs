@@ -89,6 +89,8 @@ pub struct ControllerManagerArgs {
     /// Apiservers' client addresses, comma-separated (any of them will do).
     #[arg(long, value_delimiter = ',', required = true)]
     pub server: Vec<String>,
+    #[command(flatten)]
+    pub tls: skiff_client::runtime::config::ClientTlsArgs,
     /// This instance's name in the Lease (default: hostname and pid).
     #[arg(long)]
     pub identity: Option<String>,
@@ -178,6 +180,7 @@ impl ControllerManagerArgs {
         let identity = self.identity.unwrap_or_else(default_identity);
         let mut config = self.flags.into_config(self.server, identity)?;
         config.http = self.http_listen;
+        config.tls = self.tls.files();
         Ok(config)
     }
 }

@@ -18,6 +18,8 @@ pub struct NodeArgs {
     /// Apiservers' client addresses, comma-separated (any of them will do).
     #[arg(long, value_delimiter = ',', required = true)]
     pub server: Vec<String>,
+    #[command(flatten)]
+    pub tls: skiff_client::runtime::config::ClientTlsArgs,
     /// The Node's name (default: this host's name).
     #[arg(long)]
     pub name: Option<String>,
@@ -130,6 +132,7 @@ impl NodeArgs {
     pub fn into_options(self) -> Result<ProcessOptions, String> {
         let name = self.name.unwrap_or_else(hostname);
         let mut node = NodeConfig::new(&name, self.server, self.data_dir);
+        node.tls = self.tls.files();
         node.node_ip = self.node_ip;
         node.listen = self.listen;
         node.manifest_dir = self.manifest_dir;

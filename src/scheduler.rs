@@ -34,6 +34,8 @@ pub struct SchedulerArgs {
     /// Apiservers' client addresses, comma-separated (any of them will do).
     #[arg(long, value_delimiter = ',', required = true)]
     pub server: Vec<String>,
+    #[command(flatten)]
+    pub tls: skiff_client::runtime::config::ClientTlsArgs,
     /// This instance's name in the Lease (default: hostname and pid).
     #[arg(long)]
     pub identity: Option<String>,
@@ -111,6 +113,7 @@ impl SchedulerArgs {
         });
         let mut config = self.flags.into_config(self.server, identity, election)?;
         config.http = self.http_listen;
+        config.tls = self.tls.files();
         if self.kube_api_qps.is_nan() || self.kube_api_qps < 0.0 {
             return Err("--kube-api-qps must be 0 (unlimited) or positive".into());
         }

@@ -20,6 +20,59 @@ use skiff_controllers::config::ControllerManagerConfig;
 use skiff_scheduler::SchedulerConfig;
 use skiff_shutdown::Shutdown;
 
+/// The users the components' certificates name, as Kubernetes names them
+/// (the bootstrap RBAC policy binds their roles to these users).
+pub const CONTROLLER_MANAGER_USER: &str = "system:kube-controller-manager";
+pub const SCHEDULER_USER: &str = "system:kube-scheduler";
+
+/// What the in-process controller manager and scheduler present to the
+/// client port.
+pub struct ComponentCredentials {
+    pub controller_manager: skiff_pki::ClientFiles,
+    pub scheduler: skiff_pki::ClientFiles,
+}
+
+/// The in-process components reach the client port over TLS like any
+/// client, so with `--cert-file` they need the CA to trust and, with
+/// `--trusted-ca-file`, certificates of their own. As k3s does, they are
+/// issued at every start by the CA whose key sits beside the trusted CA file
+/// (`ca.key`, where `skiffctl certs ca` puts it), into that directory as
+/// `controller-manager-MEMBER` and `scheduler-MEMBER` (the data dir is the
+/// store's alone, and is not made before the store opens).
+pub fn component_credentials(
+    files: &skiff_pki::ServerFiles,
+    store: &skiff_raft_store::StoreConfig,
+) -> Result<ComponentCredentials, String> {
+    use skiff_pki::{Authority, Profile, DEFAULT_VALIDITY};
+    let ca_file = files.client_ca.clone().ok_or(
+        "with --cert-file, the in-process controller manager and scheduler need --trusted-ca-file (the CA they \
+         trust, whose key issues their certificates); or run them apart (--disable-controller-manager, \
+         --disable-scheduler)",
+    )?;
+    let ca_dir = ca_file.parent().unwrap_or(Path::new("."));
+    let ca = Authority::load(ca_dir).map_err(|e| {
+        format!(
+            "the in-process controller manager and scheduler get certificates from the CA beside \
+             --trusted-ca-file ({}/ca.crt and ca.key): {e}",
+            ca_dir.display()
+        )
+    })?;
+    let dir = ca_dir.to_path_buf();
+    let issue = |component: &str, user: &str| -> Result<skiff_pki::ClientFiles, String> {
+        let stem = format!("{component}-{}", store.name);
+        let profile = Profile::Client { user: user.to_string(), groups: Vec::new() };
+        ca.issue(&profile, DEFAULT_VALIDITY)
+            .and_then(|c| c.write(&dir, &stem))
+            .map_err(|e| format!("issuing the {component}'s certificate: {e}"))?;
+        let cert = (dir.join(format!("{stem}.crt")), dir.join(format!("{stem}.key")));
+        Ok(skiff_pki::ClientFiles { ca: ca_file.clone(), cert: Some(cert) })
+    };
+    Ok(ComponentCredentials {
+        controller_manager: issue("controller-manager", CONTROLLER_MANAGER_USER)?,
+        scheduler: issue("scheduler", SCHEDULER_USER)?,
+    })
+}
+
 /// Where k3s users expect a server's configuration.
 pub const DEFAULT_CONFIG: &str = "/etc/skiff/config.yaml";
 

@@ -243,13 +243,27 @@ impl Client {
         endpoints: &[S],
         write_limiter: Option<TokenBucket>,
     ) -> Result<Client, ClientError> {
+        Client::connect(endpoints, write_limiter, None)
+    }
+
+    /// [`Client::with_write_limiter`] over TLS when `tls` is given (then
+    /// every endpoint is dialed with it, whatever its scheme).
+    pub fn connect<S: AsRef<str>>(
+        endpoints: &[S],
+        write_limiter: Option<TokenBucket>,
+        tls: Option<skiff_pki::Connector>,
+    ) -> Result<Client, ClientError> {
         let mut channels = Vec::new();
         for e in endpoints {
             let e = e.as_ref().trim();
             if e.is_empty() {
                 continue;
             }
-            let url = if e.contains("://") { e.to_string() } else { format!("http://{e}") };
+            let scheme = if tls.is_some() { "https" } else { "http" };
+            let url = match e.split_once("://") {
+                Some((_, rest)) => format!("{scheme}://{rest}"),
+                None => format!("{scheme}://{e}"),
+            };
             let endpoint = Endpoint::from_shared(url.clone())
                 .map_err(|err| ClientError::Unreachable(format!("bad address {e:?}: {err}")))?
                 .connect_timeout(Duration::from_secs(2))
@@ -258,7 +272,11 @@ impl Client {
                 .keep_alive_timeout(Duration::from_secs(5))
                 .user_agent(default_user_agent())
                 .map_err(|err| ClientError::Unreachable(format!("user agent: {err}")))?;
-            channels.push((e.to_string(), endpoint.connect_lazy()));
+            let channel = match &tls {
+                Some(tls) => endpoint.connect_with_connector_lazy(tls.clone()),
+                None => endpoint.connect_lazy(),
+            };
+            channels.push((e.to_string(), channel));
         }
         if channels.is_empty() {
             return Err(ClientError::Unreachable("no endpoint given".into()));

@@ -100,6 +100,8 @@ impl Default for LeaderElection {
 pub struct ControllerManagerConfig {
     /// Apiservers' client gRPC addresses; any of them will do.
     pub servers: Vec<String>,
+    /// TLS to the apiservers and the client certificate to present; `None`: plaintext.
+    pub tls: Option<skiff_pki::ClientFiles>,
     /// This instance's name in the Lease (`holderIdentity`).
     pub identity: String,
     pub controllers: BTreeSet<&'static str>,
@@ -135,6 +137,7 @@ impl ControllerManagerConfig {
     pub fn new(servers: Vec<String>, identity: impl Into<String>) -> ControllerManagerConfig {
         ControllerManagerConfig {
             servers,
+            tls: None,
             identity: identity.into(),
             controllers: parse_controllers("*").expect("* is valid"),
             leader_election: LeaderElection::default(),

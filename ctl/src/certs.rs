@@ -35,6 +35,22 @@ pub enum CertsCommand {
         #[command(flatten)]
         validity: Validity,
     },
+    /// Issue a Raft peer's certificate (in group system:skiff-peers), which
+    /// a master serves its peer listener with and presents to the others
+    /// (`skiff apiserver --peer-cert-file`).
+    Peer {
+        #[command(flatten)]
+        dir: DirArgs,
+        /// The member's name (the certificate's common name); files are
+        /// `peer-<name>.crt` and `peer-<name>.key`.
+        #[arg(long)]
+        name: String,
+        /// A DNS name or IP address the other members reach it at (repeat).
+        #[arg(long = "host", required = true)]
+        hosts: Vec<String>,
+        #[command(flatten)]
+        validity: Validity,
+    },
     /// Issue a client certificate: CN = the user, O = the group.
     Client {
         #[command(flatten)]
@@ -91,6 +107,14 @@ pub fn run(command: CertsCommand) -> Result<(), String> {
                 .map_err(|e| e.to_string())?;
             issued.write(&dir.dir, &name).map_err(|e| e.to_string())?;
             println!("wrote {name}.crt and {name}.key in {}", dir.dir.display());
+        }
+        CertsCommand::Peer { dir, name, hosts, validity } => {
+            let issued = authority(&dir.dir)?
+                .issue(&Profile::Peer { user: name.clone(), names: hosts }, validity.valid_for)
+                .map_err(|e| e.to_string())?;
+            let stem = format!("peer-{name}");
+            issued.write(&dir.dir, &stem).map_err(|e| e.to_string())?;
+            println!("wrote {stem}.crt and {stem}.key in {}", dir.dir.display());
         }
         CertsCommand::Client { dir, name, user, group, validity, kubeconfig, server_url } => {
             let ca = authority(&dir.dir)?;

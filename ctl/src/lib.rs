@@ -40,6 +40,8 @@ pub struct Cli {
     /// Apiservers to talk to, comma-separated HOST:PORT (client port).
     #[arg(long, global = true, env = "SKIFF_SERVER", default_value = "127.0.0.1:2379")]
     pub server: String,
+    #[command(flatten)]
+    pub tls: skiff_client::runtime::config::ClientTlsArgs,
     #[command(subcommand)]
     pub command: Command,
 }
@@ -127,13 +129,19 @@ pub enum KvCommand {
     },
 }
 
-/// Connects to the first server that answers.
-async fn connect(servers: &str) -> Result<Channel, String> {
+/// Connects to the first server that answers (over TLS with `tls`).
+async fn connect(servers: &str, tls: Option<&skiff_pki::Connector>) -> Result<Channel, String> {
     let mut last = String::from("no server given");
     for s in servers.split(',').map(str::trim).filter(|s| !s.is_empty()) {
-        let url = if s.contains("://") { s.to_string() } else { format!("http://{s}") };
+        let scheme = if tls.is_some() { "https" } else { "http" };
+        let url = format!("{scheme}://{}", s.split_once("://").map_or(s, |(_, rest)| rest));
         let endpoint = Endpoint::from_shared(url).map_err(|e| format!("bad server address {s:?}: {e}"))?;
-        match endpoint.connect_timeout(Duration::from_secs(2)).timeout(Duration::from_secs(15)).connect().await {
+        let endpoint = endpoint.connect_timeout(Duration::from_secs(2)).timeout(Duration::from_secs(15));
+        let connected = match tls {
+            Some(tls) => endpoint.connect_with_connector(tls.clone()).await,
+            None => endpoint.connect().await,
+        };
+        match connected {
             Ok(c) => return Ok(c),
             Err(e) => last = format!("{s}: {e}"),
         }
@@ -183,7 +191,14 @@ fn print_event(e: &mvccpb::Event) {
 pub async fn run(cli: Cli) -> Result<(), String> {
     use crate::objects;
     let servers: Vec<&str> = cli.server.split(',').map(str::trim).filter(|s| !s.is_empty()).collect();
-    let objects_client = || skiff_client::Client::new(&servers).map_err(|e| e.to_string());
+    let tls = match cli.tls.files() {
+        Some(files) => {
+            let config = skiff_pki::transport::client_config(&files).map_err(|e| format!("TLS: {e}"))?;
+            Some(skiff_pki::Connector::new(std::sync::Arc::new(config)))
+        }
+        None => None,
+    };
+    let objects_client = || skiff_client::Client::connect(&servers, None, tls.clone()).map_err(|e| e.to_string());
     match cli.command {
         Command::Certs(c) => return certs::run(c),
         Command::Get(a) => return objects::get(&objects_client()?, a).await,
@@ -194,10 +209,10 @@ pub async fn run(cli: Cli) -> Result<(), String> {
         Command::Diff(a) => return objects::diff(&objects_client()?, a).await,
         _ => {}
     }
-    let channel = connect(&cli.server).await?;
+    let channel = connect(&cli.server, tls.as_ref()).await?;
     match cli.command {
         Command::Member(m) => member(channel, m).await,
-        Command::Status => status(channel).await,
+        Command::Status => status(channel, tls.as_ref()).await,
         Command::Kv(k) => kv(channel, k).await,
         Command::Compact { revision } => {
             let r = KvClient::new(channel)
@@ -255,7 +270,7 @@ async fn member(channel: Channel, cmd: MemberCommand) -> Result<(), String> {
     }
 }
 
-async fn status(channel: Channel) -> Result<(), String> {
+async fn status(channel: Channel, tls: Option<&skiff_pki::Connector>) -> Result<(), String> {
     let members = ClusterClient::new(channel)
         .member_list(MemberListRequest { linearizable: false })
         .await
@@ -273,7 +288,7 @@ async fn status(channel: Channel) -> Result<(), String> {
             println!("{:<6} {:<12} {:<24} not started yet (no client URL published)", m.id, m.name, "-");
             continue;
         }
-        let row = match connect(&endpoint).await {
+        let row = match connect(&endpoint, tls).await {
             Ok(c) => match MaintenanceClient::new(c).status(StatusRequest {}).await {
                 Ok(s) => {
                     let s = s.into_inner();

@@ -202,7 +202,9 @@ pub async fn run(
     shutdown: Shutdown,
 ) -> Result<(), RunError> {
     let config = Arc::new(config);
-    let client = Client::from_config(&ClientConfig::new(&config.servers))?;
+    let mut client_config = ClientConfig::new(&config.servers);
+    client_config.tls = config.tls.clone();
+    let client = Client::from_config(&client_config)?;
     let info = host::info();
     let node = heartbeat::register(&client, &config, &info)
         .await

@@ -15,6 +15,8 @@ pub struct NodeConfig {
     pub name: String,
     /// Apiservers' client addresses; any of them will do.
     pub servers: Vec<String>,
+    /// TLS to the apiservers and the client certificate to present; `None`: plaintext.
+    pub tls: Option<skiff_pki::ClientFiles>,
     /// Everything the agent keeps: pods' volumes, logs, containerd's state.
     pub data_dir: PathBuf,
     /// The address other nodes and the apiservers reach this node at.
@@ -58,6 +60,7 @@ impl NodeConfig {
         NodeConfig {
             name: name.to_string(),
             servers,
+            tls: None,
             data_dir,
             node_ip: "127.0.0.1".to_string(),
             listen: SocketAddr::from(([127, 0, 0, 1], 10250)),

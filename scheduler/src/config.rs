@@ -25,6 +25,8 @@ pub const LEASE_NAME: &str = "kube-scheduler";
 pub struct SchedulerConfig {
     /// Apiservers' client addresses; any of them will do.
     pub servers: Vec<String>,
+    /// TLS to the apiservers and the client certificate to present; `None`: plaintext.
+    pub tls: Option<skiff_pki::ClientFiles>,
     /// `/metrics` and `/healthz`; none when `None`.
     pub http: Option<SocketAddr>,
     /// Act only while holding the Lease; `None` acts at once (one instance).
@@ -47,6 +49,7 @@ impl SchedulerConfig {
     pub fn new(servers: Vec<String>, identity: &str) -> SchedulerConfig {
         SchedulerConfig {
             servers,
+            tls: None,
             http: None,
             leader_election: Some(LeaderElectionConfig::new(LEASE_NAMESPACE, LEASE_NAME, identity)),
             profile: Profile::default(),

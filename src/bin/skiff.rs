@@ -153,6 +153,32 @@ struct ApiserverArgs {
     /// (except /healthz, /livez, /readyz and /version).
     #[arg(long, requires = "tls_cert_file")]
     client_ca_file: Option<PathBuf>,
+    /// Serve the gRPC client listener (the etcd API and the resource API the
+    /// components use) over TLS with this certificate (PEM; etcd's
+    /// --cert-file).
+    #[arg(long, requires = "key_file")]
+    cert_file: Option<PathBuf>,
+    /// The private key of --cert-file (PEM).
+    #[arg(long, requires = "cert_file")]
+    key_file: Option<PathBuf>,
+    /// Check client certificates of this CA on the client listener: then
+    /// the etcd API is for system:masters only, a join for members too, and
+    /// the resource API authenticates every call (certificate or bearer
+    /// token) and authorizes it as the HTTP listener does.
+    #[arg(long, requires = "cert_file")]
+    trusted_ca_file: Option<PathBuf>,
+    /// Mutual TLS between Raft peers: this member's peer certificate (PEM,
+    /// `skiffctl certs peer`), served on the peer listener and presented to
+    /// the other members and, when joining, to the cluster's client port.
+    #[arg(long, requires_all = ["peer_key_file", "peer_trusted_ca_file"])]
+    peer_cert_file: Option<PathBuf>,
+    /// The private key of --peer-cert-file (PEM).
+    #[arg(long, requires = "peer_cert_file")]
+    peer_key_file: Option<PathBuf>,
+    /// The CA peers' certificates must chain to; a connection without a
+    /// peer certificate of it is refused before any Raft message is read.
+    #[arg(long, requires = "peer_cert_file")]
+    peer_trusted_ca_file: Option<PathBuf>,
     /// Bearer tokens, one `token,user,uid[,"group1,group2"]` line each
     /// (kube-apiserver's --token-auth-file).
     #[arg(long)]
@@ -229,10 +255,12 @@ impl ApiserverArgs {
             return Err("--id must be a positive integer".into());
         }
         let peer_addr = self.advertise_peer.unwrap_or_else(|| self.peer_listen.clone());
-        let authenticated = self.client_ca_file.is_some() || self.token_auth_file.is_some();
+        let client_certificates = self.client_ca_file.is_some() || self.trusted_ca_file.is_some();
+        let authenticated = client_certificates || self.token_auth_file.is_some();
         let mut store = StoreConfig::new(self.id, self.data_dir, peer_addr);
         store.name = self.name.unwrap_or_else(|| format!("member-{}", self.id));
-        store.client_urls = vec![format!("http://{}", self.client_listen)];
+        let scheme = if self.cert_file.is_some() { "https" } else { "http" };
+        store.client_urls = vec![format!("{scheme}://{}", self.client_listen)];
         store.initial_cluster = self.initial_cluster.unwrap_or_default();
         store.join = self.join;
         store.join_timeout = self.join_timeout;
@@ -254,6 +282,16 @@ impl ApiserverArgs {
                 cert,
                 key: self.tls_private_key_file.expect("clap requires the key with the certificate"),
                 client_ca: self.client_ca_file.clone(),
+            }),
+            client_tls: self.cert_file.map(|cert| skiff_pki::ServerFiles {
+                cert,
+                key: self.key_file.expect("clap requires the key with the certificate"),
+                client_ca: self.trusted_ca_file,
+            }),
+            peer_tls: self.peer_cert_file.map(|cert| skiff_pki::ServerFiles {
+                cert,
+                key: self.peer_key_file.expect("clap requires the key with the certificate"),
+                client_ca: self.peer_trusted_ca_file,
             }),
             encryption_provider_config: self.encryption_provider_config,
             service_account: self.service_account_signing_key_file.map(|signing_key_file| {
@@ -277,7 +315,7 @@ impl ApiserverArgs {
                 skiff_apiserver::config::Authorization::AlwaysAllow
             }),
             authentication: skiff_apiserver::config::Authentication {
-                client_certificates: self.client_ca_file.is_some(),
+                client_certificates,
                 token_auth_file: self.token_auth_file,
             },
             watch_progress_interval: self.watch_progress_interval,
@@ -342,17 +380,35 @@ fn main() -> ExitCode {
                 let args = *args;
                 let apiserver = args.apiserver.into_config()?;
                 // Its own apiserver; the process is one failure domain.
-                let servers = vec![apiserver.client_listen.clone()];
+                // (Through loopback when it listens on every address.)
+                let own = &apiserver.client_listen;
+                let servers = vec![match own.strip_prefix("0.0.0.0:") {
+                    Some(port) => format!("127.0.0.1:{port}"),
+                    None => own.clone(),
+                }];
+                let components = !(args.disable_scheduler && args.disable_controller_manager);
+                let tls = match &apiserver.client_tls {
+                    Some(files) if components => Some(skiff::server::component_credentials(files, &apiserver.store)?),
+                    _ => None,
+                };
                 let identity = format!("{}_{}", skiff::controller_manager::default_identity(), apiserver.store.name);
                 // One set of --leader-elect* flags for both components.
                 let election = args.controllers.leader_election(&identity);
                 let scheduler = match args.disable_scheduler {
                     true => None,
-                    false => Some(args.scheduler.into_config(servers.clone(), identity.clone(), election)?),
+                    false => {
+                        let mut config = args.scheduler.into_config(servers.clone(), identity.clone(), election)?;
+                        config.tls = tls.as_ref().map(|t| t.scheduler.clone());
+                        Some(config)
+                    }
                 };
                 let controllers = match args.disable_controller_manager {
                     true => None,
-                    false => Some(args.controllers.into_config(servers, identity)?),
+                    false => {
+                        let mut config = args.controllers.into_config(servers, identity)?;
+                        config.tls = tls.map(|t| t.controller_manager);
+                        Some(config)
+                    }
                 };
                 skiff::server::run(apiserver, controllers, scheduler, shutdown_on_signals()?)
                     .await

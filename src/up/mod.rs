@@ -182,19 +182,57 @@ fn check_shape(args: &UpArgs) -> Result<(), String> {
 
 /// The cluster's PKI under DIR, laid out as kubeadm's.
 const PKI_DIR: &str = "pki";
+/// The group of the nodes' certificates (Kubernetes' name).
+const NODES_GROUP: &str = "system:nodes";
+
+fn node_name(node: u64) -> String {
+    format!("node-{node}")
+}
+
+/// The flags a component reaches the client ports with: the cluster CA,
+/// and the certificate `DIR/pki/STEM.crt`.
+fn client_tls_flags(dir: &Path, stem: &str) -> Vec<OsString> {
+    let pki = dir.join(PKI_DIR);
+    vec![
+        "--certificate-authority".into(),
+        pki.join("ca.crt").into(),
+        "--client-certificate".into(),
+        pki.join(format!("{stem}.crt")).into(),
+        "--client-key".into(),
+        pki.join(format!("{stem}.key")).into(),
+    ]
+}
 
 /// Makes the cluster's authority in DIR/pki once (later runs keep it, so a
-/// kubeconfig copied elsewhere stays trusted), and issues the masters'
-/// serving certificate and the admin's client certificate at each start,
-/// and the service account signing key once. The admin's, for the
+/// kubeconfig copied elsewhere stays trusted), the service account signing
+/// key once, and at each start the certificates: the masters' serving one
+/// (HTTPS and client ports), each master's peer certificate, the
+/// controller manager's and scheduler's, each node's (`system:node:NAME`
+/// in `system:nodes`), and the admin's, which it returns for the
 /// kubeconfig.
-fn pki(dir: &Path) -> Result<skiff_pki::Issued, String> {
+fn pki(dir: &Path, masters: &[MasterAddrs], nodes: u64) -> Result<skiff_pki::Issued, String> {
     use skiff_pki::{Authority, Profile, DEFAULT_VALIDITY};
     let pki = dir.join(PKI_DIR);
     let fail = |e: skiff_pki::PkiError| format!("the cluster's certificates in {}: {e}", pki.display());
     let ca = Authority::load_or_create(&pki, "skiff-ca").map_err(fail)?;
     let names = vec!["127.0.0.1".to_string(), "localhost".to_string()];
-    ca.issue(&Profile::Server { names }, DEFAULT_VALIDITY).and_then(|c| c.write(&pki, "apiserver")).map_err(fail)?;
+    let issue = |profile: Profile, stem: &str| {
+        ca.issue(&profile, DEFAULT_VALIDITY).and_then(|c| c.write(&pki, stem)).map_err(fail)
+    };
+    issue(Profile::Server { names: names.clone() }, "apiserver")?;
+    for m in masters {
+        issue(Profile::Peer { user: m.name.clone(), names: names.clone() }, &format!("peer-{}", m.id))?;
+    }
+    let client = |user: &str, groups: &[&str]| Profile::Client {
+        user: user.to_string(),
+        groups: groups.iter().map(|g| g.to_string()).collect(),
+    };
+    issue(client(crate::server::CONTROLLER_MANAGER_USER, &[]), "controller-manager")?;
+    issue(client(crate::server::SCHEDULER_USER, &[]), "scheduler")?;
+    for node in 1..=nodes {
+        let name = node_name(node);
+        issue(client(&format!("system:node:{name}"), &[NODES_GROUP]), &name)?;
+    }
     let admin =
         Profile::Client { user: skiff_pki::ADMIN_USER.to_string(), groups: vec![skiff_pki::MASTERS_GROUP.to_string()] };
     let admin = ca.issue(&admin, DEFAULT_VALIDITY).map_err(fail)?;
@@ -236,11 +274,18 @@ fn master_process(
             args.push("--data-dir".into());
             args.push(dir.join(format!("member-{}", m.id)).into());
             let pki = dir.join(PKI_DIR);
+            let peer = format!("peer-{}", m.id);
             for (flag, file) in [
-                ("--tls-cert-file", "apiserver.crt"),
-                ("--tls-private-key-file", "apiserver.key"),
-                ("--client-ca-file", "ca.crt"),
-                ("--service-account-signing-key-file", "sa.key"),
+                ("--tls-cert-file", "apiserver.crt".to_string()),
+                ("--tls-private-key-file", "apiserver.key".to_string()),
+                ("--client-ca-file", "ca.crt".to_string()),
+                ("--cert-file", "apiserver.crt".to_string()),
+                ("--key-file", "apiserver.key".to_string()),
+                ("--trusted-ca-file", "ca.crt".to_string()),
+                ("--peer-cert-file", format!("{peer}.crt")),
+                ("--peer-key-file", format!("{peer}.key")),
+                ("--peer-trusted-ca-file", "ca.crt".to_string()),
+                ("--service-account-signing-key-file", "sa.key".to_string()),
             ] {
                 args.push(flag.into());
                 args.push(pki.join(file).into());
@@ -257,11 +302,9 @@ fn master_process(
                 .chain(masters.iter().filter(|o| o.id != m.id).map(|o| o.client.as_str()))
                 .collect();
             let args = [program, "--server", &servers.join(","), "--identity", &m.name];
-            Process {
-                label: format!("{} {program}", m.name),
-                args: args.iter().map(OsString::from).collect(),
-                log: dir.join(format!("{program}-{}.log", m.id)),
-            }
+            let mut args: Vec<OsString> = args.iter().map(OsString::from).collect();
+            args.extend(client_tls_flags(dir, program));
+            Process { label: format!("{} {program}", m.name), args, log: dir.join(format!("{program}-{}.log", m.id)) }
         }
     }
 }
@@ -269,7 +312,7 @@ fn master_process(
 fn node_process(component: NodeComponent, args: &UpArgs, node: u64, masters: &[MasterAddrs]) -> Process {
     match component {
         NodeComponent::Agent => {
-            let name = format!("node-{node}");
+            let name = node_name(node);
             let servers: Vec<&str> = masters.iter().map(|m| m.client.as_str()).collect();
             let listen = format!("127.0.0.1:{}", args.node_base_port + node as u16 - 1);
             let mut argv: Vec<OsString> =
@@ -279,6 +322,7 @@ fn node_process(component: NodeComponent, args: &UpArgs, node: u64, masters: &[M
                     .collect();
             argv.push("--data-dir".into());
             argv.push(args.dir.join(&name).into());
+            argv.extend(client_tls_flags(&args.dir, &name));
             // A local cluster leaves nothing running behind it.
             argv.push("--remove-pods-on-exit".into());
             Process { label: name.clone(), args: argv, log: args.dir.join(format!("{name}.log")) }
@@ -564,7 +608,7 @@ pub async fn run(args: UpArgs) -> Result<(), String> {
     // A closed terminal: the members, in groups of their own, would not hear it.
     let mut hangup = signal(SignalKind::hangup()).map_err(|e| e.to_string())?;
 
-    let admin = pki(&args.dir)?;
+    let admin = pki(&args.dir, &masters, args.nodes)?;
     let ca_pem = std::fs::read_to_string(args.dir.join(PKI_DIR).join("ca.crt")).map_err(|e| e.to_string())?;
     let mut cluster = Cluster::start(exe, processes(&args, &masters), lock).await?;
 
@@ -582,7 +626,7 @@ pub async fn run(args: UpArgs) -> Result<(), String> {
     println!("  skiffctl --server {} status", clients.join(","));
     println!("Ctrl-C stops the cluster; a process that exits is restarted.\n");
 
-    let sampler = match status::Sampler::new(&masters) {
+    let sampler = match status::Sampler::new(&masters, &args.dir.join(PKI_DIR)) {
         Ok(s) => s,
         Err(e) => {
             cluster.stop().await;

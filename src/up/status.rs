@@ -90,17 +90,25 @@ pub struct Sampler {
 impl Sampler {
     /// Connections are made lazily, so a master that is still starting is
     /// simply not answering yet.
-    pub fn new(masters: &[MasterAddrs]) -> Result<Sampler, String> {
+    /// It signs in as the cluster's admin (`pki/admin.crt`): the etcd API's
+    /// status is for `system:masters` only.
+    pub fn new(masters: &[MasterAddrs], pki: &std::path::Path) -> Result<Sampler, String> {
+        let files = skiff_pki::ClientFiles {
+            ca: pki.join("ca.crt"),
+            cert: Some((pki.join("admin.crt"), pki.join("admin.key"))),
+        };
+        let tls = skiff_pki::transport::client_config(&files).map_err(|e| e.to_string())?;
+        let connector = skiff_pki::Connector::new(std::sync::Arc::new(tls));
         let mut channels = Vec::new();
         for m in masters {
-            let endpoint = Endpoint::from_shared(format!("http://{}", m.client))
+            let endpoint = Endpoint::from_shared(format!("https://{}", m.client))
                 .map_err(|e| format!("bad address {}: {e}", m.client))?
                 .connect_timeout(CALL_TIMEOUT)
                 .timeout(CALL_TIMEOUT);
-            channels.push(endpoint.connect_lazy());
+            channels.push(endpoint.connect_with_connector_lazy(connector.clone()));
         }
         let endpoints: Vec<&str> = masters.iter().map(|m| m.client.as_str()).collect();
-        let client = Client::new(&endpoints).map_err(|e| e.to_string())?;
+        let client = Client::connect(&endpoints, None, Some(connector)).map_err(|e| e.to_string())?;
         Ok(Sampler { masters: channels, client })
     }
 

@@ -96,6 +96,8 @@ impl InProcessCluster {
                 client_listen: client.clone(),
                 http_listen: http.clone(),
                 http_tls: None,
+                client_tls: None,
+                peer_tls: None,
                 authentication: Default::default(),
                 authorization: Default::default(),
                 audit: None,

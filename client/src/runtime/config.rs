@@ -4,33 +4,25 @@
 //! with its `QPS` and `Burst`.
 
 use std::path::PathBuf;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::time::Instant;
+
+use skiff_pki::ClientFiles;
 
 use crate::resources::{Client, ClientError};
 
 /// The connection settings every component (controller manager, scheduler,
 /// node agent, skiffctl) takes.
-///
-/// Security is not on yet: the CA, client certificate, key and bearer token
-/// are carried so command lines and config files keep their final shape,
-/// but [`Client::from_config`] does not use them (connections are plaintext
-/// gRPC and unauthenticated).
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct ClientConfig {
     /// The apiservers' client addresses (`HOST:PORT` or URLs); requests fail
     /// over between them.
     pub endpoints: Vec<String>,
-    /// The cluster CA that signs the apiservers' certificates (unused yet).
-    pub ca_file: Option<PathBuf>,
-    /// The client certificate presented to the apiservers (unused yet).
-    pub client_cert_file: Option<PathBuf>,
-    /// The client certificate's private key (unused yet).
-    pub client_key_file: Option<PathBuf>,
-    /// A bearer token sent with every request (unused yet).
-    pub bearer_token: Option<String>,
+    /// TLS to the apiservers: the CA their certificates chain to, and the
+    /// client certificate that says who this client is; `None`: plaintext.
+    pub tls: Option<ClientFiles>,
     /// Writes per second allowed on average; 0: unlimited.
     pub qps: f64,
     /// Writes allowed in a burst above `qps` (at least 1 when `qps` > 0).
@@ -49,11 +41,46 @@ impl ClientConfig {
     }
 }
 
+/// The flags a component or tool reaches the apiservers' client port over
+/// TLS with, kubectl's names: the CA to trust, and the certificate that
+/// says who it is.
+#[derive(clap::Args, Clone, Debug, Default)]
+pub struct ClientTlsArgs {
+    /// Reach the apiservers over TLS, trusting this CA (PEM).
+    #[arg(long, value_name = "FILE")]
+    pub certificate_authority: Option<PathBuf>,
+    /// The client certificate to present (PEM; its common name is the user,
+    /// its organization the group).
+    #[arg(long, value_name = "FILE", requires_all = ["certificate_authority", "client_key"])]
+    pub client_certificate: Option<PathBuf>,
+    /// The client certificate's private key (PEM).
+    #[arg(long, value_name = "FILE", requires = "client_certificate")]
+    pub client_key: Option<PathBuf>,
+}
+
+impl ClientTlsArgs {
+    /// What the flags ask for; `None`: plaintext.
+    pub fn files(&self) -> Option<ClientFiles> {
+        let ca = self.certificate_authority.clone()?;
+        let cert = self.client_certificate.clone().zip(self.client_key.clone());
+        Some(ClientFiles { ca, cert })
+    }
+}
+
 impl Client {
-    /// A client built from `config`: its endpoints and its write rate limit.
-    /// The TLS and credential fields are not used yet (see [`ClientConfig`]).
+    /// A client built from `config`: its endpoints, its TLS and its write
+    /// rate limit. Unreadable certificate files fail here, not at the first
+    /// request.
     pub fn from_config(config: &ClientConfig) -> Result<Client, ClientError> {
-        Client::with_write_limiter(&config.endpoints, config.write_limiter())
+        let tls = match &config.tls {
+            Some(files) => {
+                let tls = skiff_pki::transport::client_config(files)
+                    .map_err(|e| ClientError::Unreachable(format!("TLS to the apiservers: {e}")))?;
+                Some(skiff_pki::Connector::new(Arc::new(tls)))
+            }
+            None => None,
+        };
+        Client::connect(&config.endpoints, config.write_limiter(), tls)
     }
 }
 
