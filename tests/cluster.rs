@@ -259,6 +259,7 @@ async fn a_directory_that_is_not_skiffs_is_refused_untouched() {
         members: BTreeMap::new(),
         initial: String::new(),
         extra_args: Vec::new(),
+        client_tls: None,
     };
     cluster.add_member(1);
     let dir = cluster.members[&1].data_dir.clone();

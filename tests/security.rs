@@ -6,7 +6,8 @@
 //! rotated under a running watch. Then RBAC as kubectl users meet it
 //! (bindings, Forbidden, `auth can-i`, aggregation, escalation), the audit
 //! log, the per-user in-flight limits, and service account tokens from
-//! `kubectl create token`.
+//! `kubectl create token`. Last, mutual TLS between Raft peers and client
+//! certificates on the gRPC client port.
 
 mod support;
 
@@ -563,4 +564,141 @@ async fn a_service_account_token_works_until_its_pod_or_account_is_deleted() {
     ok(admin(&["delete", "serviceaccount", "robot"]));
     let err = fails(as_unbound(&["auth", "whoami"]));
     assert!(err.contains("Unauthorized"), "{err}");
+}
+
+/// A connector trusting `pki`'s CA, presenting `pki/STEM.crt` if given.
+fn connector(pki: &Path, stem: Option<&str>) -> skiff_pki::Connector {
+    let cert = stem.map(|s| (pki.join(format!("{s}.crt")), pki.join(format!("{s}.key"))));
+    let files = skiff_pki::ClientFiles { ca: pki.join("ca.crt"), cert };
+    skiff_pki::Connector::new(std::sync::Arc::new(skiff_pki::transport::client_config(&files).unwrap()))
+}
+
+/// What a Raft message (an undecodable vote) to the peer listener at
+/// `addr` gets, sent over TLS with `tls` or in plaintext. A member that
+/// reads it refuses it as InvalidArgument; one that never lets the
+/// message in fails the call at the transport.
+async fn vote_on(addr: &str, tls: Option<skiff_pki::Connector>) -> tonic::Code {
+    use skiff_proto::peer::peer_client::PeerClient;
+    use skiff_proto::peer::Payload;
+    let scheme = if tls.is_some() { "https" } else { "http" };
+    let endpoint = tonic::transport::Endpoint::from_shared(format!("{scheme}://{addr}"))
+        .unwrap()
+        .connect_timeout(Duration::from_secs(3))
+        .timeout(Duration::from_secs(5));
+    let channel = match tls {
+        Some(tls) => endpoint.connect_with_connector(tls).await,
+        None => endpoint.connect().await,
+    };
+    let Ok(channel) = channel else { return tonic::Code::Unavailable };
+    match PeerClient::new(channel).vote(Payload { data: b"term 1000, vote for me".to_vec() }).await {
+        Ok(_) => tonic::Code::Ok,
+        Err(status) => status.code(),
+    }
+}
+
+/// Mutual TLS between Raft peers and client certificates on the client
+/// port, through real members and etcdctl: only a peer certificate of
+/// the cluster gets a message to Raft, only system:masters uses the etcd
+/// API, and a member without a peer certificate cannot join.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_peers_reach_raft_or_join_and_only_administrators_the_etcd_api() {
+    let dir = tempfile::tempdir().unwrap();
+    let pki = dir.path().join("pki");
+    let p = pki.to_str().unwrap();
+    skiffctl(&["certs", "ca", "--dir", p]);
+    skiffctl(&["certs", "server", "--dir", p, "--host", "127.0.0.1"]);
+    assert!(skiffctl(&["certs", "peer", "--dir", p, "--name", "member", "--host", "127.0.0.1"]).contains("peer-member"));
+    skiffctl(&["certs", "client", "--dir", p, "--user", "root", "--group", "system:masters"]);
+    skiffctl(&[
+        "certs",
+        "client",
+        "--dir",
+        p,
+        "--user",
+        "system:node:a",
+        "--group",
+        "system:nodes",
+        "--name",
+        "node-a",
+    ]);
+    let file = |name: &str| pki.join(name).display().to_string();
+    let client_flags = [
+        "--cert-file",
+        &file("apiserver.crt"),
+        "--key-file",
+        &file("apiserver.key"),
+        "--trusted-ca-file",
+        &file("ca.crt"),
+    ]
+    .map(String::from);
+    let peer_flags = [
+        "--peer-cert-file",
+        &file("peer-member.crt"),
+        "--peer-key-file",
+        &file("peer-member.key"),
+        "--peer-trusted-ca-file",
+        &file("ca.crt"),
+    ]
+    .map(String::from);
+    let flags: Vec<&str> = client_flags.iter().chain(&peer_flags).map(String::as_str).collect();
+    let admin = connector(&pki, Some("root"));
+    let mut cluster = Cluster::spawn_tls(3, &flags, admin.clone()).await;
+    let leader = cluster.must_leader().await;
+    let client = cluster.members[&leader].client.clone();
+    let term = status_over(&client, Some(&admin)).await.unwrap().raft_term;
+
+    // The etcd API: the admin's certificate, and no one else.
+    let endpoint = format!("https://{client}");
+    let (ca, root, root_key) = (file("ca.crt"), file("root.crt"), file("root.key"));
+    let (node, node_key) = (file("node-a.crt"), file("node-a.key"));
+    let as_root = ["--cacert", &ca, "--cert", &root, "--key", &root_key];
+    must_succeed(etcdctl(&endpoint, &[&as_root[..], &["put", "k", "v"]].concat(), None));
+    let anonymous = etcdctl(&endpoint, &["--cacert", &ca, "get", "k"], None);
+    assert!(String::from_utf8_lossy(&anonymous.stderr).contains("Unauthenticated"), "{anonymous:?}");
+    let as_node = etcdctl(&endpoint, &["--cacert", &ca, "--cert", &node, "--key", &node_key, "get", "k"], None);
+    let err = String::from_utf8_lossy(&as_node.stderr);
+    assert!(err.contains("PermissionDenied") && err.contains("system:masters only"), "{err}");
+
+    // The peer listener: a peer's message reaches Raft (which finds it
+    // undecodable); nobody else's is read at all.
+    let peer_addr = cluster.members[&leader].peer.clone();
+    assert_eq!(vote_on(&peer_addr, Some(connector(&pki, Some("peer-member")))).await, tonic::Code::InvalidArgument);
+    let stranger_dir = dir.path().join("stranger");
+    let s = stranger_dir.to_str().unwrap();
+    skiffctl(&["certs", "ca", "--dir", s]);
+    skiffctl(&["certs", "peer", "--dir", s, "--name", "member", "--host", "127.0.0.1"]);
+    for (who, tls) in [
+        ("plaintext", None),
+        ("no certificate", Some(connector(&pki, None))),
+        ("the admin's certificate", Some(connector(&pki, Some("root")))),
+        ("another CA's peer certificate", Some(connector(&stranger_dir, Some("peer-member")))),
+    ] {
+        let code = vote_on(&peer_addr, tls).await;
+        assert!(
+            !matches!(code, tonic::Code::Ok | tonic::Code::InvalidArgument),
+            "{who}: the message got in ({code:?})"
+        );
+    }
+    assert!(cluster.log_of(leader).contains("refused a peer connection"), "{}", cluster.log_of(leader));
+
+    // Joining: without TLS the member cannot even talk to the client
+    // port; with a node's certificate in place of a peer's it is refused.
+    cluster.add_member(4);
+    let plain = cluster.run_to_exit(4, &["--join", &client, "--join-timeout", "3s"]);
+    assert!(String::from_utf8_lossy(&plain.stderr).contains("join failed"), "{plain:?}");
+    cluster.wipe(4);
+    let mut as_node = vec!["--join", &client, "--join-timeout", "3s"];
+    as_node.extend(client_flags.iter().map(String::as_str));
+    as_node.extend(["--peer-cert-file", &node, "--peer-key-file", &node_key, "--peer-trusted-ca-file", &ca]);
+    let refused = cluster.run_to_exit(4, &as_node);
+    let err = String::from_utf8_lossy(&refused.stderr);
+    assert!(!refused.status.success() && err.contains("may not call /skiff.control.Control/Join"), "{err}");
+
+    // The group is as it was: three members, the same leader and term.
+    let members = must_succeed(etcdctl(&endpoint, &[&as_root[..], &["member", "list"]].concat(), None));
+    assert_eq!(members.lines().count(), 3, "{members}");
+    assert_eq!(cluster.must_leader().await, leader);
+    assert_eq!(status_over(&client, Some(&admin)).await.unwrap().raft_term, term);
+    let got = must_succeed(etcdctl(&endpoint, &[&as_root[..], &["get", "k", "--print-value-only"]].concat(), None));
+    assert_eq!(got.trim(), "v");
 }

@@ -181,6 +181,14 @@ async fn bad_flags_are_refused_with_a_one_line_error() {
         &["--initial-cluster", &initial, "--tls-cert-file", missing, "--tls-private-key-file", missing],
     );
     refused(&out, &format!("the HTTP listener's TLS: {missing}: No such file"));
+    let peer_tls = ["--peer-cert-file", missing, "--peer-key-file", missing, "--peer-trusted-ca-file", missing];
+    let out = cluster.run_to_exit(2, &[&["--initial-cluster", &initial][..], &peer_tls].concat());
+    refused(&out, &format!("the peer listener's TLS: {missing}: No such file"));
+    let out = cluster.run_to_exit(2, &["--initial-cluster", &initial, "--peer-cert-file", missing]);
+    bad_flag(&out, "the following required arguments were not provided");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--peer-trusted-ca-file"), "{out:?}");
+    let out = cluster.run_to_exit(2, &["--initial-cluster", &initial, "--trusted-ca-file", missing]);
+    bad_flag(&out, "the following required arguments were not provided");
     let tokens = cluster.root.path().join("tokens.csv");
     std::fs::write(&tokens, "s3cret,alice\n").unwrap();
     let out = cluster.run_to_exit(2, &["--initial-cluster", &initial, "--token-auth-file", tokens.to_str().unwrap()]);

@@ -70,6 +70,17 @@ impl Up {
         self.dir.join("kubeconfig")
     }
 
+    /// etcdctl against the client port at `client` as the cluster's admin:
+    /// `skiff up` serves it over TLS, and the etcd API is for
+    /// system:masters only.
+    fn etcdctl(&self, client: &str, args: &[&str]) -> Output {
+        let pki = self.dir.join("pki");
+        let file = |name: &str| pki.join(name).display().to_string();
+        let (ca, cert, key) = (file("ca.crt"), file("admin.crt"), file("admin.key"));
+        let tls = ["--cacert", &ca, "--cert", &cert, "--key", &key];
+        etcdctl(&format!("https://{client}"), &[&tls[..], args].concat(), None)
+    }
+
     fn logs(&self) -> String {
         let mut all = format!("--- skiff up ---\n{}", self.output());
         for entry in std::fs::read_dir(&self.dir).into_iter().flatten().flatten() {
@@ -327,7 +338,11 @@ fn up_runs_five_masters() {
     let mut up = Up::start(root.path(), 5, base, http, 1);
     up.must_kubectl_show(&["--context", "skiff-master-5", "get", "ns", "-o", "name"], "namespace/default", READY);
     up.must_print("masters up 5/5", READY);
-    let members = must_succeed(etcdctl(&format!("127.0.0.1:{base}"), &["member", "list"], None));
+    let members = must_succeed(up.etcdctl(&format!("127.0.0.1:{base}"), &["member", "list"]));
+    // Without the admin's certificate, the etcd API says who it is for.
+    let ca = up.dir.join("pki/ca.crt").display().to_string();
+    let anonymous = etcdctl(&format!("https://127.0.0.1:{base}"), &["--cacert", &ca, "get", "k"], None);
+    assert!(String::from_utf8_lossy(&anonymous.stderr).contains("Unauthenticated"), "{anonymous:?}");
     for i in 1..=5 {
         assert!(members.contains(&format!("started, master-{i},")), "{members}");
     }
@@ -371,10 +386,10 @@ fn up_restarts_a_master_killed_with_sigkill_while_the_others_keep_serving() {
     for round in 0.. {
         let down = std::net::TcpStream::connect(client(victim)).is_err();
         let key = format!("while-master-{victim}-restarts-{round}");
-        must_succeed(etcdctl(&client(other), &["put", &key, "written"], None));
+        must_succeed(up.etcdctl(&client(other), &["put", &key, "written"]));
         if down {
             writes_while_down += 1;
-        } else if stdout(&etcdctl(&client(victim), &["get", &key], None)).contains("written") {
+        } else if stdout(&up.etcdctl(&client(victim), &["get", &key])).contains("written") {
             break;
         }
         assert!(Instant::now() < deadline, "master-{victim} never served again:\n{}", up.logs());

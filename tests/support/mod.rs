@@ -97,6 +97,9 @@ pub struct Cluster {
     pub initial: String,
     /// Flags every member of this cluster is started with.
     pub extra_args: Vec<String>,
+    /// How the harness reaches the members' client ports: plaintext, or
+    /// TLS with this connector (the cluster's CA and an admin certificate).
+    pub client_tls: Option<skiff_pki::Connector>,
 }
 
 impl Cluster {
@@ -107,24 +110,35 @@ impl Cluster {
 
     /// Starts `n` founding members, each with `extra_args`.
     pub async fn spawn_with(n: u64, extra_args: &[&str]) -> Cluster {
-        Self::spawn_members(n, extra_args, Member::new).await
+        Self::spawn_members(n, extra_args, None, Member::new).await
+    }
+
+    /// [`Cluster::spawn_with`] for members whose client ports take TLS:
+    /// the harness reaches them with `client_tls`.
+    pub async fn spawn_tls(n: u64, extra_args: &[&str], client_tls: skiff_pki::Connector) -> Cluster {
+        Self::spawn_members(n, extra_args, Some(client_tls), Member::new).await
     }
 
     /// Starts `n` founding members, each in its own network namespace of
     /// `net` (which must have namespaces for ids 1..=n), with `extra_args`.
     pub async fn spawn_in(net: &netns::Network, n: u64, extra_args: &[&str]) -> Cluster {
-        Self::spawn_members(n, extra_args, |root, id| Member::in_netns(root, id, net.namespace(id), net.address(id)))
-            .await
+        let member = |root: &std::path::Path, id| Member::in_netns(root, id, net.namespace(id), net.address(id));
+        Self::spawn_members(n, extra_args, None, member).await
     }
 
     /// Starts founding members 1..=n made by `member` (from the cluster's
     /// directory and the id), each with `extra_args`, and waits for a leader.
-    async fn spawn_members(n: u64, extra_args: &[&str], member: impl Fn(&std::path::Path, u64) -> Member) -> Cluster {
+    async fn spawn_members(
+        n: u64,
+        extra_args: &[&str],
+        client_tls: Option<skiff_pki::Connector>,
+        member: impl Fn(&std::path::Path, u64) -> Member,
+    ) -> Cluster {
         let root = tempfile::tempdir().unwrap();
         let members: BTreeMap<u64, Member> = (1..=n).map(|id| (id, member(root.path(), id))).collect();
         let initial = members.values().map(|m| format!("{}={}", m.id, m.peer)).collect::<Vec<_>>().join(",");
         let extra_args = extra_args.iter().map(|s| s.to_string()).collect();
-        let mut cluster = Cluster { root, members, initial, extra_args };
+        let mut cluster = Cluster { root, members, initial, extra_args, client_tls };
         for id in 1..=n {
             cluster.start(id);
         }
@@ -248,7 +262,7 @@ impl Cluster {
         loop {
             let mut seen = Vec::new();
             for m in self.running() {
-                if let Ok(s) = status(&m.client).await {
+                if let Ok(s) = status_over(&m.client, self.client_tls.as_ref()).await {
                     seen.push(s.leader);
                 }
             }
@@ -346,7 +360,23 @@ pub async fn channel(addr: &str) -> Result<Channel, tonic::transport::Error> {
 }
 
 pub async fn status(addr: &str) -> Result<skiff_proto::etcdserverpb::StatusResponse, String> {
-    let ch = channel(addr).await.map_err(|e| e.to_string())?;
+    status_over(addr, None).await
+}
+
+/// [`status`] over TLS with `tls`, if given.
+pub async fn status_over(
+    addr: &str,
+    tls: Option<&skiff_pki::Connector>,
+) -> Result<skiff_proto::etcdserverpb::StatusResponse, String> {
+    let ch = match tls {
+        Some(tls) => Endpoint::from_shared(format!("https://{addr}"))
+            .unwrap()
+            .connect_timeout(Duration::from_millis(500))
+            .connect_with_connector(tls.clone())
+            .await
+            .map_err(|e| e.to_string())?,
+        None => channel(addr).await.map_err(|e| e.to_string())?,
+    };
     let mut c = MaintenanceClient::new(ch);
     let mut req = tonic::Request::new(StatusRequest {});
     req.set_timeout(Duration::from_secs(2));
