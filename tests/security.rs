@@ -7,7 +7,7 @@
 //! (bindings, Forbidden, `auth can-i`, aggregation, escalation), the audit
 //! log, the per-user in-flight limits, and service account tokens from
 //! `kubectl create token`. Last, mutual TLS between Raft peers and client
-//! certificates on the gRPC client port.
+//! certificates on the gRPC client port, and NodeRestriction.
 
 mod support;
 
@@ -701,4 +701,70 @@ async fn only_peers_reach_raft_or_join_and_only_administrators_the_etcd_api() {
     assert_eq!(status_over(&client, Some(&admin)).await.unwrap().raft_term, term);
     let got = must_succeed(etcdctl(&endpoint, &[&as_root[..], &["get", "k", "--print-value-only"]].concat(), None));
     assert_eq!(got.trim(), "v");
+}
+
+/// NodeRestriction behind the `system:node` role, as a node's identity
+/// meets it through kubectl: a node writes its own Node and the pods bound
+/// to it, and nothing of another node's.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_node_writes_its_own_node_and_pods_and_nothing_of_another_nodes() {
+    let dir = tempfile::tempdir().unwrap();
+    let tokens = "admin-t,root,0,system:masters\nnode-a-t,system:node:a,1,system:nodes\n";
+    let (_cluster, url) = secure_cluster(dir.path(), tokens, &[]).await;
+    let ca = dir.path().join("pki/ca.crt").display().to_string();
+    let admin = |args: &[&str]| ok(kubectl_token(&url, &ca, "admin-t", args));
+    let as_node = |args: &[&str]| kubectl_token(&url, &ca, "node-a-t", args);
+    let file = |name: &str, text: String| {
+        let path = dir.path().join(name);
+        std::fs::write(&path, text).unwrap();
+        path.display().to_string()
+    };
+    for node in ["a", "b"] {
+        admin(&[
+            "create",
+            "-f",
+            &file(
+                &format!("node-{node}.json"),
+                format!(r#"{{"apiVersion":"v1","kind":"Node","metadata":{{"name":"{node}"}}}}"#),
+            ),
+        ]);
+        admin(&[
+            "create",
+            "-f",
+            &file(
+                &format!("pod-{node}.json"),
+                format!(
+                    r#"{{"apiVersion":"v1","kind":"Pod","metadata":{{"name":"on-{node}"}},
+               "spec":{{"nodeName":"{node}","containers":[{{"name":"c","image":"busybox"}}]}}}}"#
+                ),
+            ),
+        ]);
+    }
+    let outcome =
+        |o: Output| if o.status.success() { Ok(()) } else { Err(String::from_utf8_lossy(&o.stderr).into_owned()) };
+    eventually("the node role is bound", || outcome(as_node(&["label", "node", "a", "ready=yes"]))).await;
+
+    let refused = |args: &[&str], why: &str| {
+        let err = fails(as_node(args));
+        assert!(err.contains("Forbidden") || err.contains("forbidden"), "{args:?}: {err}");
+        assert!(err.contains(why), "{args:?}: {err}");
+    };
+    refused(&["label", "node", "b", "ready=yes"], "node \"a\" is not allowed to modify node \"b\"");
+    let status = ["--subresource=status", "--type=merge", "-p", r#"{"status":{"message":"seen"}}"#];
+    ok(as_node(&[&["patch", "pod", "on-a"][..], &status].concat()));
+    refused(
+        &[&["patch", "pod", "on-b"][..], &status].concat(),
+        "can only update pod status for pods with spec.nodeName set to itself",
+    );
+    refused(&["delete", "pod", "on-b", "--wait=false"], "can only delete pods with spec.nodeName set to itself");
+    let pod = file(
+        "pod-c.json",
+        r#"{"apiVersion":"v1","kind":"Pod","metadata":{"name":"mine"},
+        "spec":{"nodeName":"a","containers":[{"name":"c","image":"busybox"}]}}"#
+            .to_string(),
+    );
+    refused(&["create", "-f", &pod], "can only create mirror pods");
+    assert!(admin(&["get", "node", "b", "--show-labels"]).contains("<none>"), "node b was relabelled");
+    assert_eq!(admin(&["get", "pod", "on-a", "-o", "jsonpath={.status.message}"]), "seen");
+    ok(as_node(&["delete", "pod", "on-a", "--wait=false"]));
 }

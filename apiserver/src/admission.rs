@@ -238,7 +238,9 @@ impl Security {
         Ok(Security {
             authenticators,
             authorizer: Arc::new(AlwaysAllow),
-            admission: Vec::new(),
+            // NodeRestriction judges only nodes' identities, which exist
+            // only with authentication on.
+            admission: vec![Arc::new(crate::node_restriction::NodeRestriction)],
             tokens: None,
             client_port_secured: false,
         })

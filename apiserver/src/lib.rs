@@ -42,6 +42,7 @@ pub mod http;
 mod https;
 mod limits;
 pub mod metrics;
+pub mod node_restriction;
 mod pod_security;
 pub mod priority;
 mod quota;
