@@ -256,3 +256,28 @@ async fn kubectl_explain_and_strict_validation_read_the_served_schemas() {
     assert!(err.contains("unknown field") && err.contains("colour"), "{err}");
     assert_eq!(ok(kubectl_stdin(&server, &["apply", "--validate=strict", "-f", "-"], pod)), "pod/strict created\n");
 }
+
+/// PodSecurity's `warn` mode as kubectl shows it: the pod is created and
+/// kubectl prints the violations; `enforce` refuses the same pod.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pod_security_warns_in_warn_mode_and_refuses_in_enforce_mode() {
+    let cluster = Cluster::spawn(1).await;
+    let leader = cluster.must_leader().await;
+    let server = cluster.members[&leader].http.clone();
+    must_ready(&server).await;
+    ok(kubectl(&server, &["create", "namespace", "relaxed"]));
+    ok(kubectl(&server, &["label", "namespace", "relaxed", "pod-security.kubernetes.io/warn=baseline"]));
+    let pod = r#"{"apiVersion":"v1","kind":"Pod","metadata":{"name":"host"},
+        "spec":{"hostNetwork":true,"containers":[{"name":"c","image":"busybox"}]}}"#;
+    let out = kubectl_stdin(&server, &["-n", "relaxed", "create", "-f", "-"], pod);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(
+        err.contains("Warning: would violate PodSecurity \"baseline:latest\": host namespaces (hostNetwork=true)"),
+        "{err}"
+    );
+    ok(kubectl(&server, &["create", "namespace", "strict"]));
+    ok(kubectl(&server, &["label", "namespace", "strict", "pod-security.kubernetes.io/enforce=baseline"]));
+    let err = fails(kubectl_stdin(&server, &["-n", "strict", "create", "-f", "-"], pod));
+    assert!(err.contains("violates PodSecurity \"baseline:latest\": host namespaces (hostNetwork=true)"), "{err}");
+}

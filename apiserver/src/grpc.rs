@@ -94,7 +94,11 @@ impl ResourceService {
     async fn context<T>(&self, request: &Request<T>) -> Result<Context, ApiError> {
         let user = self.registry.security().authenticate_client_port(&credentials(request)).await?;
         let agent = request.metadata().get("user-agent").and_then(|v| v.to_str().ok()).unwrap_or_default();
-        Ok(Context { user, field_manager: crate::registry::manager_from_user_agent(agent) })
+        Ok(Context {
+            user,
+            field_manager: crate::registry::manager_from_user_agent(agent),
+            warnings: Default::default(),
+        })
     }
 
     /// Runs one request, recording its metrics and mapping its error.

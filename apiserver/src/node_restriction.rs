@@ -94,16 +94,9 @@ mod tests {
         UserInfo { name: name.into(), groups: groups.iter().map(|g| g.to_string()).collect() }
     }
 
-    fn check(
-        who: &UserInfo,
-        verb: &str,
-        plural: &str,
-        sub: &str,
-        ns: &str,
-        name: &str,
-        obj: Value,
-        old: Option<Value>,
-    ) -> Result<(), String> {
+    /// `what`: verb, resource, subresource, namespace, name.
+    fn check(who: &UserInfo, what: [&str; 5], obj: Value, old: Option<Value>) -> Result<(), String> {
+        let [verb, plural, sub, ns, name] = what;
         let resource = resources::catalog().iter().find(|r| r.plural == plural).expect("a built-in resource");
         let attrs = Attributes { user: who, verb, resource, subresource: sub, namespace: ns, name };
         NodeRestriction.validate(&attrs, &obj, old.as_ref()).map_err(|e| e.message)
@@ -116,37 +109,37 @@ mod tests {
     #[test]
     fn a_node_writes_its_own_node_lease_and_pods_and_nothing_of_another_node() {
         let a = user("system:node:a", &[NODES_GROUP, "system:authenticated"]);
-        assert!(check(&a, "update", "nodes", "status", "", "a", json!({}), Some(json!({}))).is_ok());
-        let e = check(&a, "patch", "nodes", "status", "", "b", json!({}), Some(json!({}))).unwrap_err();
+        assert!(check(&a, ["update", "nodes", "status", "", "a"], json!({}), Some(json!({}))).is_ok());
+        let e = check(&a, ["patch", "nodes", "status", "", "b"], json!({}), Some(json!({}))).unwrap_err();
         assert_eq!(e, "node \"a\" is not allowed to modify node \"b\"");
-        assert!(check(&a, "delete", "nodes", "", "", "b", json!({}), Some(json!({}))).is_err());
-        assert!(check(&a, "update", "leases", "", NODE_LEASE_NAMESPACE, "a", json!({}), Some(json!({}))).is_ok());
-        assert!(check(&a, "update", "leases", "", NODE_LEASE_NAMESPACE, "b", json!({}), Some(json!({}))).is_err());
+        assert!(check(&a, ["delete", "nodes", "", "", "b"], json!({}), Some(json!({}))).is_err());
+        assert!(check(&a, ["update", "leases", "", NODE_LEASE_NAMESPACE, "a"], json!({}), Some(json!({}))).is_ok());
+        assert!(check(&a, ["update", "leases", "", NODE_LEASE_NAMESPACE, "b"], json!({}), Some(json!({}))).is_err());
 
         // Pods: status, deletion and eviction of its own; mirror pods only.
-        assert!(check(&a, "update", "pods", "status", "ns", "p", pod_on("a"), Some(pod_on("a"))).is_ok());
-        let e = check(&a, "update", "pods", "status", "ns", "p", pod_on("b"), Some(pod_on("b"))).unwrap_err();
+        assert!(check(&a, ["update", "pods", "status", "ns", "p"], pod_on("a"), Some(pod_on("a"))).is_ok());
+        let e = check(&a, ["update", "pods", "status", "ns", "p"], pod_on("b"), Some(pod_on("b"))).unwrap_err();
         assert!(e.contains("can only update pod status for pods with spec.nodeName set to itself"), "{e}");
         // Rebinding someone else's pod to itself through its status: the old pod decides.
-        assert!(check(&a, "update", "pods", "status", "ns", "p", pod_on("a"), Some(pod_on("b"))).is_err());
-        assert!(check(&a, "delete", "pods", "", "ns", "p", pod_on("a"), Some(pod_on("a"))).is_ok());
-        assert!(check(&a, "delete", "pods", "", "ns", "p", pod_on("b"), Some(pod_on("b"))).is_err());
-        assert!(check(&a, "update", "pods", "", "ns", "p", pod_on("a"), Some(pod_on("a"))).is_err());
-        let e = check(&a, "create", "pods", "", "ns", "p", pod_on("a"), None).unwrap_err();
+        assert!(check(&a, ["update", "pods", "status", "ns", "p"], pod_on("a"), Some(pod_on("b"))).is_err());
+        assert!(check(&a, ["delete", "pods", "", "ns", "p"], pod_on("a"), Some(pod_on("a"))).is_ok());
+        assert!(check(&a, ["delete", "pods", "", "ns", "p"], pod_on("b"), Some(pod_on("b"))).is_err());
+        assert!(check(&a, ["update", "pods", "", "ns", "p"], pod_on("a"), Some(pod_on("a"))).is_err());
+        let e = check(&a, ["create", "pods", "", "ns", "p"], pod_on("a"), None).unwrap_err();
         assert!(e.contains("can only create mirror pods"), "{e}");
         let mut mirror = pod_on("a");
         mirror["metadata"]["annotations"] = json!({MIRROR_ANNOTATION: "hash"});
-        assert!(check(&a, "create", "pods", "", "ns", "p", mirror.clone(), None).is_ok());
+        assert!(check(&a, ["create", "pods", "", "ns", "p"], mirror.clone(), None).is_ok());
         mirror["spec"]["nodeName"] = json!("b");
-        assert!(check(&a, "create", "pods", "", "ns", "p", mirror, None).is_err());
+        assert!(check(&a, ["create", "pods", "", "ns", "p"], mirror, None).is_err());
 
         // Anyone else, and a user named like a node outside the group, is
         // not this plugin's to judge.
         let admin = user("admin", &["system:masters"]);
-        assert!(check(&admin, "update", "pods", "", "ns", "p", pod_on("b"), Some(pod_on("b"))).is_ok());
+        assert!(check(&admin, ["update", "pods", "", "ns", "p"], pod_on("b"), Some(pod_on("b"))).is_ok());
         let impostor = user("system:node:a", &["system:authenticated"]);
         assert_eq!(node_name(&impostor), None);
         // Other kinds go to RBAC alone.
-        assert!(check(&a, "create", "events", "", "ns", "e", json!({}), None).is_ok());
+        assert!(check(&a, ["create", "events", "", "ns", "e"], json!({}), None).is_ok());
     }
 }

@@ -6,19 +6,24 @@
 //! (hostNetwork=true), ...`). Unlabelled namespaces are `privileged`
 //! (nothing is checked); an unknown level enforces `restricted`, as
 //! Kubernetes does. Pods are checked when created and when an update
-//! changes their spec. The `warn` and `audit` modes are not implemented,
-//! and the `enforce-version` label only names the version in messages:
-//! every check is the latest one.
+//! changes their spec. The `warn` mode
+//! (`pod-security.kubernetes.io/warn`) lets such a pod in with a warning
+//! (`would violate PodSecurity ...`, which kubectl prints). The `audit` mode
+//! is not implemented, and the `*-version` labels only name the version in
+//! messages: every check is the latest one.
 
 use serde_json::Value;
 use skiff_api::resources::{self, Kind};
 use skiff_api::ApiError;
 
 use crate::admission::{forbidden, Attributes};
+use crate::registry::Context;
 use crate::storage::ObjectStore;
 
 const ENFORCE: &str = "pod-security.kubernetes.io/enforce";
 const ENFORCE_VERSION: &str = "pod-security.kubernetes.io/enforce-version";
+const WARN: &str = "pod-security.kubernetes.io/warn";
+const WARN_VERSION: &str = "pod-security.kubernetes.io/warn-version";
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub(crate) enum Level {
@@ -46,9 +51,11 @@ impl Level {
     }
 }
 
-/// Refuses a pod write that breaks its namespace's enforced level.
+/// Refuses a pod write that breaks its namespace's enforced level, and
+/// warns `ctx` of one that breaks its warned level.
 pub(crate) async fn admit(
     objects: &ObjectStore,
+    ctx: &Context,
     attrs: &Attributes<'_>,
     pod: &Value,
     old: Option<&Value>,
@@ -63,6 +70,13 @@ pub(crate) async fn admit(
     let Some(namespace) = objects.get(&key, 0).await?.0 else { return Ok(()) };
     let namespace = namespace.decode()?;
     let labels = &namespace["metadata"]["labels"];
+    if let Some(warned) = labels[WARN].as_str().map(|l| Level::parse(Some(l))) {
+        let found = violations(warned, pod);
+        if !found.is_empty() {
+            let version = labels[WARN_VERSION].as_str().unwrap_or("latest");
+            ctx.warn(format!("would violate PodSecurity \"{}:{version}\": {}", warned.name(), found.join(", ")));
+        }
+    }
     let level = Level::parse(labels[ENFORCE].as_str());
     let found = violations(level, pod);
     if found.is_empty() {

@@ -53,7 +53,14 @@ pub struct Context {
     /// `metadata.managedFields`: the `fieldManager` parameter, else derived
     /// from the client's User-Agent as Kubernetes derives it.
     pub field_manager: String,
+    /// What the request should be warned of (`Warning` headers on the
+    /// REST API): admission's warnings land here.
+    pub warnings: Warnings,
 }
+
+/// A request's warnings, shared by the layers that add them and the one
+/// that answers.
+pub type Warnings = std::sync::Arc<std::sync::Mutex<Vec<String>>>;
 
 impl Context {
     /// An internal caller (bootstrap tasks, tests).
@@ -61,6 +68,16 @@ impl Context {
         Context {
             user: UserInfo { name: "system:apiserver".into(), groups: vec!["system:masters".into()] },
             field_manager: "skiff-apiserver".into(),
+            warnings: Warnings::default(),
+        }
+    }
+
+    /// Adds a warning for the caller, once (a write retried after a
+    /// conflict passes admission again).
+    pub fn warn(&self, warning: String) {
+        let mut warnings = self.warnings.lock().expect("warnings lock");
+        if !warnings.contains(&warning) {
+            warnings.push(warning);
         }
     }
 }
@@ -663,7 +680,7 @@ impl Registry {
             };
             limits::admit(&attrs, &mut candidate, &limit_ranges)?;
             self.security.admit(&attrs, &mut candidate, None)?;
-            pod_security::admit(&self.objects, &attrs, &candidate, None).await?;
+            pod_security::admit(&self.objects, ctx, &attrs, &candidate, None).await?;
             let chosen = strategy.allocate(&mut candidate, None).map_err(|e| ApiError::invalid(info, &name, &[e]))?;
             let managers = if recorded {
                 supplied.clone()
@@ -1078,7 +1095,7 @@ impl Registry {
             priority::admit(&self.objects, &attrs, &mut next, Some(&current)).await?;
             defaults::apply(info, &mut next);
             self.security.admit(&attrs, &mut next, Some(&current))?;
-            pod_security::admit(&self.objects, &attrs, &next, Some(&current)).await?;
+            pod_security::admit(&self.objects, ctx, &attrs, &next, Some(&current)).await?;
             let chosen =
                 strategy.allocate(&mut next, Some(&current)).map_err(|e| ApiError::invalid(info, name, &[e]))?;
             if record == Record::Update {

@@ -195,7 +195,7 @@ fn pod_stream(path: &str) -> Option<(String, String, String)> {
 /// its user; the field manager is only for completeness.
 fn reader_context(user: UserInfo, headers: &HeaderMap) -> Context {
     let agent = headers.get(header::USER_AGENT).and_then(|v| v.to_str().ok()).unwrap_or_default();
-    Context { user, field_manager: crate::registry::manager_from_user_agent(agent) }
+    Context { user, field_manager: crate::registry::manager_from_user_agent(agent), warnings: Default::default() }
 }
 
 /// `pods/log`, `pods/exec`, `pods/attach` and `pods/portforward`, proxied
@@ -639,7 +639,7 @@ struct Request<'a> {
     headers: &'a HeaderMap,
     query: HashMap<String, String>,
     /// `Warning` headers for the response (`fieldValidation=Warn`).
-    warnings: std::sync::Mutex<Vec<String>>,
+    warnings: crate::registry::Warnings,
 }
 
 impl Request<'_> {
@@ -683,7 +683,7 @@ impl Request<'_> {
             }
             m => m.to_string(),
         };
-        Ok(Context { user, field_manager })
+        Ok(Context { user, field_manager, warnings: self.warnings.clone() })
     }
 
     fn table(&self, objects: &[Value], resource_version: Option<String>, continue_token: Option<String>) -> Value {
