@@ -7,8 +7,6 @@
 //! Certificates rotate without a restart ([`crate::tls::follow`]): new
 //! connections are served with the new ones, open connections keep theirs.
 
-use std::time::Duration;
-
 use axum::Router;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
@@ -23,19 +21,7 @@ use crate::admission::{ClientCertificate, UserInfo};
 /// the `current` configuration.
 pub async fn serve(listener: TcpListener, app: Router, current: crate::tls::Current, shutdown: Shutdown) {
     let connections = shutdown.child();
-    loop {
-        let (stream, remote) = tokio::select! {
-            accepted = listener.accept() => match accepted {
-                Ok(accepted) => accepted,
-                Err(e) => {
-                    tracing::debug!(error = %e, "accepting an HTTPS connection");
-                    tokio::time::sleep(Duration::from_millis(10)).await;
-                    continue;
-                }
-            },
-            () = shutdown.cancelled() => break,
-        };
-        let _ = stream.set_nodelay(true);
+    while let Some((stream, remote)) = crate::tls::accept(&listener, &shutdown).await {
         let acceptor = tokio_rustls::TlsAcceptor::from(current.borrow().clone());
         let (app, stop) = (app.clone(), connections.clone());
         connections.spawn(async move {

@@ -60,26 +60,7 @@ pub struct ClientTls {
 pub async fn serve(listener: TcpListener, routes: Routes, tls: Option<ClientTls>, shutdown: Shutdown) {
     let routes = routes.prepare();
     let connections = shutdown.child();
-    loop {
-        let accepted = tokio::select! {
-            accepted = listener.accept() => accepted,
-            () = shutdown.cancelled() => break,
-        };
-        let stream = match accepted {
-            Ok((stream, _)) => stream,
-            Err(e) => {
-                // Out of file descriptors, or a connection reset before it
-                // was accepted: keep serving the connections we have.
-                tracing::debug!(error = %e, "accepting a client connection");
-                tokio::time::sleep(Duration::from_millis(10)).await;
-                continue;
-            }
-        };
-        // Nagle's algorithm off: gRPC's small frames would otherwise wait
-        // out delayed ACKs (~40 ms).
-        if let Err(e) = stream.set_nodelay(true) {
-            tracing::debug!(error = %e, "setting TCP_NODELAY");
-        }
+    while let Some((stream, _)) = crate::tls::accept(&listener, &shutdown).await {
         let routes = routes.clone();
         let stop = connections.clone();
         let Some(tls) = &tls else {

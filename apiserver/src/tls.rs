@@ -72,6 +72,28 @@ pub fn follow(
     Ok(receiver)
 }
 
+/// The next connection on `listener`, Nagle's algorithm off (small gRPC
+/// and TLS frames would wait out delayed ACKs); `None` once `shutdown` is
+/// cancelled. Failed accepts (out of file descriptors, a connection reset
+/// before it was accepted) are logged and skipped.
+pub async fn accept(listener: &TcpListener, shutdown: &Shutdown) -> Option<(TcpStream, std::net::SocketAddr)> {
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((stream, remote)) => {
+                    let _ = stream.set_nodelay(true);
+                    return Some((stream, remote));
+                }
+                Err(e) => {
+                    tracing::debug!(error = %e, local = ?listener.local_addr().ok(), "accepting a connection");
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+            },
+            () = shutdown.cancelled() => return None,
+        }
+    }
+}
+
 /// The connections of the peer listener that proved, by a certificate of
 /// the peers' CA in [`PEERS_GROUP`], to come from a member, as tonic's
 /// server takes them. Handshakes run in tasks of their own, so a client
@@ -82,19 +104,7 @@ pub fn peers(listener: TcpListener, tls: Current, shutdown: Shutdown) -> impl fu
     let handshakes = shutdown.child();
     let stop = shutdown.clone();
     shutdown.spawn(async move {
-        loop {
-            let (stream, remote) = tokio::select! {
-                accepted = listener.accept() => match accepted {
-                    Ok(accepted) => accepted,
-                    Err(e) => {
-                        tracing::debug!(error = %e, "accepting a peer connection");
-                        tokio::time::sleep(Duration::from_millis(10)).await;
-                        continue;
-                    }
-                },
-                () = stop.cancelled() => return,
-            };
-            let _ = stream.set_nodelay(true);
+        while let Some((stream, remote)) = accept(&listener, &stop).await {
             let acceptor = tokio_rustls::TlsAcceptor::from(tls.borrow().clone());
             let sender = sender.clone();
             handshakes.spawn(async move {
