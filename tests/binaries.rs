@@ -42,10 +42,12 @@ fn skiffctl_links_no_rocksdb_and_skiff_does() {
 /// schemars code), and to 57.1 MB with TLS (rustls and ring for the HTTPS
 /// listener, rcgen and x509-parser for the cluster CA `skiff up` makes),
 /// and to 59.0 MB with RBAC, the audit log, encryption at rest, quota,
-/// LimitRanger and PodSecurity admission and service account tokens:
-/// the limit is 60 MB until those are slimmed (the schemas could be
-/// generated at build time instead of compiled in; x509-parser is used
-/// for two small reads). Only meaningful for the optimised build `make test`
+/// LimitRanger and PodSecurity admission and service account tokens,
+/// and to 61.6 MB with TLS on the gRPC ports (tonic's HTTP/2 client stack
+/// again for the TLS connector, which peers, the components and `skiff
+/// up` dial with): the limit is 63 MB until those are slimmed (the schemas
+/// could be generated at build time instead of compiled in; x509-parser is
+/// used for two small reads). Only meaningful for the optimised build `make test`
 /// runs; a debug build is larger by design.
 #[test]
 #[cfg_attr(debug_assertions, ignore = "sizes are set for the release build")]
@@ -53,5 +55,5 @@ fn the_binaries_people_copy_are_small() {
     let size = |p: &Path| std::fs::metadata(p).unwrap_or_else(|e| panic!("{}: {e}", p.display())).len();
     let (ctl, server) = (size(&skiffctl_path()), size(Path::new(SKIFF)));
     assert!(ctl < 15_000_000, "skiffctl is {ctl} bytes");
-    assert!(server < 60_000_000, "skiff is {server} bytes");
+    assert!(server < 63_000_000, "skiff is {server} bytes");
 }
