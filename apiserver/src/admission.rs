@@ -42,10 +42,16 @@ pub struct Credentials {
     pub client_certificate: Option<UserInfo>,
 }
 
-/// A verified client certificate's identity, as the HTTPS listener puts it
-/// into a request's extensions.
+/// A verified client certificate's identity, as the HTTPS and client
+/// listeners put it into a request's extensions.
 #[derive(Clone, Debug)]
 pub struct ClientCertificate(pub UserInfo);
+
+impl From<skiff_pki::Identity> for ClientCertificate {
+    fn from(id: skiff_pki::Identity) -> Self {
+        ClientCertificate(UserInfo { name: id.user, groups: id.groups })
+    }
+}
 
 /// What is being asked, for authorization and admission.
 #[derive(Clone, Debug)]

@@ -14,7 +14,7 @@ use skiff_shutdown::Shutdown;
 use tokio::net::TcpListener;
 use tower::ServiceExt;
 
-use crate::admission::{ClientCertificate, UserInfo};
+use crate::admission::ClientCertificate;
 
 /// Serves `app` over TLS on `listener` until `shutdown`, then lets each
 /// connection finish what it has in flight; new connections are served with
@@ -31,7 +31,7 @@ pub async fn serve(listener: TcpListener, app: Router, current: crate::tls::Curr
                 // certificate: the client hears a TLS alert.
                 Err(e) => return tracing::debug!(error = %e, "TLS handshake failed"),
             };
-            let peer = peer.map(|id| ClientCertificate(UserInfo { name: id.user, groups: id.groups }));
+            let peer = peer.map(ClientCertificate::from);
             let service = hyper::service::service_fn(move |mut request: hyper::Request<hyper::body::Incoming>| {
                 if let Some(peer) = &peer {
                     request.extensions_mut().insert(peer.clone());

@@ -33,7 +33,6 @@ use std::time::Duration;
 use futures::stream::{FuturesUnordered, StreamExt};
 use futures::task::AtomicWaker;
 use hyper_util::rt::{TokioIo, TokioTimer};
-use skiff_pki::Identity;
 use skiff_shutdown::Shutdown;
 use tokio::net::TcpListener;
 use tonic::codegen::Service;
@@ -71,7 +70,10 @@ pub async fn serve(listener: TcpListener, routes: Routes, tls: Option<ClientTls>
         let checked = tls.client_certificates;
         connections.spawn(async move {
             match skiff_pki::transport::accept(&acceptor, stream).await {
-                Ok((stream, who)) => connection(stream, routes, checked.then_some(who), stop).await,
+                Ok((stream, who)) => {
+                    let who = checked.then(|| who.map(ClientCertificate::from));
+                    connection(stream, routes, who, stop).await
+                }
                 Err(e) => tracing::debug!(error = %e, "TLS handshake on the client listener failed"),
             }
         });
@@ -80,14 +82,15 @@ pub async fn serve(listener: TcpListener, routes: Routes, tls: Option<ClientTls>
 }
 
 /// Serves one connection until it closes or `stop`. `who`: when client
-/// certificates are checked, the identity the connection's proved (if any).
+/// certificates are checked, the identity the connection's proved (if any),
+/// made once per connection and handed to each of its requests.
 /// Built before it is awaited and boxed as `Send`: rustc cannot prove an
 /// `async fn` holding hyper's connection `Send` (its service's error type
 /// meets a higher-ranked lifetime), so the future is made outside one.
 fn connection<I>(
     io: I,
     routes: Routes,
-    who: Option<Option<Identity>>,
+    who: Option<Option<ClientCertificate>>,
     stop: Shutdown,
 ) -> Pin<Box<dyn Future<Output = ()> + Send>>
 where
@@ -119,16 +122,16 @@ type RoutesFuture = <Routes as Service<hyper::Request<tonic::body::BoxBody>>>::F
 /// (with the caller's certificate), in either case within its deadline.
 fn answer(
     routes: &Routes,
-    who: &Option<Option<Identity>>,
+    who: &Option<Option<ClientCertificate>>,
     mut r: hyper::Request<hyper::body::Incoming>,
 ) -> Deadline<RoutesFuture> {
     let expiry = grpc_timeout(r.headers()).map(tokio::time::sleep);
     let refused = match who {
-        Some(who) => admit(r.uri().path(), who.as_ref()).err(),
+        Some(who) => admit(r.uri().path(), who.as_ref().map(|c| &c.0)).err(),
         None => None,
     };
-    if let Some(Some(who)) = who {
-        r.extensions_mut().insert(ClientCertificate(UserInfo { name: who.user.clone(), groups: who.groups.clone() }));
+    if let Some(Some(cert)) = who {
+        r.extensions_mut().insert(cert.clone());
     }
     let answer = match refused {
         Some(_) => None,
@@ -142,7 +145,7 @@ fn answer(
 /// bearer token, then RBAC); a join takes a member's certificate (or an
 /// administrator's); everything else, the etcd API and Skiff's key history
 /// alike, reads and writes any key, so it is for `system:masters` only.
-fn admit(path: &str, who: Option<&Identity>) -> Result<(), tonic::Status> {
+fn admit(path: &str, who: Option<&UserInfo>) -> Result<(), tonic::Status> {
     if path.starts_with("/skiff.resource.Resources/") {
         return Ok(());
     }
@@ -158,7 +161,7 @@ fn admit(path: &str, who: Option<&Identity>) -> Result<(), tonic::Status> {
     } else {
         Err(tonic::Status::permission_denied(format!(
             "user {:?} may not call {path}: the etcd API and the key history are for {MASTERS} only",
-            who.user
+            who.name
         )))
     }
 }
@@ -318,7 +321,7 @@ mod tests {
 
     #[test]
     fn with_client_certificates_the_etcd_api_is_for_masters_and_joins_for_members_too() {
-        let who = |user: &str, group: &str| Identity { user: user.into(), groups: vec![group.into()] };
+        let who = |user: &str, group: &str| UserInfo { name: user.into(), groups: vec![group.into()] };
         let admin = who("root", MASTERS);
         let peer = who("master-2", skiff_pki::PEERS_GROUP);
         let node = who("system:node:a", "system:nodes");
