@@ -14,6 +14,7 @@ const PROTOS: &[&str] = &[
     "skiff/peer.proto",
     "skiff/control.proto",
     "skiff/resource.proto",
+    "skiff/bootstrap.proto",
     "cri/api.proto",
 ];
 

@@ -28,6 +28,7 @@ use rustls::{RootCertStore, ServerConfig};
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 
+pub mod token;
 pub mod transport;
 pub use transport::{ClientFiles, Connector, PEERS_GROUP};
 
@@ -92,6 +93,11 @@ impl Issued {
         write_file(&dir.join(format!("{stem}.crt")), self.cert_pem.as_bytes(), 0o644)?;
         write_file(&dir.join(format!("{stem}.key")), self.key_pem.as_bytes(), 0o600)
     }
+}
+
+/// Writes a public file (a CA certificate, 0644) as [`Issued::write`] does.
+pub fn write_public(path: &Path, contents: &str) -> Result<(), PkiError> {
+    write_file(path, contents.as_bytes(), 0o644)
 }
 
 /// Writes through a temporary file and a rename, so a reader never sees
@@ -177,11 +183,13 @@ impl Authority {
 
     /// Reads `<dir>/ca.crt` and `<dir>/ca.key`.
     pub fn load(dir: &Path) -> Result<Authority, PkiError> {
-        let read = |name: &str| {
-            let path = dir.join(name);
-            fs::read_to_string(&path).map_err(|source| PkiError::Io { path, source })
-        };
-        Authority::from_pem(&read("ca.crt")?, &read("ca.key")?)
+        Authority::from_files(&dir.join("ca.crt"), &dir.join("ca.key"))
+    }
+
+    /// Reads the authority's certificate and key (PEM) from their files.
+    pub fn from_files(cert: &Path, key: &Path) -> Result<Authority, PkiError> {
+        let read = |path: &Path| fs::read_to_string(path).map_err(io(path));
+        Authority::from_pem(&read(cert)?, &read(key)?)
     }
 
     /// The authority in `dir`, made there first if `dir` has none.
@@ -202,54 +210,82 @@ impl Authority {
     /// A new key and a certificate for it, signed by this authority.
     pub fn issue(&self, profile: &Profile, valid_for: Duration) -> Result<Issued, PkiError> {
         let key = KeyPair::generate()?;
-        let mut params = match profile {
-            Profile::Server { names } => {
-                if names.is_empty() {
-                    return Err(invalid("a server certificate", "needs at least one name or address"));
-                }
-                let mut p = CertificateParams::new(names.clone())?;
-                p.distinguished_name = DistinguishedName::new();
-                p.distinguished_name.push(DnType::CommonName, names[0].as_str());
-                p.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
-                p
-            }
-            Profile::Client { user, groups } => {
-                if user.is_empty() {
-                    return Err(invalid("a client certificate", "needs a user name"));
-                }
-                // rcgen's subject holds one value per attribute type, so
-                // one organization: certificates with several groups come
-                // from other tools (read by [`identity`] all the same).
-                if groups.len() > 1 {
-                    return Err(invalid("a client certificate", "Skiff issues certificates with one group at most"));
-                }
-                let mut p = CertificateParams::new(Vec::<String>::new())?;
-                p.distinguished_name = DistinguishedName::new();
-                for group in groups {
-                    p.distinguished_name.push(DnType::OrganizationName, group.as_str());
-                }
-                p.distinguished_name.push(DnType::CommonName, user.as_str());
-                p.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
-                p
-            }
-            Profile::Peer { user, names } => {
-                if names.is_empty() || user.is_empty() {
-                    return Err(invalid("a peer certificate", "needs a name and at least one address"));
-                }
-                let mut p = CertificateParams::new(names.clone())?;
-                p.distinguished_name = DistinguishedName::new();
-                p.distinguished_name.push(DnType::OrganizationName, PEERS_GROUP);
-                p.distinguished_name.push(DnType::CommonName, user.as_str());
-                p.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth, ExtendedKeyUsagePurpose::ClientAuth];
-                p
-            }
-        };
-        params.key_usages = vec![KeyUsagePurpose::DigitalSignature, KeyUsagePurpose::KeyEncipherment];
-        params.use_authority_key_identifier_extension = true;
-        validity(&mut params, valid_for);
-        let cert = params.signed_by(&key, &self.issuer)?;
+        let cert = params(profile, valid_for)?.signed_by(&key, &self.issuer)?;
         Ok(Issued { cert_pem: cert.pem(), key_pem: key.serialize_pem() })
     }
+
+    /// A certificate for the key of a certificate signing request (PEM)
+    /// whose signature holds, as `profile` says: the request proves its
+    /// sender holds the key, and nothing else it asks for is taken (the
+    /// subject, names and usages are the signer's choice).
+    pub fn sign_request(&self, csr_pem: &str, profile: &Profile, valid_for: Duration) -> Result<String, PkiError> {
+        let request = rcgen::CertificateSigningRequestParams::from_pem(csr_pem)
+            .map_err(|e| invalid("the certificate signing request", e))?;
+        let signed = rcgen::CertificateSigningRequestParams { params: params(profile, valid_for)?, ..request };
+        Ok(signed.signed_by(&self.issuer)?.pem())
+    }
+}
+
+/// A new private key and a certificate signing request for it, both PEM:
+/// what a joining node sends (the request) and keeps (the key). The
+/// request names `user`, which the signer may ignore.
+pub fn signing_request(user: &str) -> Result<(String, String), PkiError> {
+    let key = KeyPair::generate()?;
+    let mut params = CertificateParams::new(Vec::<String>::new())?;
+    params.distinguished_name = DistinguishedName::new();
+    params.distinguished_name.push(DnType::CommonName, user);
+    let csr = params.serialize_request(&key)?.pem()?;
+    Ok((key.serialize_pem(), csr))
+}
+
+/// The certificate parameters of `profile`, valid for `valid_for` from now.
+fn params(profile: &Profile, valid_for: Duration) -> Result<CertificateParams, PkiError> {
+    let mut params = match profile {
+        Profile::Server { names } => {
+            if names.is_empty() {
+                return Err(invalid("a server certificate", "needs at least one name or address"));
+            }
+            let mut p = CertificateParams::new(names.clone())?;
+            p.distinguished_name = DistinguishedName::new();
+            p.distinguished_name.push(DnType::CommonName, names[0].as_str());
+            p.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+            p
+        }
+        Profile::Client { user, groups } => {
+            if user.is_empty() {
+                return Err(invalid("a client certificate", "needs a user name"));
+            }
+            // rcgen's subject holds one value per attribute type, so
+            // one organization: certificates with several groups come
+            // from other tools (read by [`identity`] all the same).
+            if groups.len() > 1 {
+                return Err(invalid("a client certificate", "Skiff issues certificates with one group at most"));
+            }
+            let mut p = CertificateParams::new(Vec::<String>::new())?;
+            p.distinguished_name = DistinguishedName::new();
+            for group in groups {
+                p.distinguished_name.push(DnType::OrganizationName, group.as_str());
+            }
+            p.distinguished_name.push(DnType::CommonName, user.as_str());
+            p.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+            p
+        }
+        Profile::Peer { user, names } => {
+            if names.is_empty() || user.is_empty() {
+                return Err(invalid("a peer certificate", "needs a name and at least one address"));
+            }
+            let mut p = CertificateParams::new(names.clone())?;
+            p.distinguished_name = DistinguishedName::new();
+            p.distinguished_name.push(DnType::OrganizationName, PEERS_GROUP);
+            p.distinguished_name.push(DnType::CommonName, user.as_str());
+            p.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth, ExtendedKeyUsagePurpose::ClientAuth];
+            p
+        }
+    };
+    params.key_usages = vec![KeyUsagePurpose::DigitalSignature, KeyUsagePurpose::KeyEncipherment];
+    params.use_authority_key_identifier_extension = true;
+    validity(&mut params, valid_for);
+    Ok(params)
 }
 
 /// Who a verified client certificate says its holder is: the common name
@@ -274,6 +310,14 @@ pub fn identity(der: &[u8]) -> Result<Identity, PkiError> {
         .ok_or_else(|| invalid("a client certificate", "its subject has no common name"))?;
     let groups = subject.iter_organization().filter_map(|a| text(a).ok()).collect();
     Ok(Identity { user, groups })
+}
+
+/// Who the first certificate in `cert_pem` names, and until when (Unix
+/// seconds) it is valid: what a node checks of the certificate it kept.
+pub fn describe(cert_pem: &str) -> Result<(Identity, i64), PkiError> {
+    let der = CertificateDer::from_pem_slice(cert_pem.as_bytes()).map_err(|e| invalid("a certificate", e))?;
+    let (_, cert) = x509_parser::parse_x509_certificate(&der).map_err(|e| invalid("a certificate", e))?;
+    Ok((identity(&der)?, cert.validity().not_after.timestamp()))
 }
 
 fn read_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, PkiError> {

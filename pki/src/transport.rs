@@ -60,6 +60,63 @@ pub fn client_config(files: &ClientFiles) -> Result<ClientConfig, PkiError> {
     Ok(config)
 }
 
+/// A rustls client configuration that accepts any server certificate
+/// (its handshake signatures still checked): only for fetching the
+/// cluster's CA, which the caller then checks against a join token's pin
+/// before trusting it or sending anything secret. Nothing else may use it.
+pub fn discovery_config() -> Result<ClientConfig, PkiError> {
+    let provider = provider();
+    let verifier = Arc::new(AnyServer { schemes: provider.signature_verification_algorithms });
+    let mut config = ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()?
+        .dangerous()
+        .with_custom_certificate_verifier(verifier)
+        .with_no_client_auth();
+    config.alpn_protocols = vec![b"h2".to_vec()];
+    Ok(config)
+}
+
+/// A verifier that takes any certificate: see [`discovery_config`].
+#[derive(Debug)]
+struct AnyServer {
+    schemes: rustls::crypto::WebPkiSupportedAlgorithms,
+}
+
+impl rustls::client::danger::ServerCertVerifier for AnyServer {
+    fn verify_server_cert(
+        &self,
+        _end_entity: &rustls_pki_types::CertificateDer<'_>,
+        _intermediates: &[rustls_pki_types::CertificateDer<'_>],
+        _server_name: &ServerName<'_>,
+        _ocsp_response: &[u8],
+        _now: rustls_pki_types::UnixTime,
+    ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
+        Ok(rustls::client::danger::ServerCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &rustls_pki_types::CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.schemes)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &rustls_pki_types::CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.schemes)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+        self.schemes.supported_schemes()
+    }
+}
+
 /// A rustls configuration for the peer listener: HTTP/2 only, and a
 /// client certificate of `files.client_ca` required (the handshake fails
 /// without one).

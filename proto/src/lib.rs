@@ -24,6 +24,8 @@
 //!   `skiff.control.Control` service (`History`, `Join`).
 //! - [`resource`]: the `skiff.resource.Resources` service: Kubernetes objects
 //!   (as JSON) with get, list, watch, writes, history.
+//! - [`bootstrap`]: `skiff.bootstrap.Bootstrap`, how a node joins with a
+//!   join token: the cluster's CA, then a certificate for the node.
 //! - [`cri`]: the subset of Kubernetes' CRI v1 (`runtime.v1`) the node
 //!   agent uses, `RuntimeService` and `ImageService` clients, with CRI's
 //!   names and field numbers (kubernetes/cri-api's `api.proto`).
@@ -82,6 +84,12 @@ pub mod skiff {
 #[allow(missing_docs, clippy::all, clippy::pedantic, rustdoc::all)]
 pub mod resource {
     tonic::include_proto!("skiff.resource");
+}
+
+/// Skiff `skiff.bootstrap` package: joining with a join token.
+#[allow(missing_docs, clippy::all, clippy::pedantic, rustdoc::all)]
+pub mod bootstrap {
+    tonic::include_proto!("skiff.bootstrap");
 }
 
 /// Kubernetes' CRI v1 package `runtime.v1`: the `RuntimeService` and
