@@ -209,6 +209,8 @@ pub struct Security {
     /// Service account tokens: issued by TokenRequest, accepted as bearer
     /// tokens (they read the store, so they are checked apart).
     tokens: Option<Arc<crate::service_account::Tokens>>,
+    /// Bootstrap (join) tokens, checked against their Secrets.
+    bootstrap_tokens: Option<Arc<crate::bootstrap::BootstrapTokens>>,
     /// Whether the gRPC client port checks client certificates: then its
     /// callers authenticate like the HTTP listener's, with no fallback.
     client_port_secured: bool,
@@ -221,6 +223,7 @@ impl Default for Security {
             authorizer: Arc::new(AlwaysAllow),
             admission: Vec::new(),
             tokens: None,
+            bootstrap_tokens: None,
             client_port_secured: false,
         }
     }
@@ -248,6 +251,7 @@ impl Security {
             // only with authentication on.
             admission: vec![Arc::new(crate::node_restriction::NodeRestriction)],
             tokens: None,
+            bootstrap_tokens: None,
             client_port_secured: false,
         })
     }
@@ -257,7 +261,14 @@ impl Security {
         authorizer: Arc<dyn Authorizer>,
         admission: Vec<Arc<dyn AdmissionPlugin>>,
     ) -> Self {
-        Security { authenticators, authorizer, admission, tokens: None, client_port_secured: false }
+        Security {
+            authenticators,
+            authorizer,
+            admission,
+            tokens: None,
+            bootstrap_tokens: None,
+            client_port_secured: false,
+        }
     }
 
     /// The first authenticator that recognises the credentials decides.
@@ -299,9 +310,9 @@ impl Security {
         self
     }
 
-    /// Who a request's credentials name: a service account token of this
-    /// cluster first (checked against the store), then the other
-    /// authenticators.
+    /// Who a request's credentials name: a service account token or a
+    /// bootstrap token of this cluster first (checked against the store),
+    /// then the other authenticators.
     pub async fn authenticate_request(&self, credentials: &Credentials) -> Result<UserInfo, ApiError> {
         if let (Some(tokens), Some(token)) = (&self.tokens, &credentials.bearer_token) {
             if let Some(mut user) = tokens.authenticate(token).await? {
@@ -309,7 +320,18 @@ impl Security {
                 return Ok(user);
             }
         }
+        if let (Some(tokens), Some(token)) = (&self.bootstrap_tokens, &credentials.bearer_token) {
+            if let Some(user) = tokens.authenticate(token).await? {
+                return Ok(user);
+            }
+        }
         self.authenticate(credentials)
+    }
+
+    /// The same layers, accepting bootstrap tokens.
+    pub fn with_bootstrap_tokens(mut self, tokens: Arc<crate::bootstrap::BootstrapTokens>) -> Self {
+        self.bootstrap_tokens = Some(tokens);
+        self
     }
 
     /// The same layers, issuing and accepting service account tokens.

@@ -25,6 +25,13 @@ pub enum Authorization {
     Rbac,
 }
 
+/// A CA certificate and its key (PEM), which this member signs with.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SigningFiles {
+    pub cert: PathBuf,
+    pub key: PathBuf,
+}
+
 #[derive(Clone, Debug)]
 pub struct ApiserverConfig {
     pub store: StoreConfig,
@@ -57,6 +64,10 @@ pub struct ApiserverConfig {
     /// Service account tokens (`--service-account-signing-key-file`);
     /// `None`: TokenRequest is refused and no such token authenticates.
     pub service_account: Option<crate::service_account::ServiceAccountConfig>,
+    /// The CA certificate and key node certificates are signed with
+    /// (`--cluster-signing-cert-file`, `--cluster-signing-key-file`);
+    /// `None`: joining nodes cannot get one from this member.
+    pub cluster_signing: Option<SigningFiles>,
     /// How often watchers that asked for progress notifications get one.
     pub watch_progress_interval: Duration,
     /// How often resource watchers that allow bookmarks get one.

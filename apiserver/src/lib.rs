@@ -33,6 +33,7 @@
 pub mod admission;
 pub mod allocator;
 pub mod audit;
+pub mod bootstrap;
 pub mod config;
 pub mod crds;
 pub mod encryption;
@@ -84,6 +85,8 @@ pub enum RunError {
     Tls { listener: &'static str, source: skiff_pki::PkiError },
     #[error("authentication: {0}")]
     Authentication(String),
+    #[error("--cluster-signing-cert-file, --cluster-signing-key-file: {0}")]
+    Signing(skiff_pki::PkiError),
     #[error("the audit log: {0}")]
     Audit(String),
     #[error("--encryption-provider-config: {0}")]
@@ -291,6 +294,17 @@ pub async fn start_under(
         .map(service_account::Signer::load)
         .transpose()
         .map_err(|e| RunError::Authentication(format!("--service-account-signing-key-file: {e}")))?;
+    let cluster_signer = match &config.cluster_signing {
+        Some(files) => Some(skiff_pki::Authority::from_files(&files.cert, &files.key).map_err(RunError::Signing)?),
+        None => None,
+    };
+    let cluster_ca = match config.client_tls.as_ref().and_then(|t| t.client_ca.as_ref()) {
+        Some(path) => Some(std::fs::read_to_string(path).map_err(|source| RunError::Tls {
+            listener: "client",
+            source: skiff_pki::PkiError::Io { path: path.clone(), source },
+        })?),
+        None => None,
+    };
     let store = Store::open(store_config).await?;
     let objects = storage::ObjectStore::new(store.clone(), encryption);
     let fanout = watch::Fanout::new(objects.clone(), config.watch_bookmark_interval, shutdown.clone());
@@ -307,6 +321,12 @@ pub async fn start_under(
     let security = match &tls.client {
         Some(client) if client.client_certificates => security.with_secured_client_port(),
         _ => security,
+    };
+    let authenticated = config.authentication.client_certificates || config.authentication.token_auth_file.is_some();
+    let security = if authenticated {
+        security.with_bootstrap_tokens(Arc::new(bootstrap::BootstrapTokens::new(objects.clone())))
+    } else {
+        security
     };
     let registry = registry::Registry::new(objects, security, fanout);
 
@@ -328,7 +348,8 @@ pub async fn start_under(
         .add_service(MaintenanceService::server(store.clone()))
         .add_service(AuthService::server(store.clone()))
         .add_service(ControlService::server(store.clone()))
-        .add_service(grpc::ResourceService::server(registry.clone()));
+        .add_service(grpc::ResourceService::server(registry.clone()))
+        .add_service(bootstrap::BootstrapService::server(registry.security().clone(), cluster_ca, cluster_signer));
     let client = serve::serve(listeners.client, routes, tls.client, shutdown.clone());
     let address = listeners.http.local_addr().map(|a| a.to_string()).unwrap_or_default();
     let rest =

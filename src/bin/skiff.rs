@@ -179,6 +179,14 @@ struct ApiserverArgs {
     /// peer certificate of it is refused before any Raft message is read.
     #[arg(long, requires = "peer_cert_file")]
     peer_trusted_ca_file: Option<PathBuf>,
+    /// Sign joining nodes' certificates with this CA (PEM; the cluster CA,
+    /// the one --trusted-ca-file names), so `skiff node --token` works
+    /// against this member.
+    #[arg(long, requires_all = ["cluster_signing_key_file", "trusted_ca_file"])]
+    cluster_signing_cert_file: Option<PathBuf>,
+    /// The private key of --cluster-signing-cert-file (PEM).
+    #[arg(long, requires = "cluster_signing_cert_file")]
+    cluster_signing_key_file: Option<PathBuf>,
     /// Bearer tokens, one `token,user,uid[,"group1,group2"]` line each
     /// (kube-apiserver's --token-auth-file).
     #[arg(long)]
@@ -293,6 +301,10 @@ impl ApiserverArgs {
                 key: self.peer_key_file.expect("clap requires the key with the certificate"),
                 client_ca: self.peer_trusted_ca_file,
             }),
+            cluster_signing: self.cluster_signing_cert_file.map(|cert| skiff_apiserver::config::SigningFiles {
+                cert,
+                key: self.cluster_signing_key_file.expect("clap requires the key with the certificate"),
+            }),
             encryption_provider_config: self.encryption_provider_config,
             service_account: self.service_account_signing_key_file.map(|signing_key_file| {
                 skiff_apiserver::service_account::ServiceAccountConfig {
@@ -378,7 +390,12 @@ fn main() -> ExitCode {
             }
             Command::Server(args) => {
                 let args = *args;
-                let apiserver = args.apiserver.into_config()?;
+                let mut apiserver = args.apiserver.into_config()?;
+                // As k3s's server, it signs joining nodes' certificates with
+                // the CA beside --trusted-ca-file when that CA's key is there.
+                if apiserver.cluster_signing.is_none() {
+                    apiserver.cluster_signing = skiff::server::signing_beside(apiserver.client_tls.as_ref());
+                }
                 // Its own apiserver; the process is one failure domain.
                 // (Through loopback when it listens on every address.)
                 let own = &apiserver.client_listen;

@@ -103,6 +103,7 @@ impl InProcessCluster {
                 audit: None,
                 fairness: None,
                 encryption_provider_config: None,
+                cluster_signing: None,
                 service_account: None,
                 watch_progress_interval: Duration::from_millis(300),
                 watch_bookmark_interval: Duration::from_millis(300),

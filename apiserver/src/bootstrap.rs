@@ -1,0 +1,303 @@
+//! Joining with a join token: bootstrap tokens as Kubernetes stores them,
+//! and the `skiff.bootstrap.Bootstrap` service that turns one into a
+//! node's own certificate.
+//!
+//! A token (`skiffctl token create`) is a Secret `kube-system/bootstrap-
+//! token-<id>` of type `bootstrap.kubernetes.io/token`, with kubeadm's
+//! keys: `token-id`, `token-secret`, `expiration` (RFC 3339),
+//! `usage-bootstrap-authentication` and `auth-extra-groups`. Sent as a
+//! bearer token (`<id>.<secret>`), it authenticates as
+//! `system:bootstrap:<id>` in `system:bootstrappers` and its extra groups
+//! until it expires or its Secret is deleted (revoked). What it may do is
+//! up to those groups: a `join-node` token's group may ask for a node
+//! certificate here, and RBAC grants it nothing else.
+//!
+//! A joining node first fetches the cluster's CA (`ClusterCa`, public) and
+//! checks it against the hash its token pins (`skiff_pki::token`); only
+//! then does it send the token, over a connection verified against that
+//! CA, with a signing request for a key it keeps. The certificate it gets
+//! (`system:node:<name>` in `system:nodes`) is what it uses from then on;
+//! it renews it the same way, authenticated by the certificate itself.
+
+use std::sync::Arc;
+
+use serde_json::Value;
+use skiff_api::resources::{self, Kind};
+use skiff_api::ApiError;
+use skiff_pki::token::JoinToken;
+use skiff_pki::{Authority, Profile};
+use skiff_proto::bootstrap::bootstrap_server::{Bootstrap, BootstrapServer};
+use skiff_proto::bootstrap::{ClusterCaRequest, ClusterCaResponse, NodeCredentialsRequest, NodeCredentialsResponse};
+use tonic::{Request, Response, Status};
+
+use crate::admission::{Credentials, UserInfo, AUTHENTICATED};
+use crate::storage::ObjectStore;
+
+/// The group of every bootstrap token's user.
+pub const BOOTSTRAPPERS: &str = "system:bootstrappers";
+/// The extra group of tokens made with `--usages join-node`: holders may
+/// ask for a node certificate.
+pub const JOIN_NODE_GROUP: &str = "system:bootstrappers:skiff:join-node";
+/// The extra group of tokens made with `--usages join-master`.
+pub const JOIN_MASTER_GROUP: &str = "system:bootstrappers:skiff:join-master";
+/// The Secret type of bootstrap tokens.
+pub const SECRET_TYPE: &str = "bootstrap.kubernetes.io/token";
+/// Bootstrap token Secrets are named this, then the token's id.
+pub const SECRET_PREFIX: &str = "bootstrap-token-";
+/// The namespace they live in.
+pub const NAMESPACE: &str = "kube-system";
+/// The group nodes' certificates name.
+pub const NODES_GROUP: &str = "system:nodes";
+/// How long an issued node certificate is valid (the kubelet's client
+/// certificates: one year, renewed before).
+const NODE_CERT_VALIDITY: std::time::Duration = skiff_pki::DEFAULT_VALIDITY;
+
+/// The text of `key` in a Secret's `data` (base64 there).
+fn data(secret: &Value, key: &str) -> Option<String> {
+    use base64::Engine;
+    let encoded = secret["data"][key].as_str()?;
+    let bytes = base64::engine::general_purpose::STANDARD.decode(encoded).ok()?;
+    String::from_utf8(bytes).ok()
+}
+
+/// Whether two secrets are equal, in time that does not depend on where
+/// they differ.
+fn same_secret(a: &str, b: &str) -> bool {
+    a.len() == b.len() && a.bytes().zip(b.bytes()).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// Who `token` is, by its stored Secret, at `now` (seconds); `Err`: why it
+/// does not authenticate (for the debug log; the client hears 401).
+pub fn check(secret: &Value, token: &JoinToken, now: i64) -> Result<UserInfo, &'static str> {
+    if secret["type"] != SECRET_TYPE {
+        return Err("the Secret is not a bootstrap token");
+    }
+    if data(secret, "token-id").as_deref() != Some(token.id.as_str()) {
+        return Err("the Secret's token-id is another");
+    }
+    match data(secret, "token-secret") {
+        Some(stored) if same_secret(&stored, &token.secret) => {}
+        _ => return Err("wrong secret"),
+    }
+    if let Some(expiration) = data(secret, "expiration") {
+        let expires = chrono::DateTime::parse_from_rfc3339(&expiration).map_err(|_| "unreadable expiration")?;
+        if expires.timestamp() <= now {
+            return Err("expired");
+        }
+    }
+    if data(secret, "usage-bootstrap-authentication").as_deref() != Some("true") {
+        return Err("not for authentication");
+    }
+    let mut groups = vec![BOOTSTRAPPERS.to_string()];
+    for extra in data(secret, "auth-extra-groups").unwrap_or_default().split(',').map(str::trim) {
+        // Kubernetes lets a token add only bootstrappers' subgroups: a
+        // token can never make its holder an administrator.
+        if extra.starts_with("system:bootstrappers:") && !groups.iter().any(|g| g == extra) {
+            groups.push(extra.to_string());
+        }
+    }
+    groups.push(AUTHENTICATED.to_string());
+    Ok(UserInfo { name: format!("system:bootstrap:{}", token.id), groups })
+}
+
+/// Bootstrap tokens, checked against their Secrets in the store.
+pub struct BootstrapTokens {
+    objects: ObjectStore,
+}
+
+impl BootstrapTokens {
+    pub fn new(objects: ObjectStore) -> BootstrapTokens {
+        BootstrapTokens { objects }
+    }
+
+    /// `Ok(None)`: not a bootstrap token of this cluster (another
+    /// authenticator may know it); 401 if it is one but does not hold.
+    pub async fn authenticate(&self, bearer: &str) -> Result<Option<UserInfo>, ApiError> {
+        if !JoinToken::looks_like_bearer(bearer) {
+            return Ok(None);
+        }
+        let token = JoinToken::parse(bearer).map_err(|_| ApiError::unauthorized("Unauthorized"))?;
+        let key = resources::of(Kind::Secret).key(Some(NAMESPACE), &format!("{SECRET_PREFIX}{}", token.id));
+        let Some(stored) = self.objects.get(&key, 0).await?.0 else { return Ok(None) };
+        match check(&stored.decode()?, &token, chrono::Utc::now().timestamp()) {
+            Ok(user) => Ok(Some(user)),
+            Err(why) => {
+                tracing::debug!(id = %token.id, why, "bootstrap token refused");
+                Err(ApiError::unauthorized("Unauthorized"))
+            }
+        }
+    }
+}
+
+/// A node name as a Node's name must be (a DNS subdomain).
+fn valid_node_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 253
+        && name.split('.').all(|label| {
+            !label.is_empty()
+                && label.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+                && !label.starts_with('-')
+                && !label.ends_with('-')
+        })
+}
+
+/// May `who` have a certificate for node `name`: a join-node token's
+/// holder, for any name (as Kubernetes' bootstrap CSRs), or the node
+/// itself renewing its own.
+pub fn may_have_node_certificate(who: &UserInfo, name: &str) -> bool {
+    let member = |g: &str| who.groups.iter().any(|have| have == g);
+    member(JOIN_NODE_GROUP) || (member(NODES_GROUP) && who.name == format!("system:node:{name}"))
+}
+
+/// The `skiff.bootstrap.Bootstrap` service.
+#[derive(Clone)]
+pub struct BootstrapService {
+    security: crate::admission::Security,
+    ca_pem: Option<Arc<str>>,
+    signer: Option<Arc<Authority>>,
+}
+
+impl BootstrapService {
+    /// Serves `ca_pem` (the client port's trusted CA) and signs with
+    /// `signer` (`--cluster-signing-key-file`); without one, node
+    /// certificates are refused with the reason.
+    pub fn server(
+        security: crate::admission::Security,
+        ca_pem: Option<String>,
+        signer: Option<Authority>,
+    ) -> BootstrapServer<BootstrapService> {
+        BootstrapServer::new(BootstrapService { security, ca_pem: ca_pem.map(Arc::from), signer: signer.map(Arc::new) })
+    }
+}
+
+fn credentials<T>(request: &Request<T>) -> Credentials {
+    let bearer_token = request
+        .metadata()
+        .get("authorization")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .map(str::to_string);
+    let client_certificate = request.extensions().get::<crate::admission::ClientCertificate>().map(|c| c.0.clone());
+    Credentials { bearer_token, client_certificate }
+}
+
+#[tonic::async_trait]
+impl Bootstrap for BootstrapService {
+    async fn cluster_ca(&self, _request: Request<ClusterCaRequest>) -> Result<Response<ClusterCaResponse>, Status> {
+        let ca_pem = self.ca_pem.as_deref().ok_or_else(|| {
+            Status::failed_precondition("this member's client port checks no client certificates (--trusted-ca-file)")
+        })?;
+        Ok(Response::new(ClusterCaResponse { ca_pem: ca_pem.to_string() }))
+    }
+
+    async fn node_credentials(
+        &self,
+        request: Request<NodeCredentialsRequest>,
+    ) -> Result<Response<NodeCredentialsResponse>, Status> {
+        let (Some(ca_pem), Some(signer)) = (&self.ca_pem, &self.signer) else {
+            return Err(Status::failed_precondition(
+                "this member cannot sign node certificates: start it with --cluster-signing-cert-file and --cluster-signing-key-file",
+            ));
+        };
+        let credentials = credentials(&request);
+        tracing::info!(node = %request.get_ref().node_name, "a node certificate was asked for");
+        if credentials.bearer_token.is_none() && credentials.client_certificate.is_none() {
+            return Err(Status::unauthenticated("a node certificate takes a join token or the node's own certificate"));
+        }
+        let who = self.security.authenticate_request(&credentials).await.map_err(|e| crate::grpc::to_status(&e))?;
+        let request = request.into_inner();
+        if !valid_node_name(&request.node_name) {
+            return Err(Status::invalid_argument(format!(
+                "node name {:?} is not a DNS subdomain (lowercase letters, digits, '-' and '.')",
+                request.node_name
+            )));
+        }
+        if !may_have_node_certificate(&who, &request.node_name) {
+            return Err(Status::permission_denied(format!(
+                "user {:?} may not have a certificate for node {:?}: that takes a join-node token, or the node's own certificate",
+                who.name, request.node_name
+            )));
+        }
+        let profile =
+            Profile::Client { user: format!("system:node:{}", request.node_name), groups: vec![NODES_GROUP.into()] };
+        let cert_pem = signer
+            .sign_request(&request.csr_pem, &profile, NODE_CERT_VALIDITY)
+            .map_err(|e| Status::invalid_argument(e.to_string()))?;
+        tracing::info!(node = %request.node_name, by = %who.name, "issued a node certificate");
+        Ok(Response::new(NodeCredentialsResponse { cert_pem, ca_pem: ca_pem.to_string() }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn b64(s: &str) -> String {
+        use base64::Engine;
+        base64::engine::general_purpose::STANDARD.encode(s)
+    }
+
+    fn secret(id: &str, secret: &str, expiration: Option<&str>, groups: &str) -> Value {
+        let mut data = json!({
+            "token-id": b64(id),
+            "token-secret": b64(secret),
+            "usage-bootstrap-authentication": b64("true"),
+            "auth-extra-groups": b64(groups),
+        });
+        if let Some(e) = expiration {
+            data["expiration"] = json!(b64(e));
+        }
+        json!({"type": SECRET_TYPE, "data": data})
+    }
+
+    fn token(text: &str) -> JoinToken {
+        JoinToken::parse(text).unwrap()
+    }
+
+    #[test]
+    fn a_token_authenticates_while_its_secret_matches_and_it_has_not_expired() {
+        let now = chrono::DateTime::parse_from_rfc3339("2026-12-03T12:00:00Z").unwrap().timestamp();
+        let stored = secret("abcdef", "0123456789abcdef", Some("2026-12-04T12:00:00Z"), JOIN_NODE_GROUP);
+        let user = check(&stored, &token("abcdef.0123456789abcdef"), now).unwrap();
+        assert_eq!(user.name, "system:bootstrap:abcdef");
+        assert_eq!(user.groups, vec![BOOTSTRAPPERS, JOIN_NODE_GROUP, AUTHENTICATED]);
+        assert_eq!(check(&stored, &token("abcdef.0123456789abcdee"), now), Err("wrong secret"));
+        let day_later = now + 24 * 3600;
+        assert_eq!(check(&stored, &token("abcdef.0123456789abcdef"), day_later), Err("expired"));
+        let mut not_auth = stored.clone();
+        not_auth["data"]["usage-bootstrap-authentication"] = json!(b64("false"));
+        assert_eq!(check(&not_auth, &token("abcdef.0123456789abcdef"), now), Err("not for authentication"));
+        let mut opaque = stored.clone();
+        opaque["type"] = json!("Opaque");
+        assert!(check(&opaque, &token("abcdef.0123456789abcdef"), now).is_err());
+    }
+
+    #[test]
+    fn a_token_cannot_name_groups_outside_the_bootstrappers() {
+        let stored = secret("abcdef", "0123456789abcdef", None, "system:masters, system:bootstrappers:x");
+        let user = check(&stored, &token("abcdef.0123456789abcdef"), 0).unwrap();
+        assert_eq!(user.groups, vec![BOOTSTRAPPERS, "system:bootstrappers:x", AUTHENTICATED]);
+    }
+
+    #[test]
+    fn node_certificates_go_to_join_tokens_and_to_the_node_itself() {
+        let joiner = UserInfo {
+            name: "system:bootstrap:abcdef".into(),
+            groups: vec![BOOTSTRAPPERS.into(), JOIN_NODE_GROUP.into()],
+        };
+        let master_token = UserInfo {
+            name: "system:bootstrap:ghijkl".into(),
+            groups: vec![BOOTSTRAPPERS.into(), JOIN_MASTER_GROUP.into()],
+        };
+        let node = UserInfo { name: "system:node:n1".into(), groups: vec![NODES_GROUP.into()] };
+        assert!(may_have_node_certificate(&joiner, "n1"));
+        assert!(!may_have_node_certificate(&master_token, "n1"));
+        assert!(may_have_node_certificate(&node, "n1"));
+        assert!(!may_have_node_certificate(&node, "n2"), "a node renews its own certificate, no other");
+        assert!(valid_node_name("node-1.example"));
+        for bad in ["", "Node", "-a", "a..b", "a_b"] {
+            assert!(!valid_node_name(bad), "{bad}");
+        }
+    }
+}
