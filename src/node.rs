@@ -20,6 +20,11 @@ pub struct NodeArgs {
     pub server: Vec<String>,
     #[command(flatten)]
     pub tls: skiff_client::runtime::config::ClientTlsArgs,
+    /// Join with this token (`skiffctl token create`: K10<CA hash>::<id>.<secret>):
+    /// the node checks the cluster's CA against the hash, then trades the
+    /// token for a certificate of its own, kept under <data-dir>/pki.
+    #[arg(long, conflicts_with_all = ["client_certificate"], value_parser = parse_token)]
+    pub token: Option<skiff_pki::token::JoinToken>,
     /// The Node's name (default: this host's name).
     #[arg(long)]
     pub name: Option<String>,
@@ -88,6 +93,10 @@ pub struct NodeArgs {
     pub remove_pods_on_exit: bool,
 }
 
+fn parse_token(s: &str) -> Result<skiff_pki::token::JoinToken, String> {
+    skiff_pki::token::JoinToken::parse(s).map_err(|e| e.to_string())
+}
+
 /// `key=value` pairs; `what` names the flag in errors.
 fn pairs(items: &[String], what: &str) -> Result<BTreeMap<String, String>, String> {
     items
@@ -133,6 +142,14 @@ impl NodeArgs {
         let name = self.name.unwrap_or_else(hostname);
         let mut node = NodeConfig::new(&name, self.server, self.data_dir);
         node.tls = self.tls.files();
+        if let Some(token) = &self.token {
+            if token.ca_hash.is_none() {
+                return Err("--token: a token without its CA hash (K10<hash>::<id>.<secret>) pins no CA; use the whole token skiffctl token create printed".into());
+            }
+            // The token's pin, not --certificate-authority, says which CA to trust.
+            node.tls = None;
+        }
+        node.join_token = self.token;
         node.node_ip = self.node_ip;
         node.listen = self.listen;
         node.manifest_dir = self.manifest_dir;

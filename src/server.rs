@@ -73,6 +73,14 @@ pub fn component_credentials(
     })
 }
 
+/// The CA beside the client port's `--trusted-ca-file` (its `ca.key` in the
+/// same directory), to sign joining nodes' certificates with, if it is there.
+pub fn signing_beside(client_tls: Option<&skiff_pki::ServerFiles>) -> Option<skiff_apiserver::config::SigningFiles> {
+    let cert = client_tls?.client_ca.clone()?;
+    let key = cert.parent().unwrap_or(Path::new(".")).join("ca.key");
+    key.exists().then_some(skiff_apiserver::config::SigningFiles { cert, key })
+}
+
 /// Where k3s users expect a server's configuration.
 pub const DEFAULT_CONFIG: &str = "/etc/skiff/config.yaml";
 

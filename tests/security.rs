@@ -768,3 +768,139 @@ async fn a_node_writes_its_own_node_and_pods_and_nothing_of_another_nodes() {
     assert_eq!(admin(&["get", "pod", "on-a", "-o", "jsonpath={.status.message}"]), "seen");
     ok(as_node(&["delete", "pod", "on-a", "--wait=false"]));
 }
+
+/// Join tokens through real processes: `skiffctl token create` against a
+/// member with TLS on every port, then `skiff node --token` (with its own
+/// containerd). A token whose pin is another CA's stops the node before
+/// it asks for anything; the real one gets the node its own certificate,
+/// and it registers and turns Ready under it. The token authenticates as
+/// its bootstrapper and nothing more, and neither a revoked nor an
+/// expired token does at all; the node keeps working with what it got.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_joins_with_a_token_that_pins_the_clusters_ca() {
+    let dir = tempfile::tempdir().unwrap();
+    let pki = dir.path().join("pki");
+    let p = pki.to_str().unwrap();
+    skiffctl(&["certs", "ca", "--dir", p]);
+    skiffctl(&["certs", "server", "--dir", p, "--host", "127.0.0.1"]);
+    skiffctl(&["certs", "client", "--dir", p, "--user", "root", "--group", "system:masters"]);
+    let other = dir.path().join("other-pki");
+    skiffctl(&["certs", "ca", "--dir", other.to_str().unwrap()]);
+    let file = |name: &str| pki.join(name).display().to_string();
+    let (ca, cert, key) = (file("ca.crt"), file("apiserver.crt"), file("apiserver.key"));
+    let flags = [
+        "--cert-file",
+        &cert,
+        "--key-file",
+        &key,
+        "--trusted-ca-file",
+        &ca,
+        "--tls-cert-file",
+        &cert,
+        "--tls-private-key-file",
+        &key,
+        "--client-ca-file",
+        &ca,
+        "--cluster-signing-cert-file",
+        &ca,
+        "--cluster-signing-key-file",
+        &file("ca.key"),
+    ];
+    let cluster = Cluster::spawn_tls(1, &flags, connector(&pki, Some("root"))).await;
+    let server = format!("https://{}", cluster.members[&1].client);
+    let url = format!("https://{}", cluster.members[&1].http);
+    let (root, root_key) = (file("root.crt"), file("root.key"));
+    let as_root = ["--server", &server, "--certificate-authority", &ca, "--client-certificate", &root];
+    let admin = |args: &[&str]| skiffctl(&[&as_root[..], &["--client-key", &root_key], args].concat());
+
+    let token = admin(&["token", "create", "--ttl", "1h", "--description", "for joined-1"]).trim().to_string();
+    assert!(token.starts_with("K10") && token.contains("::"), "{token}");
+    let bearer = token.split_once("::").unwrap().1.to_string();
+    let id = bearer.split_once('.').unwrap().0.to_string();
+    let listed = admin(&["token", "list"]);
+    assert!(listed.contains(&id) && listed.contains("for joined-1"), "{listed}");
+    assert!(!listed.contains(&bearer), "token list never shows a secret: {listed}");
+
+    // The same token pinning another CA: the node stops before sending it.
+    let other_ca = std::fs::read_to_string(other.join("ca.crt")).unwrap();
+    let forged = format!("K10{}::{bearer}", skiff_pki::token::ca_hash(&other_ca).unwrap());
+    let refused = Command::new(SKIFF)
+        .args(["node", "--server", &cluster.endpoints(), "--name", "forged-1", "--token", &forged])
+        .arg("--data-dir")
+        .arg(dir.path().join("forged-1"))
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&refused.stderr);
+    assert!(!refused.status.success() && err.contains("refusing to send the token"), "{err}");
+    assert!(!dir.path().join("forged-1/pki/node.crt").exists());
+
+    // The real token: the node's own certificate, then Ready under it.
+    let mut node = support::node::NodeAgent::start(
+        dir.path(),
+        &cluster.endpoints(),
+        "joined-1",
+        "10.244.60.0/24",
+        &["--token", &token],
+    );
+    let deadline = Instant::now() + Duration::from_secs(90);
+    loop {
+        let got = Command::new(skiffctl_path())
+            .args(as_root)
+            .args(["--client-key", &root_key, "get", "node", "joined-1", "-o", "json"])
+            .output()
+            .unwrap();
+        let ready = serde_json::from_slice::<serde_json::Value>(&got.stdout).ok().is_some_and(|n| {
+            n["status"]["conditions"]
+                .as_array()
+                .is_some_and(|c| c.iter().any(|c| c["type"] == "Ready" && c["status"] == "True"))
+        });
+        if ready {
+            break;
+        }
+        assert!(Instant::now() < deadline, "joined-1 never turned Ready:\n{}", node.log());
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let kept = std::fs::read_to_string(node.data_dir.join("pki/node.crt")).unwrap();
+    let (who, _) = skiff_pki::describe(&kept).unwrap();
+    assert_eq!((who.user.as_str(), who.groups.as_slice()), ("system:node:joined-1", &["system:nodes".to_string()][..]));
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(node.data_dir.join("pki/node.key")).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o600, "the node's key is its own");
+    let log = cluster.log_of(1);
+    assert!(log.contains("node=joined-1") && log.contains("issued a node certificate"), "{log}");
+    assert!(!log.contains("node=forged-1"), "the forged pin's node asked for nothing: {log}");
+
+    // The token is its bootstrapper, who may do nothing else.
+    let as_token = |t: &str, args: &[&str]| kubectl_token(&url, &ca, t, args);
+    let whoami = ok(as_token(&bearer, &["auth", "whoami", "-o", "jsonpath={.status.userInfo.username}"]));
+    assert_eq!(whoami, format!("system:bootstrap:{id}"));
+    assert!(fails(as_token(&bearer, &["get", "secrets", "-A"])).contains("Forbidden"));
+
+    // Revoked: refused at once, while the node goes on with its certificate,
+    // across a restart too.
+    assert!(admin(&["token", "delete", &id]).contains("revoked"));
+    assert!(fails(as_token(&bearer, &["auth", "whoami"])).contains("Unauthorized"));
+    node.restart();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !node.log().contains("registered again") {
+        assert!(Instant::now() < deadline, "joined-1 did not come back with its kept certificate:\n{}", node.log());
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+
+    // Expired: refused likewise.
+    let short = admin(&["token", "create", "--ttl", "1s"]).trim().to_string();
+    let short = short.split_once("::").unwrap().1.to_string();
+    tokio::time::sleep(Duration::from_millis(2100)).await;
+    assert!(fails(as_token(&short, &["auth", "whoami"])).contains("Unauthorized"));
+    let err = skiffctl_err(
+        &[&as_root[..], &["--client-key", &root_key, "token", "create", "--usages", "join-master"]].concat(),
+    );
+    assert!(err.contains("peer certificate"), "{err}");
+    node.stop();
+}
+
+fn skiffctl_err(args: &[&str]) -> String {
+    let o = Command::new(skiffctl_path()).args(args).output().unwrap();
+    assert!(!o.status.success(), "skiffctl {args:?} succeeded");
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}

@@ -28,6 +28,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod join;
 pub mod resources;
 #[warn(missing_docs)]
 pub mod runtime;

@@ -14,9 +14,11 @@
 //!   `delete`, `watch`, `history`, `diff`).
 //! - [`certs`]: the cluster's certificate authority and client and
 //!   server certificates (no server needed).
+//! - [`token`]: join tokens for nodes.
 
 pub mod certs;
 pub mod objects;
+pub mod token;
 
 use std::time::Duration;
 
@@ -73,6 +75,9 @@ pub enum Command {
     /// The cluster's certificate authority and the certificates it issues.
     #[command(subcommand)]
     Certs(crate::certs::CertsCommand),
+    /// Join tokens for nodes (`skiff node --token`): create, list, revoke.
+    #[command(subcommand)]
+    Token(crate::token::TokenCommand),
 }
 
 #[derive(Subcommand)]
@@ -207,6 +212,7 @@ pub async fn run(cli: Cli) -> Result<(), String> {
         Command::Watch(a) => return objects::watch(&objects_client()?, a).await,
         Command::History(a) => return objects::history_cmd(&objects_client()?, a).await,
         Command::Diff(a) => return objects::diff(&objects_client()?, a).await,
+        Command::Token(t) => return token::run(&objects_client()?, cli.tls.certificate_authority.as_deref(), t).await,
         _ => {}
     }
     let channel = connect(&cli.server, tls.as_ref()).await?;
@@ -229,6 +235,7 @@ pub async fn run(cli: Cli) -> Result<(), String> {
         | Command::Watch(_)
         | Command::History(_)
         | Command::Diff(_)
+        | Command::Token(_)
         | Command::Certs(_) => unreachable!("handled above"),
     }
 }

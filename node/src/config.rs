@@ -17,6 +17,9 @@ pub struct NodeConfig {
     pub servers: Vec<String>,
     /// TLS to the apiservers and the client certificate to present; `None`: plaintext.
     pub tls: Option<skiff_pki::ClientFiles>,
+    /// A join token (`--token`): the node gets its own certificate with it
+    /// and keeps it under `<data_dir>/pki`.
+    pub join_token: Option<skiff_pki::token::JoinToken>,
     /// Everything the agent keeps: pods' volumes, logs, containerd's state.
     pub data_dir: PathBuf,
     /// The address other nodes and the apiservers reach this node at.
@@ -61,6 +64,7 @@ impl NodeConfig {
             name: name.to_string(),
             servers,
             tls: None,
+            join_token: None,
             data_dir,
             node_ip: "127.0.0.1".to_string(),
             listen: SocketAddr::from(([127, 0, 0, 1], 10250)),

@@ -69,6 +69,9 @@ pub enum ProcessError {
     /// The agent stopped with an error.
     #[error(transparent)]
     Agent(#[from] agent::RunError),
+    /// The node could not join with its token.
+    #[error("joining the cluster: {0}")]
+    Join(#[from] skiff_client::join::JoinError),
 }
 
 /// The node's pod network: its CNI conflist for the pod CIDR.
@@ -94,9 +97,19 @@ fn mkdir(path: &Path) -> Result<(), ProcessError> {
 }
 
 /// Runs `skiff node` until `shutdown`.
-pub async fn run(options: ProcessOptions, shutdown: Shutdown) -> Result<(), ProcessError> {
+pub async fn run(mut options: ProcessOptions, shutdown: Shutdown) -> Result<(), ProcessError> {
     let data = options.node.data_dir.clone();
     mkdir(&data)?;
+    // A node that joins with a token, or joined with one before, connects
+    // with its own certificate: settled before anything else starts, so a
+    // token that does not pin this cluster's CA stops the node at once.
+    let kept = skiff_client::join::NodeFiles::new(&data.join("pki"));
+    if options.node.join_token.is_some() || (options.node.tls.is_none() && kept.client_files().ca.exists()) {
+        let node = &options.node;
+        let files =
+            skiff_client::join::node_credentials(&node.servers, node.join_token.as_ref(), &node.name, &kept).await?;
+        options.node.tls = Some(files);
+    }
     let images_dir = options.images_dir.clone().unwrap_or_else(|| data.join("images"));
     mkdir(&images_dir)?;
     images::write_builtin_images(&images_dir).map_err(|e| ProcessError::Images(e.to_string()))?;

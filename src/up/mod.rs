@@ -286,6 +286,9 @@ fn master_process(
                 ("--peer-key-file", format!("{peer}.key")),
                 ("--peer-trusted-ca-file", "ca.crt".to_string()),
                 ("--service-account-signing-key-file", "sa.key".to_string()),
+                // Nodes added later join with `skiffctl token create`'s tokens.
+                ("--cluster-signing-cert-file", "ca.crt".to_string()),
+                ("--cluster-signing-key-file", "ca.key".to_string()),
             ] {
                 args.push(flag.into());
                 args.push(pki.join(file).into());
