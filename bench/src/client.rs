@@ -31,7 +31,14 @@ pub async fn connect(endpoint: &str, request_timeout: Option<Duration>) -> Resul
     if let Some(timeout) = request_timeout {
         options = options.with_timeout(timeout);
     }
-    Client::connect([format!("http://{endpoint}")], Some(options))
+    let scheme = match crate::tls::get() {
+        Some(tls) => {
+            options = options.with_tls(tls.etcd.clone());
+            "https"
+        }
+        None => "http",
+    };
+    Client::connect([format!("{scheme}://{endpoint}")], Some(options))
         .await
         .with_context(|| format!("connecting to {endpoint}"))
 }

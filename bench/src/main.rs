@@ -30,6 +30,7 @@ mod objects;
 mod report;
 mod scheduler;
 mod suite;
+mod tls;
 mod watch;
 
 use std::path::{Path, PathBuf};
@@ -319,6 +320,10 @@ struct ObjectsArgs {
     /// Patches in flight at most.
     #[arg(long, default_value_t = 64)]
     max_inflight: usize,
+    /// TLS on every port with authentication and RBAC, as `skiff up` runs:
+    /// the harness signs in as a user bound to cluster-admin.
+    #[arg(long)]
+    tls: bool,
     /// Write the objects results section of this README (bench/README.md).
     #[arg(long)]
     readme: Option<PathBuf>,
@@ -636,6 +641,7 @@ async fn run_objects(args: &ObjectsArgs) -> Result<()> {
         update_rate: args.update_rate,
         duration: args.duration,
         max_inflight: args.max_inflight,
+        tls: args.tls,
     };
     let result = run.conclude(objects::run(&config).await, args.keep)?;
     println!("\n{}", result.table());

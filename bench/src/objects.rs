@@ -97,6 +97,8 @@ pub struct ObjectsConfig {
     pub duration: Duration,
     /// Patches in flight at most; a writer this far behind sends late.
     pub max_inflight: usize,
+    /// TLS on every port, authentication and RBAC (see `tls.rs`).
+    pub tls: bool,
 }
 
 /// One member's resident memory and data directory size, in bytes.
@@ -273,6 +275,10 @@ pub async fn run(config: &ObjectsConfig) -> Result<ObjectsReport> {
     if config.update_rate == 0 || config.max_inflight == 0 {
         bail!("--update-rate and --max-inflight must be positive");
     }
+    let mut extra_args = config.skiff_args.clone();
+    if config.tls {
+        extra_args.extend(crate::tls::set(&config.dir)?);
+    }
     let spec = ClusterSpec {
         system: System::Skiff,
         binary: config.skiff.clone(),
@@ -280,7 +286,7 @@ pub async fn run(config: &ObjectsConfig) -> Result<ObjectsReport> {
         dir: config.dir.clone(),
         // Unused: only Skiff runs here.
         etcd_timing: EtcdTiming { heartbeat_ms: 40, election_timeout_ms: 200 },
-        extra_args: config.skiff_args.clone(),
+        extra_args,
         skiff_subcommand: "apiserver",
     };
     eprintln!("== Skiff: starting 3 members in {}", config.dir.display());
@@ -288,6 +294,7 @@ pub async fn run(config: &ObjectsConfig) -> Result<ObjectsReport> {
     let leader = cluster.must_leader().await?;
     let endpoints = cluster.endpoints();
     let follower = (0..endpoints.len()).find(|&i| i != leader).context("a cluster of one member")?;
+    crate::tls::bind_user(&endpoints).await?;
     must_namespace(&endpoints, NAMESPACE, Duration::from_secs(60)).await?;
 
     eprintln!("  create {} pods, {} clients, through member {}", config.pods, config.create_clients, leader + 1);
@@ -337,7 +344,7 @@ pub async fn run(config: &ObjectsConfig) -> Result<ObjectsReport> {
 
 /// Waits until namespace `name` exists (the members create it shortly after start).
 async fn must_namespace(endpoints: &[String], name: &str, within: Duration) -> Result<()> {
-    let client = Client::new(endpoints)?;
+    let client = crate::tls::skiff_client(endpoints)?;
     let info = skiff_api::resources::of(Kind::Namespace);
     let deadline = Instant::now() + within;
     loop {
@@ -352,7 +359,7 @@ async fn must_namespace(endpoints: &[String], name: &str, within: Duration) -> R
 
 /// The current revision, read linearizably through `endpoint`.
 async fn revision(endpoint: &str) -> Result<i64> {
-    let client = Client::new(&[endpoint])?;
+    let client = crate::tls::skiff_client(&[endpoint])?;
     let params = ListParams { limit: 1, ..Default::default() };
     let list = tokio::time::timeout(REQUEST_TIMEOUT, client.list(pods(), NAMESPACE, &params))
         .await
@@ -364,7 +371,7 @@ async fn revision(endpoint: &str) -> Result<i64> {
 async fn must_apply_everywhere(endpoints: &[String], leader: &str) -> Result<()> {
     let at = revision(leader).await?.to_string();
     for endpoint in endpoints {
-        let client = Client::new(&[endpoint])?;
+        let client = crate::tls::skiff_client(&[endpoint])?;
         let params = ListParams { limit: 1, resource_version: at.clone(), ..Default::default() };
         // "At least N": the member waits (a few seconds) until it has applied N.
         let mut tries = 0;
@@ -393,7 +400,7 @@ async fn create_pods(
     let start = Instant::now();
     let mut tasks = JoinSet::new();
     for _ in 0..clients.min(names.len()) {
-        let client = Client::new(&[endpoint])?;
+        let client = crate::tls::skiff_client(&[endpoint])?;
         let (bodies, next) = (bodies.clone(), next.clone());
         tasks.spawn(async move {
             let mut result = CreateResult::default();
@@ -434,7 +441,7 @@ async fn create_pods(
 
 /// `count` full LISTs of the namespace through `endpoint`, one at a time.
 async fn list_pods(endpoint: &str, name: &'static str, resource_version: &str, count: usize) -> Result<ListResult> {
-    let client = Client::new(&[endpoint])?;
+    let client = crate::tls::skiff_client(&[endpoint])?;
     let params = ListParams { resource_version: resource_version.into(), ..Default::default() };
     let mut result = ListResult { name, latency: Latency::default(), samples: Vec::new(), items: 0 };
     for _ in 0..count {
@@ -457,7 +464,7 @@ async fn list_pods(endpoint: &str, name: &'static str, resource_version: &str, c
 /// How long the harness takes to decode one LIST's items into JSON values
 /// (the part of a LIST's time spent in this process), in ms, and their size.
 async fn decode_cost(endpoint: &str) -> Result<(f64, usize)> {
-    let client = Client::new(&[endpoint])?;
+    let client = crate::tls::skiff_client(&[endpoint])?;
     let list = tokio::time::timeout(REQUEST_TIMEOUT, client.list(pods(), NAMESPACE, &ListParams::default()))
         .await
         .context("LIST timed out")??;
@@ -495,8 +502,9 @@ async fn fanout(cluster: &Cluster, leader: usize, config: &ObjectsConfig) -> Res
     let from = revision(&endpoints[leader]).await?;
 
     result.rss_before_watches = footprints(cluster)?.iter().map(|f| f.rss).collect();
-    let clients: Vec<Client> =
-        (0..config.watch_clients).map(|c| Client::new(&[&endpoints[c % endpoints.len()]])).collect::<Result<_, _>>()?;
+    let clients: Vec<Client> = (0..config.watch_clients)
+        .map(|c| crate::tls::skiff_client(&[&endpoints[c % endpoints.len()]]))
+        .collect::<Result<_, _>>()?;
     let streams: Vec<(usize, EventStream)> = futures::stream::iter(0..config.watchers)
         .map(|w| {
             let client = clients[w % clients.len()].clone();
@@ -572,7 +580,7 @@ async fn write_paced(
     config: &ObjectsConfig,
     result: &mut FanoutResult,
 ) -> Result<Vec<u64>> {
-    let client = Client::new(&[endpoint])?;
+    let client = crate::tls::skiff_client(&[endpoint])?;
     let period = Duration::from_secs_f64(1.0 / config.update_rate as f64);
     let total = (config.duration.as_secs_f64() * config.update_rate as f64) as u64;
     let inflight = Arc::new(Semaphore::new(config.max_inflight));
@@ -840,9 +848,15 @@ impl ObjectsReport {
         out.push_str("\nSettings:\n\n");
         let settings = [
             format!(
-                "3 Skiff members on 127.0.0.1, data under {} (fsync on), extra flags {:?}",
+                "3 Skiff members on 127.0.0.1, data under {} (fsync on), extra flags {:?}; {}",
                 c.dir.parent().unwrap_or(&c.dir).display(),
-                c.skiff_args
+                c.skiff_args,
+                if c.tls {
+                    "TLS on the client, HTTP and peer ports (mutual between peers), every request authenticated by \
+                     client certificate and authorized by RBAC as a user bound to cluster-admin (`--tls`)"
+                } else {
+                    "plaintext, no authentication (without `--tls`)"
+                }
             ),
             format!(
                 "create: {} pods (one container, no node) by {} clients, one connection each to the leader \
