@@ -30,22 +30,14 @@ use skiff_proto::bootstrap::bootstrap_server::{Bootstrap, BootstrapServer};
 use skiff_proto::bootstrap::{ClusterCaRequest, ClusterCaResponse, NodeCredentialsRequest, NodeCredentialsResponse};
 use tonic::{Request, Response, Status};
 
-use crate::admission::{Credentials, UserInfo, AUTHENTICATED};
+use crate::admission::{UserInfo, AUTHENTICATED};
 use crate::storage::ObjectStore;
 
 /// The group of every bootstrap token's user.
 pub const BOOTSTRAPPERS: &str = "system:bootstrappers";
-/// The extra group of tokens made with `--usages join-node`: holders may
-/// ask for a node certificate.
-pub const JOIN_NODE_GROUP: &str = "system:bootstrappers:skiff:join-node";
+pub use skiff_pki::token::{JOIN_NODE_GROUP, NAMESPACE, SECRET_PREFIX, SECRET_TYPE};
 /// The extra group of tokens made with `--usages join-master`.
 pub const JOIN_MASTER_GROUP: &str = "system:bootstrappers:skiff:join-master";
-/// The Secret type of bootstrap tokens.
-pub const SECRET_TYPE: &str = "bootstrap.kubernetes.io/token";
-/// Bootstrap token Secrets are named this, then the token's id.
-pub const SECRET_PREFIX: &str = "bootstrap-token-";
-/// The namespace they live in.
-pub const NAMESPACE: &str = "kube-system";
 /// The group nodes' certificates name.
 pub const NODES_GROUP: &str = "system:nodes";
 /// How long an issued node certificate is valid (the kubelet's client
@@ -170,17 +162,6 @@ impl BootstrapService {
     }
 }
 
-fn credentials<T>(request: &Request<T>) -> Credentials {
-    let bearer_token = request
-        .metadata()
-        .get("authorization")
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .map(str::to_string);
-    let client_certificate = request.extensions().get::<crate::admission::ClientCertificate>().map(|c| c.0.clone());
-    Credentials { bearer_token, client_certificate }
-}
-
 #[tonic::async_trait]
 impl Bootstrap for BootstrapService {
     async fn cluster_ca(&self, _request: Request<ClusterCaRequest>) -> Result<Response<ClusterCaResponse>, Status> {
@@ -199,7 +180,7 @@ impl Bootstrap for BootstrapService {
                 "this member cannot sign node certificates: start it with --cluster-signing-cert-file and --cluster-signing-key-file",
             ));
         };
-        let credentials = credentials(&request);
+        let credentials = crate::grpc::credentials(&request);
         tracing::info!(node = %request.get_ref().node_name, "a node certificate was asked for");
         if credentials.bearer_token.is_none() && credentials.client_certificate.is_none() {
             return Err(Status::unauthenticated("a node certificate takes a join token or the node's own certificate"));

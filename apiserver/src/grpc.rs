@@ -42,7 +42,7 @@ pub fn to_status(e: &ApiError) -> Status {
     Status::with_details(code, e.message.clone(), details.into())
 }
 
-fn credentials<T>(request: &Request<T>) -> Credentials {
+pub(crate) fn credentials<T>(request: &Request<T>) -> Credentials {
     let bearer_token = request
         .metadata()
         .get("authorization")

@@ -15,12 +15,7 @@ use skiff_client::resources::{DeleteParams, ListParams};
 use skiff_client::Client;
 use skiff_pki::token::JoinToken;
 
-/// Kubernetes' names for these Secrets; the apiserver's authenticator
-/// reads the same (apiserver/src/bootstrap.rs).
-const NAMESPACE: &str = "kube-system";
-const SECRET_TYPE: &str = "bootstrap.kubernetes.io/token";
-const SECRET_PREFIX: &str = "bootstrap-token-";
-const JOIN_NODE_GROUP: &str = "system:bootstrappers:skiff:join-node";
+use skiff_pki::token::{JOIN_NODE_GROUP, NAMESPACE, SECRET_PREFIX, SECRET_TYPE};
 
 #[derive(Subcommand)]
 pub enum TokenCommand {

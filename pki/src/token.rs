@@ -15,6 +15,16 @@ use rustls_pki_types::CertificateDer;
 
 use crate::{invalid, PkiError};
 
+/// Where a token is stored, as Kubernetes names it: a Secret of this type
+/// named [`SECRET_PREFIX`] and its id, in [`NAMESPACE`]. The apiserver
+/// reads what `skiffctl token` writes.
+pub const SECRET_TYPE: &str = "bootstrap.kubernetes.io/token";
+pub const SECRET_PREFIX: &str = "bootstrap-token-";
+pub const NAMESPACE: &str = "kube-system";
+/// The extra group of tokens made with `--usages join-node`: holders may
+/// ask for a node certificate.
+pub const JOIN_NODE_GROUP: &str = "system:bootstrappers:skiff:join-node";
+
 /// What a full token starts with (k3s's "K10", the version of the format).
 pub const PREFIX: &str = "K10";
 const ID_LEN: usize = 6;
