@@ -32,6 +32,7 @@ pub mod history;
 pub mod managed_fields;
 pub mod meta;
 pub mod patch;
+pub mod pod_refs;
 pub mod protobuf;
 pub mod quantity;
 pub mod quota;
