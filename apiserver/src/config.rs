@@ -21,7 +21,8 @@ pub enum Authorization {
     /// Everyone may do anything: only for clusters without authentication.
     #[default]
     AlwaysAllow,
-    /// Roles and bindings ([`crate::rbac`]); `system:masters` may do anything.
+    /// Roles and bindings ([`crate::rbac`]), behind the Node authorizer
+    /// ([`crate::node_authorizer`]); `system:masters` may do anything.
     Rbac,
 }
 

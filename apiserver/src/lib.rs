@@ -43,6 +43,7 @@ pub mod http;
 mod https;
 mod limits;
 pub mod metrics;
+pub mod node_authorizer;
 pub mod node_restriction;
 mod pod_security;
 pub mod priority;
@@ -53,6 +54,7 @@ pub mod request_info;
 pub mod rest;
 mod serve;
 pub mod service_account;
+mod service_account_admission;
 pub mod storage;
 pub mod strategy;
 mod tls;
@@ -310,8 +312,11 @@ pub async fn start_under(
     let fanout = watch::Fanout::new(objects.clone(), config.watch_bookmark_interval, shutdown.clone());
     let security = match config.authorization {
         config::Authorization::AlwaysAllow => security,
+        // Node, then RBAC, as kube-apiserver's `--authorization-mode=Node,RBAC`.
         config::Authorization::Rbac => {
-            security.with_authorizer(Arc::new(rbac::cache::Rbac::start(objects.clone(), &shutdown)))
+            let rbac = Arc::new(rbac::cache::Rbac::start(objects.clone(), &shutdown));
+            let graph = node_authorizer::NodeGraph::start(objects.clone(), &shutdown);
+            security.with_authorizer(Arc::new(node_authorizer::NodeAuthorizer::new(graph, rbac)))
         }
     };
     let security = match signer {

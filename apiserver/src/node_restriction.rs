@@ -82,6 +82,32 @@ fn pod(node: &str, attrs: &Attributes<'_>, object: &Value, old: Option<&Value>) 
     }
 }
 
+/// The pod a node's TokenRequest binds its token to, by name; the
+/// request is refused unless it names one (Kubernetes: a node asks only
+/// for tokens bound to its pods).
+pub fn token_pod(node: &str, request: &Value) -> Result<String, ApiError> {
+    let bound = request.pointer("/spec/boundObjectRef");
+    let kind = bound.and_then(|b| b.get("kind")).and_then(Value::as_str).unwrap_or_default();
+    let name = bound.and_then(|b| b.get("name")).and_then(Value::as_str).unwrap_or_default();
+    if kind != "Pod" || name.is_empty() {
+        return Err(refused(format!("node {node:?} requested a token not bound to a pod")));
+    }
+    Ok(name.to_string())
+}
+
+/// A node's TokenRequest bound to `pod` (as stored; `None`: no such pod):
+/// only for a pod bound to the node, and with that pod's uid if it names one.
+pub fn token_request(node: &str, request: &Value, pod: Option<&Value>) -> Result<(), ApiError> {
+    let Some(pod) = pod.filter(|p| node_of(p) == node) else {
+        return Err(refused(format!("node {node:?} requested a token bound to a pod scheduled on a different node")));
+    };
+    let wanted = request.pointer("/spec/boundObjectRef/uid").and_then(Value::as_str).unwrap_or_default();
+    if !wanted.is_empty() && pod.pointer("/metadata/uid").and_then(Value::as_str) != Some(wanted) {
+        return Err(refused(format!("node {node:?} requested a token bound to a pod with a different uid")));
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use serde_json::json;
@@ -141,5 +167,22 @@ mod tests {
         assert_eq!(node_name(&impostor), None);
         // Other kinds go to RBAC alone.
         assert!(check(&a, ["create", "events", "", "ns", "e"], json!({}), None).is_ok());
+    }
+
+    #[test]
+    fn a_node_asks_for_tokens_only_for_its_own_pods() {
+        let request =
+            |kind: &str, uid: &str| json!({"spec": {"boundObjectRef": {"kind": kind, "name": "p", "uid": uid}}});
+        let mut pod = pod_on("a");
+        pod["metadata"]["uid"] = json!("u1");
+        assert_eq!(token_pod("a", &request("Pod", "u1")).unwrap(), "p");
+        assert!(token_pod("a", &request("Secret", "u1")).unwrap_err().message.contains("not bound to a pod"));
+        assert!(token_pod("a", &json!({"spec": {}})).is_err());
+        assert!(token_request("a", &request("Pod", "u1"), Some(&pod)).is_ok());
+        assert!(token_request("a", &request("Pod", ""), Some(&pod)).is_ok());
+        let e = token_request("a", &request("Pod", "u2"), Some(&pod)).unwrap_err();
+        assert!(e.message.contains("different uid"), "{}", e.message);
+        assert!(token_request("b", &request("Pod", "u1"), Some(&pod)).unwrap_err().message.contains("different node"));
+        assert!(token_request("a", &request("Pod", "u1"), None).is_err());
     }
 }

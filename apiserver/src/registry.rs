@@ -34,7 +34,7 @@ use crate::storage::{
 };
 use crate::strategy::{self, Claim, Strategy};
 use crate::watch::{Fanout, Filter, WatchEvent, WatchOptions};
-use crate::{limits, pod_security, priority, quota};
+use crate::{limits, pod_security, priority, quota, service_account_admission};
 
 /// Attempts of a read-modify-write before giving up on a busy object.
 const UPDATE_ATTEMPTS: usize = 16;
@@ -651,6 +651,9 @@ impl Registry {
             name: &name,
         };
         priority::admit(&self.objects, &attrs, &mut obj, None).await?;
+        if self.security.tokens().is_some() {
+            service_account_admission::admit(&self.objects, &attrs, &mut obj, &random_suffix()).await?;
+        }
         let limit_ranges = limits::ranges_for(&self.objects, &attrs).await?;
 
         // A generated name that is taken is generated again, a few times.
@@ -1439,6 +1442,12 @@ impl Registry {
             ));
         };
         self.objects.prepare_read(Consistency::Linearizable).await?;
+        if let Some(node) = crate::node_restriction::node_name(&ctx.user) {
+            let pod_name = crate::node_restriction::token_pod(node, request)?;
+            let pod = self.current(resources::of(Kind::Pod), Some(ns), &pod_name).await?;
+            let pod = pod.map(|p| p.decode()).transpose()?;
+            crate::node_restriction::token_request(node, request, pod.as_ref())?;
+        }
         let found = self.objects.get(&info.key(Some(ns), name), 0).await?.0;
         let sa = found.ok_or_else(|| not_found(info, name))?.decode()?;
         tokens.request(ns, &sa, request).await

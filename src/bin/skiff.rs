@@ -192,7 +192,9 @@ struct ApiserverArgs {
     #[arg(long)]
     token_auth_file: Option<PathBuf>,
     /// Who decides what authenticated users may do: `RBAC` (roles and
-    /// bindings; `system:masters` may do anything) or `AlwaysAllow`.
+    /// bindings; `system:masters` may do anything; nodes are judged by
+    /// the Node authorizer first, so `Node,RBAC` means the same) or
+    /// `AlwaysAllow`.
     /// Defaults to RBAC when --client-ca-file or --token-auth-file is
     /// given, else AlwaysAllow (everyone is anonymous then).
     #[arg(long, value_parser = parse_authorization_mode)]
@@ -229,7 +231,7 @@ struct ApiserverArgs {
 fn parse_authorization_mode(s: &str) -> Result<skiff_apiserver::config::Authorization, String> {
     use skiff_apiserver::config::Authorization;
     match s {
-        "RBAC" => Ok(Authorization::Rbac),
+        "RBAC" | "Node,RBAC" => Ok(Authorization::Rbac),
         "AlwaysAllow" => Ok(Authorization::AlwaysAllow),
         other => Err(format!("unknown authorization mode {other:?}: expected RBAC or AlwaysAllow")),
     }

@@ -241,43 +241,36 @@ pub fn cluster_roles() -> Vec<Value> {
                 rule(&["coordination.k8s.io"], &["leases"], &["create", "get", "list", "watch", "update", "patch"]),
             ],
         ),
-        // What a node agent needs. Every node holds all of it: the Node
-        // authorizer, which would narrow it to the node's own objects and
-        // its pods' references, is not built yet.
-        cluster_role(
-            "system:node",
-            &[],
-            vec![
-                rule(&[""], &["nodes"], &["create", "get", "list", "watch", "patch", "update", "delete"]),
-                rule(&[""], &["nodes/status"], &["patch", "update"]),
-                rule(&[""], &["pods"], &["get", "list", "watch", "create", "delete"]),
-                rule(&[""], &["pods/status"], &["patch", "update"]),
-                rule(&[""], &["pods/eviction"], &["create"]),
-                rule(
-                    &[""],
-                    &[
-                        "configmaps",
-                        "secrets",
-                        "persistentvolumeclaims",
-                        "persistentvolumes",
-                        "services",
-                        "endpoints",
-                        "namespaces",
-                    ],
-                    &READ,
-                ),
-                rule(&[""], &["serviceaccounts/token"], &["create"]),
-                rule(&["", "events.k8s.io"], &["events"], &["create", "patch", "update"]),
-                rule(&["discovery.k8s.io"], &["endpointslices"], &READ),
-                rule(&["storage.k8s.io"], &["csidrivers", "csinodes", "volumeattachments"], &READ),
-                rule(
-                    &["coordination.k8s.io"],
-                    &["leases"],
-                    &["create", "get", "list", "watch", "update", "patch", "delete"],
-                ),
-                rule(&["node.k8s.io"], &["runtimeclasses"], &READ),
-            ],
-        ),
+        // What a node agent needs, as Kubernetes' `system:node`. No node
+        // is bound to it: the Node authorizer grants nodes `node_rules`
+        // and, object by object, what their pods reference.
+        cluster_role("system:node", &[], {
+            let mut rules = node_rules();
+            rules.push(rule(&[""], &["configmaps", "secrets", "persistentvolumeclaims", "persistentvolumes"], &READ));
+            rules.push(rule(&[""], &["serviceaccounts/token"], &["create"]));
+            rules
+        }),
+    ]
+}
+
+/// What every node may do whatever its pods are: its own Node and Lease
+/// (which ones, NodeRestriction decides), the pods bound to it, events,
+/// and the cluster-wide reads a node agent and its service proxy make.
+/// Secrets, ConfigMaps, claims and service account tokens are not here:
+/// the Node authorizer grants them per object.
+pub fn node_rules() -> Vec<Value> {
+    vec![
+        rule(&[""], &["nodes"], &["create", "get", "list", "watch", "patch", "update", "delete"]),
+        rule(&[""], &["nodes/status"], &["patch", "update"]),
+        rule(&[""], &["pods"], &["get", "list", "watch", "create", "delete"]),
+        rule(&[""], &["pods/status"], &["patch", "update"]),
+        rule(&[""], &["pods/eviction"], &["create"]),
+        rule(&[""], &["services", "endpoints", "namespaces"], &READ),
+        rule(&["", "events.k8s.io"], &["events"], &["create", "patch", "update"]),
+        rule(&["discovery.k8s.io"], &["endpointslices"], &READ),
+        rule(&["storage.k8s.io"], &["csidrivers", "csinodes", "volumeattachments"], &READ),
+        rule(&["coordination.k8s.io"], &["leases"], &["create", "get", "list", "watch", "update", "patch", "delete"]),
+        rule(&["node.k8s.io"], &["runtimeclasses"], &READ),
     ]
 }
 
@@ -299,6 +292,8 @@ pub fn cluster_role_bindings() -> Vec<Value> {
             &[("User", "system:kube-controller-manager")],
         ),
         cluster_role_binding("system:kube-scheduler", "system:kube-scheduler", &[("User", "system:kube-scheduler")]),
-        cluster_role_binding("system:node", "system:node", &[("Group", "system:nodes")]),
+        // As in Kubernetes, without subjects: nodes are authorized by the
+        // Node authorizer (node_authorizer.rs), which narrows their reads.
+        cluster_role_binding("system:node", "system:node", &[]),
     ]
 }

@@ -73,7 +73,7 @@ pub struct Rule {
 }
 
 impl Rule {
-    fn from_json(rule: &Value) -> Rule {
+    pub(crate) fn from_json(rule: &Value) -> Rule {
         let strings = |key: &str| -> Vec<String> {
             rule[key]
                 .as_array()
