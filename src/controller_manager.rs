@@ -81,6 +81,11 @@ pub struct ControllerFlags {
     /// Terminated pods kept before the oldest are deleted.
     #[arg(long, default_value_t = 12500)]
     pub terminated_pod_gc_threshold: usize,
+    /// The CA published to every namespace as the `kube-root-ca.crt`
+    /// ConfigMap, for pods to trust the apiserver (default: the
+    /// --certificate-authority the apiservers are checked against).
+    #[arg(long, value_name = "FILE")]
+    pub root_ca_file: Option<std::path::PathBuf>,
 }
 
 /// `skiff controller-manager`.
@@ -171,6 +176,7 @@ impl ControllerFlags {
         config.node_monitor_grace_period = self.node_monitor_grace_period;
         config.default_toleration_seconds = self.default_not_ready_toleration_seconds;
         config.terminated_pod_gc_threshold = self.terminated_pod_gc_threshold;
+        config.root_ca_file = self.root_ca_file;
         Ok(config)
     }
 }

@@ -23,6 +23,7 @@ pub const CONTROLLERS: &[&str] = &[
     "replicaset",
     "replicationcontroller",
     "resourcequota",
+    "root-ca-cert-publisher",
     "serviceaccount",
 ];
 
@@ -126,6 +127,9 @@ pub struct ControllerManagerConfig {
     pub default_toleration_seconds: u64,
     /// `--terminated-pod-gc-threshold`.
     pub terminated_pod_gc_threshold: usize,
+    /// `--root-ca-file`: the CA published as `kube-root-ca.crt`; `None`:
+    /// the CA the apiservers' certificates are checked against, if any.
+    pub root_ca_file: Option<std::path::PathBuf>,
 }
 
 impl ControllerManagerConfig {
@@ -151,6 +155,7 @@ impl ControllerManagerConfig {
             node_monitor_grace_period: Duration::from_secs(40),
             default_toleration_seconds: 300,
             terminated_pod_gc_threshold: 12500,
+            root_ca_file: None,
         }
     }
 }

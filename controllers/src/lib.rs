@@ -42,6 +42,7 @@
 //!   rolling and recreate rollouts, history.
 //! - [`namespace`]: empties a terminating namespace, then finalizes it.
 //! - [`serviceaccount`]: a `default` ServiceAccount in every namespace.
+//! - [`root_ca`]: the cluster CA as `kube-root-ca.crt` in every namespace.
 //! - [`garbage_collector`]: the owner graph; deletes dependents of gone
 //!   owners, foreground deletion, orphaning.
 //! - [`endpoints`]: a selector Service's Endpoints from its pods.
@@ -83,6 +84,7 @@ pub mod podgc;
 pub mod replicaset;
 pub mod replication;
 pub mod resourcequota;
+pub mod root_ca;
 pub mod serviceaccount;
 
 pub use action::{Action, Reconciled};

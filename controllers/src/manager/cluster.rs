@@ -1,6 +1,6 @@
 //! Wiring of the controllers that look after the cluster as a whole: the
-//! namespace controller, the garbage collector, service accounts, pod GC,
-//! node IPAM and node lifecycle.
+//! namespace controller, the garbage collector, service accounts, the root
+//! CA publisher, pod GC, node IPAM and node lifecycle.
 
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
@@ -8,12 +8,13 @@ use std::time::{Duration, Instant};
 
 use chrono::Utc;
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{Namespace, Node, Pod, ServiceAccount};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Node, Pod, ServiceAccount};
 use skiff_api::resources;
 use skiff_client::runtime::controller::{Controller, ReconcileAction, Request};
 use skiff_client::runtime::informer::{Notification, Subscription};
 use skiff_client::runtime::queue::{QueueConfig, WorkQueue};
 use skiff_client::runtime::reflector::{Change, Index, ObjectKey, Store};
+use skiff_client::runtime::watcher::WatcherConfig;
 use skiff_shutdown::Shutdown;
 use tokio::sync::mpsc;
 
@@ -24,7 +25,7 @@ use crate::execute::ExecuteError;
 use crate::garbage_collector::{Graph, Node as GraphNode};
 use crate::node_ipam::CidrAllocator;
 use crate::node_lifecycle::{self, NodeLifecycle};
-use crate::{namespace, podgc, serviceaccount};
+use crate::{namespace, podgc, root_ca, serviceaccount};
 
 /// How often a terminating namespace with content left is looked at again.
 const NAMESPACE_RECHECK: Duration = Duration::from_secs(1);
@@ -83,6 +84,46 @@ pub(super) fn service_accounts(ctx: &Arc<Context>, shutdown: &Shutdown) {
             shared.1.by_index(Index::Namespace, &request.key.name).iter().map(|a| (**a).clone()).collect();
         let reconciled = Reconciled { actions: serviceaccount::reconcile(&ns, &accounts), requeue_after: None };
         drive(&shared.0, "serviceaccount", started, reconciled, |_, _| {}).await
+    };
+    let stop = shutdown.clone();
+    shutdown.spawn(controller.run(reconcile, shared, 2, stop));
+}
+
+/// Publishes the cluster CA into every namespace. The CA is read once at
+/// start: a controller manager restarted after the CA changed publishes
+/// the new one everywhere.
+pub(super) fn root_ca_publisher(ctx: &Arc<Context>, shutdown: &Shutdown) {
+    let file = ctx.config.root_ca_file.clone().or_else(|| ctx.config.tls.as_ref().map(|t| t.ca.clone()));
+    let Some(file) = file else {
+        tracing::info!("no --root-ca-file and no apiserver CA: kube-root-ca.crt is not published");
+        return;
+    };
+    let ca = match std::fs::read_to_string(&file) {
+        Ok(ca) => Arc::new(ca),
+        Err(e) => {
+            tracing::error!(file = %file.display(), error = %e, "cannot read the root CA; kube-root-ca.crt is not published");
+            return;
+        }
+    };
+    let namespaces = ctx.informers.informer::<Namespace>();
+    // Only the one ConfigMap of each namespace is followed.
+    let published = ctx.informers.informer_with::<ConfigMap>(WatcherConfig {
+        field_selector: format!("metadata.name={}", root_ca::NAME),
+        ..WatcherConfig::default()
+    });
+    let controller = Controller::new(&namespaces).watches(&published, |cm: &ConfigMap| {
+        vec![ObjectKey::new("", cm.metadata.namespace.clone().unwrap_or_default())]
+    });
+    export_queue_depth("root-ca-cert-publisher", controller.metrics(), shutdown);
+    let shared = Arc::new((ctx.clone(), published.store(), ca));
+    type Shared = Arc<(Arc<Context>, Store<ConfigMap>, Arc<String>)>;
+    let reconcile = |request: Request<Namespace>, shared: Shared| async move {
+        let Some(ns) = request.object else { return Ok::<_, ExecuteError>(ReconcileAction::AwaitChange) };
+        let started = Instant::now();
+        let existing = shared.1.get_named(&request.key.name, root_ca::NAME);
+        let actions = root_ca::reconcile(&ns, existing.as_deref(), &shared.2);
+        drive(&shared.0, "root-ca-cert-publisher", started, Reconciled { actions, requeue_after: None }, |_, _| {})
+            .await
     };
     let stop = shutdown.clone();
     shutdown.spawn(controller.run(reconcile, shared, 2, stop));

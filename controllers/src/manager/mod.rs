@@ -130,6 +130,7 @@ fn start(name: &'static str, ctx: &Arc<Context>, shutdown: &Shutdown) -> bool {
         "deployment" => workloads::deployments(ctx, shutdown),
         "namespace" => cluster::namespaces(ctx, shutdown),
         "serviceaccount" => cluster::service_accounts(ctx, shutdown),
+        "root-ca-cert-publisher" => cluster::root_ca_publisher(ctx, shutdown),
         "garbagecollector" => cluster::garbage_collector(ctx, shutdown),
         "podgc" => cluster::pod_gc(ctx, shutdown),
         "nodeipam" => cluster::node_ipam(ctx, shutdown),
