@@ -426,18 +426,37 @@ impl Client {
 
     /// Binds a pod to a node (`pods/binding`).
     pub async fn bind(&self, namespace: &str, pod: &str, node: &str) -> Result<(), ClientError> {
-        self.throttle_write().await;
         let info = skiff_api::resources::of(skiff_api::Kind::Pod);
         let binding = serde_json::json!({"apiVersion": "v1", "kind": "Binding",
             "metadata": {"name": pod, "namespace": namespace}, "target": {"kind": "Node", "name": node}});
+        self.create_subresource(info, namespace, pod, "binding", &binding).await.map(|_| ())
+    }
+
+    /// Asks for a token of service account `account` (a TokenRequest,
+    /// `serviceaccounts/token`); the answer carries it in `status.token`.
+    pub async fn request_token(&self, namespace: &str, account: &str, request: &Value) -> Result<Value, ClientError> {
+        let info = skiff_api::resources::of(skiff_api::Kind::ServiceAccount);
+        let answer = self.create_subresource(info, namespace, account, "token", request).await?;
+        from_json(&answer)
+    }
+
+    async fn create_subresource(
+        &self,
+        info: &ResourceInfo,
+        namespace: &str,
+        name: &str,
+        subresource: &str,
+        obj: &Value,
+    ) -> Result<Vec<u8>, ClientError> {
+        self.throttle_write().await;
         let req = CreateRequest {
             resource: resource_ref(info, namespace),
-            json: to_json(&binding),
-            subresource: "binding".into(),
-            name: pod.to_string(),
+            json: to_json(obj),
+            subresource: subresource.into(),
+            name: name.to_string(),
             ..Default::default()
         };
-        rpc!(self, create, req).map(|_| ())
+        rpc!(self, create, req).map(|obj| obj.json)
     }
 
     /// Replaces the object; a resourceVersion in it makes the update

@@ -12,14 +12,14 @@ use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod, PodStatus, Secret, Service};
+use k8s_openapi::api::core::v1::{Node, Pod, PodStatus, Service};
 use serde_json::json;
 use skiff_api::Reason;
 use skiff_client::resources::DeleteParams;
 use skiff_client::runtime::api::Api;
 use skiff_client::runtime::events::Recorder;
 use skiff_client::runtime::informer::{Informers, Notification};
-use skiff_client::runtime::reflector::{Change, ObjectKey, Store};
+use skiff_client::runtime::reflector::{Change, ObjectKey};
 use skiff_client::runtime::watcher::WatcherConfig;
 use skiff_client::{Client, ClientConfig, ClientError};
 use skiff_shutdown::Shutdown;
@@ -29,7 +29,8 @@ use crate::config::NodeConfig;
 use crate::heartbeat;
 use crate::host;
 use crate::metrics::metrics;
-use crate::pod::{PodResources, PodWorkers, WorkerConfig, WorkerOutput};
+use crate::pod::{PodWorkers, WorkerConfig, WorkerOutput};
+use crate::pod_objects::PodObjects;
 use crate::runtime::Runtime;
 use crate::server::{self, PodLookup};
 use crate::static_pods::{self, ManifestDir};
@@ -81,27 +82,6 @@ pub struct NoNetwork;
 impl NodeNetwork for NoNetwork {
     fn configure(&self, _pod_cidr: &str) -> Result<(), String> {
         Ok(())
-    }
-}
-
-/// ConfigMaps, Secrets and Services for pods' env and volumes, from informers.
-struct Lookups {
-    config_maps: Store<ConfigMap>,
-    secrets: Store<Secret>,
-    services: Store<Service>,
-}
-
-impl PodResources for Lookups {
-    fn config_map(&self, namespace: &str, name: &str) -> Option<ConfigMap> {
-        self.config_maps.get_named(namespace, name).map(|c| (*c).clone())
-    }
-
-    fn secret(&self, namespace: &str, name: &str) -> Option<Secret> {
-        self.secrets.get_named(namespace, name).map(|s| (*s).clone())
-    }
-
-    fn service_env(&self, namespace: &str) -> Vec<(String, String)> {
-        service_env(&self.services.list(), namespace)
     }
 }
 
@@ -225,11 +205,8 @@ pub async fn run(
         field_selector: format!("spec.nodeName={}", config.name),
         ..WatcherConfig::default()
     });
-    let lookups = Arc::new(Lookups {
-        config_maps: informers.informer::<ConfigMap>().store(),
-        secrets: informers.informer::<Secret>().store(),
-        services: informers.informer::<Service>().store(),
-    });
+    // Secrets and ConfigMaps are read one by one: a node may list neither.
+    let lookups = Arc::new(PodObjects::new(client.clone(), informers.informer::<Service>().store()));
     let mut changes = pods.subscribe();
     let pod_store = pods.store();
 

@@ -24,6 +24,8 @@
 //! - [`pod`]: the pod workers: one task per pod syncing its spec to the
 //!   runtime (sandbox, images, init/sidecar/main containers, probes,
 //!   hooks, restarts, termination) and reporting status and events.
+//! - [`pod_objects`]: the Secrets and ConfigMaps pods reference, read one
+//!   by one, and their service account tokens.
 //! - [`agent`]: `run`: registration, heartbeats, pod sources, the workers,
 //!   and what they report written back to the apiserver.
 //! - [`process`]: `skiff node` as one process: containerd, images, CNI, the agent.
@@ -43,6 +45,7 @@ pub mod logs;
 pub mod metrics;
 pub mod node_status;
 pub mod pod;
+pub mod pod_objects;
 pub mod process;
 pub mod runtime;
 pub mod server;

@@ -35,7 +35,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{ConfigMap, Pod, PodStatus, Secret};
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, PodStatus, Secret, ServiceAccountTokenProjection};
 use skiff_client::runtime::reflector::ObjectKey;
 use skiff_shutdown::Shutdown;
 use tokio::sync::mpsc;
@@ -118,8 +118,10 @@ pub fn parse_resolv_conf(text: &str) -> DnsConfig {
 }
 
 /// What the workers look up through the agent: ConfigMaps and Secrets of
-/// the pod's namespace, and the Service variables
-/// (`<NAME>_SERVICE_HOST`, `_PORT`...) for it.
+/// the pod's namespace, its service account tokens, and the Service
+/// variables (`<NAME>_SERVICE_HOST`, `_PORT`...) for it. The getters answer
+/// from what [`prepare`](PodResources::prepare) fetched last.
+#[async_trait::async_trait]
 pub trait PodResources: Send + Sync + 'static {
     /// The ConfigMap, if it exists.
     fn config_map(&self, namespace: &str, name: &str) -> Option<ConfigMap>;
@@ -127,6 +129,16 @@ pub trait PodResources: Send + Sync + 'static {
     fn secret(&self, namespace: &str, name: &str) -> Option<Secret>;
     /// The Service environment variables for pods of `namespace`.
     fn service_env(&self, namespace: &str) -> Vec<(String, String)>;
+    /// Fetches what `pod` references, before its volumes and containers
+    /// are made; nothing to fetch by default.
+    async fn prepare(&self, _pod: &Pod) {}
+    /// The token for one serviceAccountToken source of `pod`'s projected
+    /// volumes, if one was issued and is still valid.
+    fn service_account_token(&self, _pod: &Pod, _source: &ServiceAccountTokenProjection) -> Option<String> {
+        None
+    }
+    /// `pod` is gone: what was fetched for it alone may go.
+    fn forget(&self, _pod: &Pod) {}
 }
 
 /// No ConfigMaps, Secrets or Services.

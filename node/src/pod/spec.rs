@@ -72,6 +72,13 @@ pub enum ConfigError {
     /// A `resourceFieldRef` names an unknown resource or container.
     #[error("unsupported resourceFieldRef: {0}")]
     ResourceField(String),
+    /// No valid token of the pod's service account is at hand (the
+    /// TokenRequest failed or was refused).
+    #[error("failed to fetch token: serviceaccount \"{account}\": no token was issued for this pod")]
+    TokenUnavailable {
+        /// The service account.
+        account: String,
+    },
     /// A volume mount names no volume of the pod, or one that failed.
     #[error("volume \"{0}\" is not available to mount")]
     VolumeUnavailable(String),

@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{ConfigMap, Pod, PodStatus, Secret};
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, PodStatus, Secret, ServiceAccountTokenProjection};
 use k8s_openapi::ByteString;
 use serde_json::{json, Value};
 use skiff_shutdown::Shutdown;
@@ -40,6 +40,8 @@ struct Resources {
     config_maps: BTreeMap<String, ConfigMap>,
     secrets: BTreeMap<String, Secret>,
     services: Vec<(String, String)>,
+    /// Whether TokenRequests are refused.
+    no_tokens: bool,
 }
 
 impl PodResources for Resources {
@@ -51,6 +53,13 @@ impl PodResources for Resources {
     }
     fn service_env(&self, _: &str) -> Vec<(String, String)> {
         self.services.clone()
+    }
+    fn service_account_token(&self, pod: &Pod, source: &ServiceAccountTokenProjection) -> Option<String> {
+        if self.no_tokens {
+            return None;
+        }
+        let audience = source.audience.as_deref().unwrap_or("api");
+        Some(format!("jwt-of-{}-for-{audience}", pod.metadata.name.as_deref().unwrap_or_default()))
     }
 }
 
@@ -807,6 +816,15 @@ fn volumes_are_materialized_under_the_pod_directory_and_mounted_by_volume_mounts
     assert_eq!(read("kubernetes.io~projected/all/mode"), "fast");
     assert_eq!(read("kubernetes.io~projected/all/password"), "hunter2");
     assert_eq!(read("kubernetes.io~projected/all/ns"), "ns");
+    assert_eq!(read("kubernetes.io~projected/all/token"), "jwt-of-p-for-api");
+    // Without a token the volume is not made, and says why.
+    let refused = Resources { no_tokens: true, ..resources() };
+    let (_, errors) = volumes::materialize(&config, &pod, &refused, "10.88.0.7");
+    let errors: Vec<String> = errors.iter().map(|e| e.to_string()).collect();
+    assert!(
+        errors.iter().any(|e| e.contains("volume \"all\" : failed to fetch token: serviceaccount \"default\"")),
+        "{errors:?}"
+    );
     assert!(root.join("kubernetes.io~empty-dir/ram").is_dir());
     assert!(host_dir.is_dir());
 

@@ -1,6 +1,7 @@
 //! A pod's volumes, made real under `<pods_dir>/<uid>/volumes/<plugin>/<name>`
 //! as the kubelet lays them out (`kubernetes.io~empty-dir`, `~configmap`,
-//! `~secret`, `~downward-api`, `~projected`; hostPath is used in place),
+//! `~secret`, `~downward-api`, `~projected` with service account tokens;
+//! hostPath is used in place),
 //! and the bind mounts each container gets from its `volumeMounts`.
 //!
 //! Files of configMap, secret, downwardAPI and projected volumes are
@@ -15,7 +16,7 @@ use std::io;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Component, Path, PathBuf};
 
-use k8s_openapi::api::core::v1::{Container, DownwardAPIVolumeFile, KeyToPath, Pod};
+use k8s_openapi::api::core::v1::{Container, DownwardAPIVolumeFile, KeyToPath, Pod, ServiceAccountTokenProjection};
 
 use super::spec::{field_value, pod_identity, resource_value, ConfigError};
 use super::{PodResources, WorkerConfig};
@@ -137,9 +138,10 @@ pub fn materialize(
                         secret_files(&mut files, resources, pod, &secret.name, secret.items.as_deref(), secret.optional)
                     } else if let Some(downward) = &source.downward_api {
                         downward_files(&mut files, pod, downward.items.as_deref().unwrap_or(&[]), config, pod_ip)
+                    } else if let Some(token) = &source.service_account_token {
+                        token_file(&mut files, resources, pod, token)
                     } else {
-                        // serviceAccountToken and clusterTrustBundle come
-                        // with the security work.
+                        // clusterTrustBundle sources are not supported.
                         Ok(())
                     };
                 }
@@ -246,6 +248,22 @@ fn select(
             }
         }
     }
+    Ok(())
+}
+
+fn token_file(
+    files: &mut Files,
+    resources: &dyn PodResources,
+    pod: &Pod,
+    source: &ServiceAccountTokenProjection,
+) -> Result<(), ConfigError> {
+    let Some(token) = resources.service_account_token(pod, source) else {
+        let account = pod.spec.as_ref().and_then(|s| s.service_account_name.clone()).filter(|a| !a.is_empty());
+        let account = account.unwrap_or_else(|| skiff_api::pod_refs::DEFAULT_SERVICE_ACCOUNT.to_string());
+        return Err(ConfigError::TokenUnavailable { account });
+    };
+    // The volume's mode, as the kubelet writes it: the pod's user may not be root.
+    files.0.insert(source.path.clone(), (token.into_bytes(), None));
     Ok(())
 }
 

@@ -30,6 +30,9 @@ use crate::runtime::{ContainerState, ContainerStatus, LabelFilter, RuntimeError,
 
 /// The kubelet's floor for the grace left after a preStop hook.
 const MINIMUM_GRACE: Duration = Duration::from_secs(2);
+/// How often a running pod's volumes are written again (the kubelet's
+/// periodic pod sync is once a minute).
+const VOLUME_REFRESH: Duration = Duration::from_secs(60);
 /// A pod's grace period when its spec gives none.
 const DEFAULT_GRACE_SECONDS: i64 = 30;
 
@@ -119,6 +122,8 @@ pub(crate) struct Worker {
     next_backoff: Option<Instant>,
     /// Something changed in the last sync that the next should see soon.
     resync_now: bool,
+    /// When the volumes were last written.
+    volumes_made: Option<Instant>,
 }
 
 fn lock_pending(m: &Mutex<Pending>) -> std::sync::MutexGuard<'_, Pending> {
@@ -160,6 +165,7 @@ impl Worker {
             finished_stopped: false,
             next_backoff: None,
             resync_now: false,
+            volumes_made: None,
         }
     }
 
@@ -195,6 +201,9 @@ impl Worker {
                 },
                 _ = tokio::time::sleep_until(deadline) => {}
             }
+        }
+        if torn_down {
+            self.shared.resources.forget(&self.pod);
         }
         self.shared.finish(&self.uid, &self.key, torn_down);
     }
@@ -421,13 +430,7 @@ impl Worker {
             let sandbox = observed.sandbox().cloned();
             let Some(sandbox) = sandbox else { return acted };
             let pod_ip = self.pod_ip(observed);
-            let (volumes, errors) =
-                volumes::materialize(&self.shared.config, &self.pod, self.shared.resources.as_ref(), &pod_ip);
-            for e in &errors {
-                if self.mount_errors_reported.insert(e.to_string()) {
-                    self.event("Warning", "FailedMount", e.to_string()).await;
-                }
-            }
+            let volumes = self.make_volumes(&pod_ip).await;
             for start in &plan.start {
                 acted = true;
                 let init = !self.is_main(&start.name);
@@ -436,6 +439,13 @@ impl Worker {
                     break;
                 }
             }
+        } else if self.volumes_made.is_some_and(|at| at.elapsed() >= VOLUME_REFRESH)
+            && observed.sandbox().is_some_and(|s| s.state == SandboxState::Ready)
+        {
+            // Running containers see edited ConfigMaps and Secrets, and
+            // fresh tokens, through their volumes' directories.
+            let pod_ip = self.pod_ip(observed);
+            self.make_volumes(&pod_ip).await;
         }
         if plan.finished && !self.finished_stopped {
             self.finished_stopped = true;
@@ -448,6 +458,21 @@ impl Worker {
             }
         }
         acted
+    }
+
+    /// Fetches what the pod references, then writes its volumes; a volume
+    /// that cannot be made is reported once as FailedMount.
+    async fn make_volumes(&mut self, pod_ip: &str) -> Volumes {
+        self.shared.resources.prepare(&self.pod).await;
+        let (volumes, errors) =
+            volumes::materialize(&self.shared.config, &self.pod, self.shared.resources.as_ref(), pod_ip);
+        for e in &errors {
+            if self.mount_errors_reported.insert(e.to_string()) {
+                self.event("Warning", "FailedMount", e.to_string()).await;
+            }
+        }
+        self.volumes_made = Some(Instant::now());
+        volumes
     }
 
     async fn create_sandbox(&mut self, observed: &Observed, attempt: u32) {
