@@ -787,25 +787,9 @@ async fn a_node_joins_with_a_token_that_pins_the_clusters_ca() {
     let other = dir.path().join("other-pki");
     skiffctl(&["certs", "ca", "--dir", other.to_str().unwrap()]);
     let file = |name: &str| pki.join(name).display().to_string();
-    let (ca, cert, key) = (file("ca.crt"), file("apiserver.crt"), file("apiserver.key"));
-    let flags = [
-        "--cert-file",
-        &cert,
-        "--key-file",
-        &key,
-        "--trusted-ca-file",
-        &ca,
-        "--tls-cert-file",
-        &cert,
-        "--tls-private-key-file",
-        &key,
-        "--client-ca-file",
-        &ca,
-        "--cluster-signing-cert-file",
-        &ca,
-        "--cluster-signing-key-file",
-        &file("ca.key"),
-    ];
+    let ca = file("ca.crt");
+    let flags = secured_member_flags(&pki);
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
     let cluster = Cluster::spawn_tls(1, &flags, connector(&pki, Some("root"))).await;
     let server = format!("https://{}", cluster.members[&1].client);
     let url = format!("https://{}", cluster.members[&1].http);
@@ -896,6 +880,176 @@ async fn a_node_joins_with_a_token_that_pins_the_clusters_ca() {
         &[&as_root[..], &["--client-key", &root_key, "token", "create", "--usages", "join-master"]].concat(),
     );
     assert!(err.contains("peer certificate"), "{err}");
+    node.stop();
+}
+
+/// A member's flags for TLS on its client and HTTP ports with `pki`'s
+/// `apiserver` certificate, client certificates of `pki`'s CA checked on
+/// both, and that CA signing nodes' certificates.
+fn secured_member_flags(pki: &Path) -> Vec<String> {
+    let file = |name: &str| pki.join(name).display().to_string();
+    let (ca, cert, key) = (file("ca.crt"), file("apiserver.crt"), file("apiserver.key"));
+    [
+        ("--cert-file", &cert),
+        ("--key-file", &key),
+        ("--trusted-ca-file", &ca),
+        ("--tls-cert-file", &cert),
+        ("--tls-private-key-file", &key),
+        ("--client-ca-file", &ca),
+        ("--cluster-signing-cert-file", &ca),
+        ("--cluster-signing-key-file", &file("ca.key")),
+    ]
+    .into_iter()
+    .flat_map(|(flag, value)| [flag.to_string(), value.clone()])
+    .collect()
+}
+
+/// kubectl against `url` as the holder of `pki/STEM.crt`.
+fn kubectl_cert(url: &str, pki: &Path, stem: &str, args: &[&str]) -> Output {
+    let cache = tempfile::tempdir().unwrap();
+    let file = |name: &str| pki.join(name).display().to_string();
+    Command::new("kubectl")
+        .args(["--server", url, "--certificate-authority", &file("ca.crt")])
+        .args(["--client-certificate", &file(&format!("{stem}.crt")), "--client-key", &file(&format!("{stem}.key"))])
+        .arg("--cache-dir")
+        .arg(cache.path())
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+/// A pod on a real node over TLS, as the seed's example has it: the
+/// ServiceAccount admission gives it the `default` account and the
+/// `kube-api-access` volume, the controller manager publishes the CA as
+/// `kube-root-ca.crt`, and the node agent fills the volume with a token it
+/// asks for bound to the pod. The token signs in as the pod's account and
+/// stops working when the pod is deleted. The node, under the Node
+/// authorizer, reads the Secret its pod uses and not one of another
+/// node's pod, and may list no Secrets at all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pod_gets_its_token_and_its_node_reads_only_what_its_pods_use() {
+    let dir = tempfile::tempdir().unwrap();
+    let pki = dir.path().join("pki");
+    let p = pki.to_str().unwrap();
+    skiffctl(&["certs", "ca", "--dir", p]);
+    skiffctl(&["certs", "server", "--dir", p, "--host", "127.0.0.1"]);
+    skiffctl(&["certs", "client", "--dir", p, "--user", "root", "--group", "system:masters"]);
+    skiffctl(&["certs", "client", "--dir", p, "--user", "system:kube-controller-manager", "--name", "cm"]);
+    let node_name = "tokens-1";
+    let node_user = format!("system:node:{node_name}");
+    skiffctl(&["certs", "client", "--dir", p, "--user", &node_user, "--group", "system:nodes", "--name", "node"]);
+    let sa_key = skiff_pki::load_or_create_signing_key(&dir.path().join("sa")).unwrap();
+    let mut flags = secured_member_flags(&pki);
+    flags.extend(["--service-account-signing-key-file".to_string(), sa_key.display().to_string()]);
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let cluster = Cluster::spawn_tls(1, &flags, connector(&pki, Some("root"))).await;
+    let url = format!("https://{}", cluster.members[&1].http);
+    let file = |name: &str| pki.join(name).display().to_string();
+    let client_flags = |stem: &str| {
+        let (cert, key) = (file(&format!("{stem}.crt")), file(&format!("{stem}.key")));
+        vec![
+            "--certificate-authority".to_string(),
+            file("ca.crt"),
+            "--client-certificate".into(),
+            cert,
+            "--client-key".into(),
+            key,
+        ]
+    };
+    let cm_flags = client_flags("cm");
+    let cm_flags: Vec<&str> = cm_flags.iter().map(String::as_str).collect();
+    let _cm = support::controllers::Component::spawn(dir.path(), &cluster.endpoints(), "cm", &cm_flags);
+    let node_flags = client_flags("node");
+    let node_flags: Vec<&str> = node_flags.iter().map(String::as_str).collect();
+    let mut node =
+        support::node::NodeAgent::start(dir.path(), &cluster.endpoints(), node_name, "10.244.61.0/24", &node_flags);
+    let admin = |args: &[&str]| kubectl_cert(&url, &pki, "root", args);
+    let as_node = |args: &[&str]| kubectl_cert(&url, &pki, "node", args);
+
+    // The controller manager makes `default` and publishes the CA.
+    eventually("the default account and kube-root-ca.crt", || {
+        let o = admin(&["get", "configmap", "kube-root-ca.crt", "-o", "jsonpath={.data.ca\\.crt}"]);
+        let published = String::from_utf8_lossy(&o.stdout).into_owned();
+        match admin(&["get", "serviceaccount", "default"]).status.success() && !published.is_empty() {
+            true => Ok(()),
+            false => Err(String::from_utf8_lossy(&o.stderr).into_owned()),
+        }
+    })
+    .await;
+    let pod = |name: &str, node: &str, secret: &str| {
+        format!(
+            r#"{{"apiVersion":"v1","kind":"Pod","metadata":{{"name":"{name}"}},
+               "spec":{{"nodeName":"{node}","terminationGracePeriodSeconds":1,"containers":[{{"name":"c",
+               "image":"skiff.local/busybox:1","command":["sleep","3600"],
+               "env":[{{"name":"SECRET","valueFrom":{{"secretKeyRef":{{"name":"{secret}","key":"v"}}}}}}]}}]}}}}"#
+        )
+    };
+    for (name, node, secret) in [("reader", node_name, "mine"), ("elsewhere", "tokens-2", "theirs")] {
+        ok(admin(&["create", "secret", "generic", secret, "--from-literal=v=hidden"]));
+        let path = dir.path().join(format!("{name}.json"));
+        std::fs::write(&path, pod(name, node, secret)).unwrap();
+        ok(admin(&["create", "-f", path.to_str().unwrap()]));
+    }
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while ok(admin(&["get", "pod", "reader", "-o", "jsonpath={.status.phase}"])) != "Running" {
+        let describe = String::from_utf8_lossy(&admin(&["describe", "pod", "reader"]).stdout).into_owned();
+        assert!(
+            Instant::now() < deadline,
+            "reader never ran:
+{describe}
+{}",
+            node.log()
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let spec =
+        ok(admin(&["get", "pod", "reader", "-o", "jsonpath={.spec.serviceAccountName} {.spec.volumes[0].name}"]));
+    assert!(spec.starts_with("default kube-api-access-"), "{spec}");
+
+    // What the pod sees, from inside its container.
+    let read = |path: &str| {
+        ok(admin(&["exec", "reader", "--", "cat", &format!("/var/run/secrets/kubernetes.io/serviceaccount/{path}")]))
+    };
+    assert_eq!(read("namespace"), "default");
+    assert_eq!(read("ca.crt"), std::fs::read_to_string(pki.join("ca.crt")).unwrap());
+    let token = read("token");
+    let ca = file("ca.crt");
+    let whoami =
+        ok(kubectl_token(&url, &ca, &token, &["auth", "whoami", "-o", "jsonpath={.status.userInfo.username}"]));
+    assert_eq!(whoami, "system:serviceaccount:default:default");
+
+    // The node reads its pod's Secret, not another node's pod's, and lists none.
+    ok(as_node(&["get", "secret", "mine"]));
+    let err = fails(as_node(&["get", "secret", "theirs"]));
+    assert!(err.contains(&format!("no relationship found between node '{node_name}' and this object")), "{err}");
+    let err = fails(as_node(&["get", "secrets"]));
+    assert!(err.contains("can only get individual resources of this type"), "{err}");
+    // Nor tokens for another node's pod.
+    let err = fails(as_node(&[
+        "create",
+        "token",
+        "default",
+        "--bound-object-kind",
+        "Pod",
+        "--bound-object-name",
+        "elsewhere",
+    ]));
+    assert!(err.contains("requested a token bound to a pod scheduled on a different node"), "{err}");
+
+    // Deleting the pod revokes its token, and the node's reach with it.
+    ok(admin(&["delete", "pod", "reader", "--wait=false"]));
+    eventually("the token stops working", || {
+        match kubectl_token(&url, &ca, &token, &["auth", "whoami"]).status.success() {
+            false => Ok(()),
+            true => Err("still accepted".into()),
+        }
+    })
+    .await;
+    eventually("the node loses the pod's Secret", || match as_node(&["get", "secret", "mine"]).status.success() {
+        false => Ok(()),
+        true => Err("still readable".into()),
+    })
+    .await;
     node.stop();
 }
 
