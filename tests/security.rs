@@ -509,6 +509,9 @@ async fn a_service_account_token_works_until_its_pod_or_account_is_deleted() {
     })
     .await;
     ok(admin(&["create", "serviceaccount", "robot"]));
+    // No controller manager runs here to make `default`, which pods
+    // without an account are admitted with.
+    ok(admin(&["create", "serviceaccount", "default"]));
     let overrides = r#"{"spec": {"serviceAccountName": "robot"}}"#;
     ok(admin(&["run", "web", "--image=busybox", "--restart=Never", "--overrides", overrides]));
     ok(admin(&["run", "other", "--image=busybox", "--restart=Never"]));
