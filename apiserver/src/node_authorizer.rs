@@ -163,8 +163,9 @@ impl NodeGraph {
                     let Some(namespace) = namespace_of(&prefix, key) else { continue };
                     match event.kind {
                         EventKind::Delete => graph.remove(key),
-                        EventKind::Put => match references(&objects, key, &event.kv.value) {
-                            Ok(refs) => graph.put(key, namespace, refs),
+                        EventKind::Put => match stored_references(&objects, key, &event.kv.value) {
+                            Ok(Some(refs)) => graph.put(key, namespace, refs),
+                            Ok(None) => graph.remove(key),
                             Err(e) => {
                                 tracing::warn!(error = %e, "a pod the node authorizer cannot read");
                                 graph.remove(key);
@@ -183,9 +184,23 @@ fn namespace_of<'k>(prefix: &[u8], key: &'k [u8]) -> Option<&'k str> {
     Some(rest.split_once('/')?.0)
 }
 
-fn references(objects: &ObjectStore, key: &[u8], value: &[u8]) -> Result<PodReferences, ApiError> {
+fn stored_references(objects: &ObjectStore, key: &[u8], value: &[u8]) -> Result<Option<PodReferences>, ApiError> {
     let opened = objects.open(key, value)?;
-    PodReferences::from_json(&opened.bytes).map_err(|e| ApiError::internal(format!("pod is not JSON: {e}")))
+    references(&opened.bytes).map_err(|e| ApiError::internal(format!("pod is not JSON: {e}")))
+}
+
+/// What a bound pod references; `None` for a pod bound to no node.
+///
+/// Most pods are written unbound and bound later, and every member runs
+/// this for every pod written: a pod whose bytes never say `"nodeName"`
+/// cannot be bound, so it is not decoded at all (the apiserver writes
+/// the JSON it stores, so the key is never escaped).
+fn references(json: &[u8]) -> Result<Option<PodReferences>, serde_json::Error> {
+    if memchr::memmem::find(json, b"\"nodeName\"").is_none() {
+        return Ok(None);
+    }
+    let refs = PodReferences::from_json(json)?;
+    Ok((!refs.node_name.is_empty()).then_some(refs))
 }
 
 /// Every pod at `revision`, page by page.
@@ -196,8 +211,9 @@ async fn load(objects: &ObjectStore, prefix: &[u8], end: &[u8], revision: i64) -
         let page = objects.range(&start, end, revision, PAGE).await?;
         for item in &page.items {
             let Some(namespace) = namespace_of(prefix, &item.key) else { continue };
-            match PodReferences::from_json(&item.json) {
-                Ok(refs) => graph.put(&item.key, namespace, refs),
+            match references(&item.json) {
+                Ok(Some(refs)) => graph.put(&item.key, namespace, refs),
+                Ok(None) => {}
                 Err(e) => tracing::warn!(error = %e, "a pod the node authorizer cannot read"),
             }
         }
@@ -431,6 +447,23 @@ mod tests {
         let a = NodeAuthorizer::new(NodeGraph::default(), Arc::new(Nothing));
         let refused = a.authorize(&node("node-a"), &get("secrets", "team", "web-tls")).unwrap_err();
         assert!(refused.ends_with("the node authorizer has not read the pods yet"), "{refused}");
+    }
+
+    #[test]
+    fn only_pods_that_name_a_node_are_decoded() {
+        let unbound = br#"{"metadata":{"name":"web"},"spec":{"volumes":[{"name":"s","secret":{"secretName":"tls"}}]}}"#;
+        assert!(references(unbound).unwrap().is_none());
+        // Never decoded, so not even malformed bytes are an error.
+        assert!(references(b"{not json").unwrap().is_none());
+        // Saying "nodeName" elsewhere is not being bound.
+        let mentioned = br#"{"metadata":{"annotations":{"note":"\"nodeName\""}},"spec":{}}"#;
+        assert!(references(mentioned).unwrap().is_none());
+        assert!(references(br#"{"spec":{"nodeName":"#).is_err());
+
+        let bound = br#"{"spec":{"nodeName":"node-a","volumes":[{"name":"s","secret":{"secretName":"tls"}}]}}"#;
+        let refs = references(bound).unwrap().expect("a bound pod");
+        assert_eq!(refs.node_name, "node-a");
+        assert_eq!(refs.secrets.into_iter().collect::<Vec<_>>(), ["tls"]);
     }
 
     #[test]
