@@ -187,6 +187,7 @@ impl ControllerManagerArgs {
         let mut config = self.flags.into_config(self.server, identity)?;
         config.http = self.http_listen;
         config.tls = self.tls.files();
+        config.token = self.tls.token();
         Ok(config)
     }
 }

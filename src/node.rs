@@ -23,7 +23,7 @@ pub struct NodeArgs {
     /// Join with this token (`skiffctl token create`: K10<CA hash>::<id>.<secret>):
     /// the node checks the cluster's CA against the hash, then trades the
     /// token for a certificate of its own, kept under <data-dir>/pki.
-    #[arg(long, conflicts_with_all = ["client_certificate"], value_parser = parse_token)]
+    #[arg(long, conflicts_with_all = ["client_certificate", "token_file"], value_parser = parse_token)]
     pub token: Option<skiff_pki::token::JoinToken>,
     /// The Node's name (default: this host's name).
     #[arg(long)]
@@ -142,6 +142,7 @@ impl NodeArgs {
         let name = self.name.unwrap_or_else(hostname);
         let mut node = NodeConfig::new(&name, self.server, self.data_dir);
         node.tls = self.tls.files();
+        node.token = self.tls.token();
         if let Some(token) = &self.token {
             if token.ca_hash.is_none() {
                 return Err("--token: a token without its CA hash (K10<hash>::<id>.<secret>) pins no CA; use the whole token skiffctl token create printed".into());

@@ -114,6 +114,7 @@ impl SchedulerArgs {
         let mut config = self.flags.into_config(self.server, identity, election)?;
         config.http = self.http_listen;
         config.tls = self.tls.files();
+        config.token = self.tls.token();
         if self.kube_api_qps.is_nan() || self.kube_api_qps < 0.0 {
             return Err("--kube-api-qps must be 0 (unlimited) or positive".into());
         }

@@ -1020,6 +1020,24 @@ async fn a_pod_gets_its_token_and_its_node_reads_only_what_its_pods_use() {
     let whoami =
         ok(kubectl_token(&url, &ca, &token, &["auth", "whoami", "-o", "jsonpath={.status.userInfo.username}"]));
     assert_eq!(whoami, "system:serviceaccount:default:default");
+    // The same token from a file, over the gRPC resource API (what a
+    // component configured with --token-file sends): the account, with
+    // only what it was granted.
+    let token_file = dir.path().join("pod-token");
+    std::fs::write(&token_file, &token).unwrap();
+    let server = format!("https://{}", cluster.members[&1].client);
+    let as_pod = ["--server", &server, "--certificate-authority", &ca, "--token-file", token_file.to_str().unwrap()];
+    let err = skiffctl_err(&[&as_pod[..], &["get", "pod", "reader"]].concat());
+    assert!(err.contains("\"system:serviceaccount:default:default\" cannot get resource \"pods\""), "{err}");
+    ok(admin(&["create", "rolebinding", "default-view", "--clusterrole=view", "--serviceaccount=default:default"]));
+    eventually("the account reads pods with its token", || {
+        let o = Command::new(skiffctl_path()).args(as_pod).args(["get", "pod", "reader"]).output().unwrap();
+        match o.status.success() && String::from_utf8_lossy(&o.stdout).contains("reader") {
+            true => Ok(()),
+            false => Err(String::from_utf8_lossy(&o.stderr).into_owned()),
+        }
+    })
+    .await;
 
     // The node reads its pod's Secret, not another node's pod's, and lists none.
     ok(as_node(&["get", "secret", "mine"]));

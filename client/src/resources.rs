@@ -22,7 +22,7 @@ use skiff_proto::resource::{
 use tonic::transport::{Channel, Endpoint};
 use tonic::{Code, Status};
 
-use crate::runtime::config::TokenBucket;
+use crate::runtime::config::{BearerToken, TokenBucket};
 
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum ClientError {
@@ -185,7 +185,24 @@ struct Inner {
     /// Paces writes (create, update, patch, delete, bind) so a runaway
     /// controller cannot flood the apiservers; `None`: unlimited.
     write_limiter: Option<TokenBucket>,
+    authorization: Authorization,
 }
+
+/// Adds the bearer token, if the client has one, to every request.
+#[derive(Clone, Default)]
+struct Authorization(Option<Arc<BearerToken>>);
+
+impl tonic::service::Interceptor for Authorization {
+    fn call(&mut self, mut request: tonic::Request<()>) -> Result<tonic::Request<()>, Status> {
+        if let Some(token) = &self.0 {
+            let header = token.header().map_err(Status::unauthenticated)?;
+            request.metadata_mut().insert("authorization", header);
+        }
+        Ok(request)
+    }
+}
+
+type Transport = tonic::service::interceptor::InterceptedService<Channel, Authorization>;
 
 fn resource_ref(info: &ResourceInfo, namespace: &str) -> Option<ResourceRef> {
     Some(ResourceRef {
@@ -253,6 +270,16 @@ impl Client {
         write_limiter: Option<TokenBucket>,
         tls: Option<skiff_pki::Connector>,
     ) -> Result<Client, ClientError> {
+        Client::connect_as(endpoints, write_limiter, tls, None)
+    }
+
+    /// [`Client::connect`] sending `token` with every request.
+    pub(crate) fn connect_as<S: AsRef<str>>(
+        endpoints: &[S],
+        write_limiter: Option<TokenBucket>,
+        tls: Option<skiff_pki::Connector>,
+        token: Option<Arc<BearerToken>>,
+    ) -> Result<Client, ClientError> {
         let mut channels = Vec::new();
         for e in endpoints {
             let e = e.as_ref().trim();
@@ -281,7 +308,14 @@ impl Client {
         if channels.is_empty() {
             return Err(ClientError::Unreachable("no endpoint given".into()));
         }
-        Ok(Client { inner: Arc::new(Inner { channels, current: AtomicUsize::new(0), write_limiter }) })
+        Ok(Client {
+            inner: Arc::new(Inner {
+                channels,
+                current: AtomicUsize::new(0),
+                write_limiter,
+                authorization: Authorization(token),
+            }),
+        })
     }
 
     /// Waits for the write limiter, if any.
@@ -295,7 +329,7 @@ impl Client {
     /// while servers cannot serve it, for at most two rounds.
     async fn call<T, F, Fut>(&self, call: F) -> Result<T, ClientError>
     where
-        F: Fn(ResourcesClient<Channel>) -> Fut,
+        F: Fn(ResourcesClient<Transport>) -> Fut,
         Fut: std::future::Future<Output = Result<tonic::Response<T>, Status>>,
     {
         let n = self.inner.channels.len();
@@ -303,8 +337,9 @@ impl Client {
         let mut last = None;
         for attempt in 0..2 * n {
             let i = (start + attempt) % n;
-            let client =
-                ResourcesClient::new(self.inner.channels[i].1.clone()).max_decoding_message_size(256 * 1024 * 1024);
+            let channel = self.inner.channels[i].1.clone();
+            let client = ResourcesClient::with_interceptor(channel, self.inner.authorization.clone())
+                .max_decoding_message_size(256 * 1024 * 1024);
             match call(client).await {
                 Ok(r) => {
                     self.inner.current.store(i, Ordering::Relaxed);

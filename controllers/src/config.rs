@@ -103,6 +103,8 @@ pub struct ControllerManagerConfig {
     pub servers: Vec<String>,
     /// TLS to the apiservers and the client certificate to present; `None`: plaintext.
     pub tls: Option<skiff_pki::ClientFiles>,
+    /// A bearer token to send instead of a client certificate.
+    pub token: Option<skiff_client::runtime::config::TokenSource>,
     /// This instance's name in the Lease (`holderIdentity`).
     pub identity: String,
     pub controllers: BTreeSet<&'static str>,
@@ -142,6 +144,7 @@ impl ControllerManagerConfig {
         ControllerManagerConfig {
             servers,
             tls: None,
+            token: None,
             identity: identity.into(),
             controllers: parse_controllers("*").expect("* is valid"),
             leader_election: LeaderElection::default(),

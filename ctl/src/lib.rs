@@ -203,7 +203,17 @@ pub async fn run(cli: Cli) -> Result<(), String> {
         }
         None => None,
     };
-    let objects_client = || skiff_client::Client::connect(&servers, None, tls.clone()).map_err(|e| e.to_string());
+    // The object commands go through the resource API, which takes a
+    // bearer token as well as a client certificate; the KV and member
+    // commands below are for the cluster's admin certificate only.
+    let objects_client = || {
+        let config = skiff_client::ClientConfig {
+            tls: cli.tls.files(),
+            token: cli.tls.token(),
+            ..skiff_client::ClientConfig::new(&servers)
+        };
+        skiff_client::Client::from_config(&config).map_err(|e| e.to_string())
+    };
     match cli.command {
         Command::Certs(c) => return certs::run(c),
         Command::Get(a) => return objects::get(&objects_client()?, a).await,

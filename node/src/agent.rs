@@ -184,6 +184,7 @@ pub async fn run(
     let config = Arc::new(config);
     let mut client_config = ClientConfig::new(&config.servers);
     client_config.tls = config.tls.clone();
+    client_config.token = config.token.clone();
     let client = Client::from_config(&client_config)?;
     let info = host::info();
     let node = heartbeat::register(&client, &config, &info)

@@ -17,6 +17,8 @@ pub struct NodeConfig {
     pub servers: Vec<String>,
     /// TLS to the apiservers and the client certificate to present; `None`: plaintext.
     pub tls: Option<skiff_pki::ClientFiles>,
+    /// A bearer token to send instead of a client certificate.
+    pub token: Option<skiff_client::runtime::config::TokenSource>,
     /// A join token (`--token`): the node gets its own certificate with it
     /// and keeps it under `<data_dir>/pki`.
     pub join_token: Option<skiff_pki::token::JoinToken>,
@@ -64,6 +66,7 @@ impl NodeConfig {
             name: name.to_string(),
             servers,
             tls: None,
+            token: None,
             join_token: None,
             data_dir,
             node_ip: "127.0.0.1".to_string(),

@@ -27,6 +27,8 @@ pub struct SchedulerConfig {
     pub servers: Vec<String>,
     /// TLS to the apiservers and the client certificate to present; `None`: plaintext.
     pub tls: Option<skiff_pki::ClientFiles>,
+    /// A bearer token to send instead of a client certificate.
+    pub token: Option<skiff_client::runtime::config::TokenSource>,
     /// `/metrics` and `/healthz`; none when `None`.
     pub http: Option<SocketAddr>,
     /// Act only while holding the Lease; `None` acts at once (one instance).
@@ -50,6 +52,7 @@ impl SchedulerConfig {
         SchedulerConfig {
             servers,
             tls: None,
+            token: None,
             http: None,
             leader_election: Some(LeaderElectionConfig::new(LEASE_NAMESPACE, LEASE_NAME, identity)),
             profile: Profile::default(),

@@ -64,6 +64,7 @@ pub enum RunError {
 pub async fn run(config: SchedulerConfig, shutdown: Shutdown) -> Result<(), RunError> {
     let mut client_config = ClientConfig::new(&config.servers);
     client_config.tls = config.tls.clone();
+    client_config.token = config.token.clone();
     client_config.qps = config.kube_api_qps;
     client_config.burst = config.kube_api_burst;
     let client = Client::from_config(&client_config)?;
