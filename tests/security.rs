@@ -394,6 +394,9 @@ async fn the_audit_log_records_requests_and_one_user_cannot_starve_another() {
     .await;
     ok(as_user("admin-t", &["create", "configmap", "audited", "--from-literal=k=v"]));
     ok(as_user("admin-t", &["create", "secret", "generic", "hidden", "--from-literal=p=hunter2"]));
+    // PodSecurity's audit mode: the pod is let in, its violations logged.
+    ok(as_user("admin-t", &["label", "namespace", "default", "pod-security.kubernetes.io/audit=restricted"]));
+    ok(as_user("admin-t", &["run", "audited", "--image=busybox", "--restart=Never"]));
     ok(as_user(
         "admin-t",
         &["create", "clusterrolebinding", "readers", "--clusterrole=view", "--user=flood", "--user=calm"],
@@ -477,6 +480,17 @@ async fn the_audit_log_records_requests_and_one_user_cannot_starve_another() {
     let secret = find("create", "secrets");
     assert_eq!(secret["level"], "Metadata");
     assert!(secret.get("requestObject").is_none() && secret.get("responseObject").is_none(), "{secret}");
+    let pod = find("create", "pods");
+    assert_eq!(pod["responseStatus"]["code"], 201, "{pod}");
+    let annotations = &pod["annotations"];
+    assert_eq!(annotations["pod-security.kubernetes.io/enforce-policy"], "privileged:latest", "{pod}");
+    let violations = annotations["pod-security.kubernetes.io/audit-violations"].as_str().unwrap_or_default();
+    assert!(
+        violations.starts_with("would violate PodSecurity \"restricted:latest\": ")
+            && violations.contains("runAsNonRoot"),
+        "{pod}"
+    );
+    assert!(secret.get("annotations").is_none(), "only admission annotates: {secret}");
     let refused = events.iter().find(|e| e["responseStatus"]["code"] == 429).expect("the 429 is audited");
     assert_eq!(refused["user"]["username"], "flood");
     assert!(!events.iter().any(|e| e["requestURI"] == "/healthz"), "the policy leaves probes out");

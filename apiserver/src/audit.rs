@@ -277,6 +277,10 @@ pub async fn record(State(log): State<AuditLog>, request: Request, next: Next) -
     } else {
         (request, None)
     };
+    // Admission adds to these (PodSecurity's audit mode).
+    let annotations = crate::registry::AuditAnnotations::default();
+    let mut request = request;
+    request.extensions_mut().insert(annotations.clone());
     let response = next.run(request).await;
     let code = response.status().as_u16();
     let (response, response_object) = if level == Level::RequestResponse && !long_running {
@@ -326,6 +330,10 @@ pub async fn record(State(log): State<AuditLog>, request: Request, next: Next) -
     }
     if let Some(object) = request_object {
         event["requestObject"] = object;
+    }
+    let annotations = std::mem::take(&mut *annotations.lock().expect("audit annotations lock"));
+    if !annotations.is_empty() {
+        event["annotations"] = json!(annotations);
     }
     if let Some(object) = response_object {
         event["responseObject"] = object;

@@ -98,6 +98,7 @@ impl ResourceService {
             user,
             field_manager: crate::registry::manager_from_user_agent(agent),
             warnings: Default::default(),
+            audit: Default::default(),
         })
     }
 

@@ -8,9 +8,13 @@
 //! Kubernetes does. Pods are checked when created and when an update
 //! changes their spec. The `warn` mode
 //! (`pod-security.kubernetes.io/warn`) lets such a pod in with a warning
-//! (`would violate PodSecurity ...`, which kubectl prints). The `audit` mode
-//! is not implemented, and the `*-version` labels only name the version in
-//! messages: every check is the latest one.
+//! (`would violate PodSecurity ...`, which kubectl prints), and the `audit`
+//! mode (`pod-security.kubernetes.io/audit`) lets it in with the violation
+//! recorded in the request's audit event, under Kubernetes' annotation
+//! `pod-security.kubernetes.io/audit-violations`; every pod checked also
+//! records the level enforced (`pod-security.kubernetes.io/enforce-policy`).
+//! The `*-version` labels only name the version in messages: every check is
+//! the latest one.
 
 use serde_json::Value;
 use skiff_api::resources::{self, Kind};
@@ -24,6 +28,11 @@ const ENFORCE: &str = "pod-security.kubernetes.io/enforce";
 const ENFORCE_VERSION: &str = "pod-security.kubernetes.io/enforce-version";
 const WARN: &str = "pod-security.kubernetes.io/warn";
 const WARN_VERSION: &str = "pod-security.kubernetes.io/warn-version";
+const AUDIT: &str = "pod-security.kubernetes.io/audit";
+const AUDIT_VERSION: &str = "pod-security.kubernetes.io/audit-version";
+/// The audit annotations Kubernetes' plugin writes.
+const AUDIT_VIOLATIONS: &str = "pod-security.kubernetes.io/audit-violations";
+const ENFORCE_POLICY: &str = "pod-security.kubernetes.io/enforce-policy";
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub(crate) enum Level {
@@ -51,8 +60,9 @@ impl Level {
     }
 }
 
-/// Refuses a pod write that breaks its namespace's enforced level, and
-/// warns `ctx` of one that breaks its warned level.
+/// Refuses a pod write that breaks its namespace's enforced level, warns
+/// `ctx` of one that breaks its warned level, and records in its audit
+/// event one that breaks its audited level.
 pub(crate) async fn admit(
     objects: &ObjectStore,
     ctx: &Context,
@@ -77,12 +87,21 @@ pub(crate) async fn admit(
             ctx.warn(format!("would violate PodSecurity \"{}:{version}\": {}", warned.name(), found.join(", ")));
         }
     }
+    if let Some(audited) = labels[AUDIT].as_str().map(|l| Level::parse(Some(l))) {
+        let found = violations(audited, pod);
+        if !found.is_empty() {
+            let version = labels[AUDIT_VERSION].as_str().unwrap_or("latest");
+            let violation = format!("would violate PodSecurity \"{}:{version}\": {}", audited.name(), found.join(", "));
+            ctx.annotate_audit(AUDIT_VIOLATIONS, violation);
+        }
+    }
     let level = Level::parse(labels[ENFORCE].as_str());
+    let version = labels[ENFORCE_VERSION].as_str().unwrap_or("latest");
+    ctx.annotate_audit(ENFORCE_POLICY, format!("{}:{version}", level.name()));
     let found = violations(level, pod);
     if found.is_empty() {
         return Ok(());
     }
-    let version = labels[ENFORCE_VERSION].as_str().unwrap_or("latest");
     Err(forbidden(attrs, &format!("violates PodSecurity \"{}:{version}\": {}", level.name(), found.join(", "))))
 }
 

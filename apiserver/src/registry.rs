@@ -56,11 +56,17 @@ pub struct Context {
     /// What the request should be warned of (`Warning` headers on the
     /// REST API): admission's warnings land here.
     pub warnings: Warnings,
+    /// What admission says for the audit log (the event's `annotations`).
+    pub audit: AuditAnnotations,
 }
 
 /// A request's warnings, shared by the layers that add them and the one
 /// that answers.
 pub type Warnings = std::sync::Arc<std::sync::Mutex<Vec<String>>>;
+
+/// A request's audit annotations (Kubernetes' `audit.Event.annotations`),
+/// shared by the audit layer, which writes them out, and admission.
+pub type AuditAnnotations = std::sync::Arc<std::sync::Mutex<std::collections::BTreeMap<String, String>>>;
 
 impl Context {
     /// An internal caller (bootstrap tasks, tests).
@@ -69,6 +75,7 @@ impl Context {
             user: UserInfo { name: "system:apiserver".into(), groups: vec!["system:masters".into()] },
             field_manager: "skiff-apiserver".into(),
             warnings: Warnings::default(),
+            audit: AuditAnnotations::default(),
         }
     }
 
@@ -79,6 +86,11 @@ impl Context {
         if !warnings.contains(&warning) {
             warnings.push(warning);
         }
+    }
+
+    /// Records `key: value` in the request's audit event.
+    pub fn annotate_audit(&self, key: &str, value: String) {
+        self.audit.lock().expect("audit annotations lock").insert(key.to_string(), value);
     }
 }
 

@@ -168,7 +168,8 @@ pub async fn handle(State(state): State<RestState>, request: axum::extract::Requ
             return error_response(&ApiError::too_large(format!("Request entity too large: limit is {MAX_BODY}")))
         }
     };
-    match route(&state, &user, &parts.method, &parts.uri, &parts.headers, body).await {
+    let audit = parts.extensions.get::<crate::registry::AuditAnnotations>().cloned().unwrap_or_default();
+    match route(&state, &user, &audit, &parts.method, &parts.uri, &parts.headers, body).await {
         Ok(r) => r,
         Err(e) => error_response(&e),
     }
@@ -195,7 +196,12 @@ fn pod_stream(path: &str) -> Option<(String, String, String)> {
 /// its user; the field manager is only for completeness.
 fn reader_context(user: UserInfo, headers: &HeaderMap) -> Context {
     let agent = headers.get(header::USER_AGENT).and_then(|v| v.to_str().ok()).unwrap_or_default();
-    Context { user, field_manager: crate::registry::manager_from_user_agent(agent), warnings: Default::default() }
+    Context {
+        user,
+        field_manager: crate::registry::manager_from_user_agent(agent),
+        warnings: Default::default(),
+        audit: Default::default(),
+    }
 }
 
 /// `pods/log`, `pods/exec`, `pods/attach` and `pods/portforward`, proxied
@@ -298,6 +304,7 @@ fn wants_aggregated(headers: &HeaderMap) -> bool {
 async fn route(
     state: &RestState,
     user: &UserInfo,
+    audit: &crate::registry::AuditAnnotations,
     method: &Method,
     uri: &Uri,
     headers: &HeaderMap,
@@ -372,6 +379,7 @@ async fn route(
                 headers,
                 query: query(uri),
                 warnings: Default::default(),
+                audit: audit.clone(),
             };
             request.serve(method, body).await
         }
@@ -640,6 +648,9 @@ struct Request<'a> {
     query: HashMap<String, String>,
     /// `Warning` headers for the response (`fieldValidation=Warn`).
     warnings: crate::registry::Warnings,
+    /// The audit layer's annotations for this request's event, if it is
+    /// audited.
+    audit: crate::registry::AuditAnnotations,
 }
 
 impl Request<'_> {
@@ -683,7 +694,7 @@ impl Request<'_> {
             }
             m => m.to_string(),
         };
-        Ok(Context { user, field_manager, warnings: self.warnings.clone() })
+        Ok(Context { user, field_manager, warnings: self.warnings.clone(), audit: self.audit.clone() })
     }
 
     fn table(&self, objects: &[Value], resource_version: Option<String>, continue_token: Option<String>) -> Value {
