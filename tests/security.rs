@@ -578,6 +578,37 @@ async fn a_service_account_token_works_until_its_pod_or_account_is_deleted() {
     assert!(err.contains("Unauthorized"), "{err}");
     let as_unbound = |args: &[&str]| kubectl_token(&url, &ca, &unbound, args);
     assert_eq!(ok(as_unbound(&["auth", "whoami", "-o", "jsonpath={.status.userInfo.username}"])), who);
+
+    // A legacy token Secret, asked for as Kubernetes has it: filled with a
+    // token of the account that lives as long as the Secret.
+    let secret = |name: &str, annotations: &str| {
+        let path = dir.path().join(format!("{name}.json"));
+        let body = format!(
+            r#"{{"apiVersion":"v1","kind":"Secret","metadata":{{"name":"{name}","annotations":{{{annotations}}}}},
+               "type":"kubernetes.io/service-account-token"}}"#
+        );
+        std::fs::write(&path, body).unwrap();
+        admin(&["create", "-f", path.to_str().unwrap()])
+    };
+    ok(secret("robot-token", r#""kubernetes.io/service-account.name":"robot""#));
+    let field = |path: &str| ok(admin(&["get", "secret", "robot-token", "-o", &format!("jsonpath={path}")]));
+    let decode = |b64: String| {
+        use base64::Engine;
+        String::from_utf8(base64::engine::general_purpose::STANDARD.decode(b64.trim()).unwrap()).unwrap()
+    };
+    assert_eq!(decode(field("{.data.namespace}")), "default");
+    let robot_uid = ok(admin(&["get", "serviceaccount", "robot", "-o", "jsonpath={.metadata.uid}"]));
+    assert_eq!(field("{.metadata.annotations.kubernetes\\.io/service-account\\.uid}"), robot_uid);
+    let legacy = decode(field("{.data.token}"));
+    let as_legacy = |args: &[&str]| kubectl_token(&url, &ca, &legacy, args);
+    assert_eq!(ok(as_legacy(&["auth", "whoami", "-o", "jsonpath={.status.userInfo.username}"])), who);
+    let err = fails(secret("nameless-token", ""));
+    assert!(err.contains("metadata.annotations[kubernetes.io/service-account.name]: Required value"), "{err}");
+    let err = fails(secret("ghost-token", r#""kubernetes.io/service-account.name":"ghost""#));
+    assert!(err.contains("serviceaccount \"ghost\" not found"), "{err}");
+    ok(admin(&["delete", "secret", "robot-token"]));
+    let err = fails(as_legacy(&["auth", "whoami"]));
+    assert!(err.contains("Unauthorized"), "{err}");
     ok(admin(&["delete", "serviceaccount", "robot"]));
     let err = fails(as_unbound(&["auth", "whoami"]));
     assert!(err.contains("Unauthorized"), "{err}");

@@ -694,6 +694,9 @@ impl Registry {
                 name: &name,
             };
             limits::admit(&attrs, &mut candidate, &limit_ranges)?;
+            if let Some(tokens) = self.security.tokens() {
+                service_account_admission::fill_token_secret(&self.objects, tokens, &attrs, &mut candidate).await?;
+            }
             self.security.admit(&attrs, &mut candidate, None)?;
             pod_security::admit(&self.objects, ctx, &attrs, &candidate, None).await?;
             let chosen = strategy.allocate(&mut candidate, None).map_err(|e| ApiError::invalid(info, &name, &[e]))?;

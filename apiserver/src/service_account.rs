@@ -308,6 +308,35 @@ impl Tokens {
     }
 }
 
+impl Tokens {
+    /// The token of a legacy service account token Secret: bound to the
+    /// account and the Secret, so it holds until either is deleted.
+    /// Kubernetes' legacy tokens never expire; this one's expiry is a
+    /// century away.
+    pub fn secret_token(&self, namespace: &str, account: Ref, secret: Ref) -> String {
+        let t = now();
+        let claims = Claims {
+            iss: self.signer.issuer.clone(),
+            sub: format!("system:serviceaccount:{namespace}:{}", account.name),
+            aud: vec![self.signer.issuer.clone()],
+            exp: t + LEGACY_EXPIRATION,
+            iat: t,
+            nbf: t,
+            jti: uuid::Uuid::new_v4().to_string(),
+            kubernetes: Bound {
+                namespace: namespace.to_string(),
+                serviceaccount: account,
+                pod: None,
+                secret: Some(secret),
+            },
+        };
+        self.signer.sign(&claims)
+    }
+}
+
+/// A legacy Secret token's lifetime: "never", in seconds.
+const LEGACY_EXPIRATION: i64 = 100 * 365 * 24 * 3600;
+
 /// Where the signed part of a JWT ends (before the second dot).
 fn header_and_payload_len(token: &str) -> Option<usize> {
     let first = token.find('.')?;

@@ -7,6 +7,15 @@
 //! and the namespace), mounted read-only into every container at
 //! `/var/run/secrets/kubernetes.io/serviceaccount`.
 //!
+//! Legacy token Secrets are filled here too, as Kubernetes' tokens
+//! controller fills them: a Secret of type
+//! `kubernetes.io/service-account-token` created with the annotation
+//! `kubernetes.io/service-account.name` gets the account's uid annotation,
+//! and `token` (bound to the Secret and the account: it stops working when
+//! either is deleted), `ca.crt` (from `kube-root-ca.crt`) and `namespace`
+//! in its data. It is owned by the account, so the garbage collector
+//! deletes it with the account, as the tokens controller would.
+//!
 //! It is a step of the registry rather than an
 //! [`AdmissionPlugin`](crate::admission::AdmissionPlugin) because it reads
 //! the ServiceAccount from the store. It runs only where service account
@@ -17,10 +26,13 @@
 use serde_json::{json, Value};
 use skiff_api::pod_refs::DEFAULT_SERVICE_ACCOUNT;
 use skiff_api::resources::{self, Kind};
-use skiff_api::ApiError;
+use skiff_api::{meta, ApiError, FieldError};
 
 use crate::admission::{forbidden, Attributes};
+use crate::service_account::{Ref, Tokens};
 use crate::storage::{Consistency, ObjectStore};
+use base64::engine::general_purpose::STANDARD;
+use base64::Engine;
 
 /// Where the volume is mounted in every container.
 pub const MOUNT_PATH: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
@@ -46,7 +58,15 @@ pub(crate) async fn admit(
         return Ok(());
     }
     let name = account_name(pod);
-    let key = resources::of(Kind::ServiceAccount).key(Some(attrs.namespace), &name);
+    let account = find_account(objects, attrs, &name).await?;
+    mount_token(pod, &name, &account, suffix);
+    Ok(())
+}
+
+/// The service account `name` in the request's namespace; 403 if there
+/// is none.
+async fn find_account(objects: &ObjectStore, attrs: &Attributes<'_>, name: &str) -> Result<Value, ApiError> {
+    let key = resources::of(Kind::ServiceAccount).key(Some(attrs.namespace), name);
     let mut found = objects.get(&key, 0).await?.0;
     if found.is_none() {
         // Maybe created through another master and not applied here yet.
@@ -62,8 +82,79 @@ pub(crate) async fn admit(
             ),
         ));
     };
-    mount_token(pod, &name, &account.decode()?, suffix);
+    account.decode()
+}
+
+/// The type of a legacy service account token Secret.
+pub const TOKEN_SECRET_TYPE: &str = "kubernetes.io/service-account-token";
+const ACCOUNT_NAME_ANNOTATION: &str = "kubernetes.io/service-account.name";
+const ACCOUNT_UID_ANNOTATION: &str = "kubernetes.io/service-account.uid";
+
+/// Fills a legacy token Secret being created (anything else is passed
+/// over): the account's uid, the token, `ca.crt` and `namespace`, each
+/// unless the Secret already has it. `attrs.name` is the Secret's final
+/// name, and its uid is set.
+pub(crate) async fn fill_token_secret(
+    objects: &ObjectStore,
+    tokens: &Tokens,
+    attrs: &Attributes<'_>,
+    secret: &mut Value,
+) -> Result<(), ApiError> {
+    if attrs.resource.kind_id != Kind::Secret || attrs.verb != "create" || secret["type"] != TOKEN_SECRET_TYPE {
+        return Ok(());
+    }
+    let annotations = &secret["metadata"]["annotations"];
+    let Some(account_name) = annotations[ACCOUNT_NAME_ANNOTATION].as_str().filter(|n| !n.is_empty()) else {
+        let field = format!("metadata.annotations[{ACCOUNT_NAME_ANNOTATION}]");
+        return Err(ApiError::invalid(attrs.resource, attrs.name, &[FieldError::required(field, "")]));
+    };
+    let account_name = account_name.to_string();
+    let account = find_account(objects, attrs, &account_name).await?;
+    let account_uid = meta::uid(&account).unwrap_or_default().to_string();
+    if let Some(asked) = annotations[ACCOUNT_UID_ANNOTATION].as_str().filter(|u| !u.is_empty()) {
+        if asked != account_uid {
+            let field = format!("metadata.annotations[{ACCOUNT_UID_ANNOTATION}]");
+            let why = format!("serviceaccount \"{account_name}\" has uid {account_uid}");
+            return Err(ApiError::invalid(
+                attrs.resource,
+                attrs.name,
+                &[FieldError::invalid(field, &json!(asked), why)],
+            ));
+        }
+    }
+    let ca = if secret["data"]["ca.crt"].is_string() { None } else { root_ca(objects, attrs.namespace).await? };
+    let secret_ref = Ref { name: attrs.name.to_string(), uid: meta::uid(secret).unwrap_or_default().to_string() };
+    let account_ref = Ref { name: account_name.clone(), uid: account_uid.clone() };
+
+    let metadata = meta::meta_mut(secret);
+    let annotations = metadata.entry("annotations").or_insert_with(|| json!({}));
+    annotations[ACCOUNT_UID_ANNOTATION] = json!(account_uid);
+    let owners = metadata.entry("ownerReferences").or_insert_with(|| json!([]));
+    if let Some(owners) = owners.as_array_mut().filter(|o| !o.iter().any(|o| o["uid"] == account_uid.as_str())) {
+        owners.push(json!({"apiVersion": "v1", "kind": "ServiceAccount", "name": account_name, "uid": account_uid}));
+    }
+    if !secret["data"].is_object() {
+        secret["data"] = json!({});
+    }
+    let data = &mut secret["data"];
+    let mut fill = |key: &str, value: &[u8]| {
+        if !data[key].is_string() {
+            data[key] = json!(STANDARD.encode(value));
+        }
+    };
+    fill("token", tokens.secret_token(attrs.namespace, account_ref, secret_ref).as_bytes());
+    fill("namespace", attrs.namespace.as_bytes());
+    if let Some(ca) = ca {
+        fill("ca.crt", ca.as_bytes());
+    }
     Ok(())
+}
+
+/// The cluster CA the namespace's `kube-root-ca.crt` holds, if published.
+async fn root_ca(objects: &ObjectStore, namespace: &str) -> Result<Option<String>, ApiError> {
+    let key = resources::of(Kind::ConfigMap).key(Some(namespace), ROOT_CA_CONFIG_MAP);
+    let Some(found) = objects.get(&key, 0).await?.0 else { return Ok(None) };
+    Ok(found.decode()?["data"]["ca.crt"].as_str().map(str::to_string))
 }
 
 /// The account the pod names, else `default`.
