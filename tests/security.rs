@@ -751,6 +751,116 @@ async fn only_peers_reach_raft_or_join_and_only_administrators_the_etcd_api() {
     assert_eq!(got.trim(), "v");
 }
 
+/// Rotating the Raft peers' certificates, and then their CA, on running
+/// members without a restart: each member follows its peer files both
+/// where it serves Raft and where it dials its peers. First every member
+/// trusts the old CA and the new one, then presents a certificate of the
+/// new one, then trusts only the new one. A member restarted after that
+/// accepts only new certificates, so it catches up only if the others dial
+/// it with theirs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn members_rotate_their_peer_certificates_and_ca_while_serving() {
+    let dir = tempfile::tempdir().unwrap();
+    let (pki, next) = (dir.path().join("pki"), dir.path().join("pki-next"));
+    let (p, n) = (pki.to_str().unwrap(), next.to_str().unwrap());
+    skiffctl(&["certs", "ca", "--dir", p]);
+    skiffctl(&["certs", "server", "--dir", p, "--host", "127.0.0.1"]);
+    skiffctl(&["certs", "client", "--dir", p, "--user", "root", "--group", "system:masters"]);
+    for dir in [p, n] {
+        skiffctl(&["certs", "ca", "--dir", dir]);
+        skiffctl(&["certs", "peer", "--dir", dir, "--name", "member", "--host", "127.0.0.1"]);
+    }
+    // What the members read, replaced the safe way (write, then rename).
+    let peers = dir.path().join("peers");
+    std::fs::create_dir(&peers).unwrap();
+    let replace = |name: &str, text: String| {
+        let staged = peers.join(format!(".{name}"));
+        std::fs::write(&staged, text).unwrap();
+        std::fs::rename(&staged, peers.join(name)).unwrap();
+    };
+    let read = |dir: &Path, name: &str| std::fs::read_to_string(dir.join(name)).unwrap();
+    replace("peer.crt", read(&pki, "peer-member.crt"));
+    replace("peer.key", read(&pki, "peer-member.key"));
+    replace("trust.crt", read(&pki, "ca.crt"));
+    let (file, peer_file) =
+        (|name: &str| pki.join(name).display().to_string(), |name: &str| peers.join(name).display().to_string());
+    let flags = [
+        ("--cert-file", file("apiserver.crt")),
+        ("--key-file", file("apiserver.key")),
+        ("--trusted-ca-file", file("ca.crt")),
+        ("--peer-cert-file", peer_file("peer.crt")),
+        ("--peer-key-file", peer_file("peer.key")),
+        ("--peer-trusted-ca-file", peer_file("trust.crt")),
+    ]
+    .map(|(flag, value)| [flag.to_string(), value]);
+    let flags: Vec<&str> = flags.iter().flatten().map(String::as_str).collect();
+    let admin = connector(&pki, Some("root"));
+    let mut cluster = Cluster::spawn_tls(3, &flags, admin.clone()).await;
+    let leader = cluster.must_leader().await;
+    let (ca, root, root_key) = (file("ca.crt"), file("root.crt"), file("root.key"));
+    let as_root = ["--cacert", &ca, "--cert", &root, "--key", &root_key];
+    let endpoint = format!("https://{}", cluster.members[&leader].client);
+    let put = |key: &str| must_succeed(etcdctl(&endpoint, &[&as_root[..], &["put", key, "v"]].concat(), None));
+    put("before");
+
+    // Each step is taken up twice by every member: by its peer listener
+    // and by what it dials its peers with.
+    let mut reloads = 0;
+    let mut rotate = |files: &[(&str, String)]| {
+        for (name, text) in files {
+            replace(name, text.clone());
+        }
+        reloads += 2;
+        reloads
+    };
+    let both_cas = format!("{}{}", read(&pki, "ca.crt"), read(&next, "ca.crt"));
+    let steps = [
+        vec![("trust.crt", both_cas)],
+        vec![("peer.key", read(&next, "peer-member.key")), ("peer.crt", read(&next, "peer-member.crt"))],
+        vec![("trust.crt", read(&next, "ca.crt"))],
+    ];
+    for step in steps {
+        let expected = rotate(&step);
+        eventually("every member takes the rotated files up", || {
+            for id in 1..=3 {
+                let log = cluster.log_of(id);
+                let seen = log.matches("using the rotated certificate").count();
+                if seen < expected {
+                    return Err(format!("member {id}: {seen} of {expected} reloads"));
+                }
+            }
+            Ok(())
+        })
+        .await;
+        put("during");
+    }
+
+    // A follower restarted now trusts only the new CA: the others must
+    // dial it with their new certificates for it to catch up.
+    let follower = (1..=3).find(|id| *id != leader).unwrap();
+    cluster.kill(follower);
+    cluster.start(follower);
+    put("after");
+    let leader_revision =
+        status_over(&cluster.members[&leader].client, Some(&admin)).await.unwrap().header.unwrap().revision;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let status = status_over(&cluster.members[&follower].client, Some(&admin)).await;
+        let seen = status.map(|s| s.header.unwrap().revision).unwrap_or(0);
+        if seen >= leader_revision {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the restarted member is at revision {seen} of {leader_revision}:\n{}",
+            cluster.log_of(follower)
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let log = cluster.log_of(follower);
+    assert!(!log.contains("refused a peer connection"), "a peer dialed with an old certificate:\n{log}");
+}
+
 /// NodeRestriction behind the `system:node` role, as a node's identity
 /// meets it through kubectl: a node writes its own Node and the pods bound
 /// to it, and nothing of another node's.

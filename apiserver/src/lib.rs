@@ -150,19 +150,22 @@ impl Tls {
             current,
             client_certificates: config.client_tls.as_ref().is_some_and(|f| f.client_ca.is_some()),
         });
+        // The member's own peer certificate, presented when it dials its
+        // peers, follows its files as the listener's does.
         let peer_client = match &config.peer_tls {
-            Some(files) => {
-                let failed = |source| RunError::Tls { listener: "peer", source };
-                let ca = files.client_ca.clone().ok_or_else(|| {
-                    failed(skiff_pki::PkiError::Invalid {
+            Some(files) if files.client_ca.is_none() => {
+                return Err(RunError::Tls {
+                    listener: "peer",
+                    source: skiff_pki::PkiError::Invalid {
                         what: "mutual TLS".into(),
                         message: "needs --peer-trusted-ca-file".into(),
-                    })
-                })?;
-                let cert = Some((files.cert.clone(), files.key.clone()));
-                let config =
-                    skiff_pki::transport::client_config(&skiff_pki::ClientFiles { ca, cert }).map_err(failed)?;
-                Some(skiff_pki::Connector::new(Arc::new(config)))
+                    },
+                })
+            }
+            Some(files) => {
+                let configs = tls::follow(files.clone(), peer_client_config, shutdown)
+                    .map_err(|source| RunError::Tls { listener: "peer", source })?;
+                Some(skiff_pki::Connector::following(configs))
             }
             None => None,
         };
@@ -173,6 +176,19 @@ impl Tls {
             peer_client,
         })
     }
+}
+
+/// What a member dials its peers with: its peer certificate, trusting the
+/// peers' CA.
+fn peer_client_config(files: &skiff_pki::ServerFiles) -> Result<rustls::ClientConfig, skiff_pki::PkiError> {
+    let ca = files.client_ca.clone().ok_or_else(|| skiff_pki::PkiError::Invalid {
+        what: "mutual TLS".into(),
+        message: "needs --peer-trusted-ca-file".into(),
+    })?;
+    skiff_pki::transport::client_config(&skiff_pki::ClientFiles {
+        ca,
+        cert: Some((files.cert.clone(), files.key.clone())),
+    })
 }
 
 /// Listeners bound before anything else starts, so bad addresses fail fast.

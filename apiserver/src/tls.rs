@@ -38,12 +38,13 @@ pub type Current = watch::Receiver<Arc<rustls::ServerConfig>>;
 /// `load(files)` now, then again whenever the files change, until
 /// `shutdown`. A pair caught halfway through its rotation (a new
 /// certificate, the old key) does not load; the old configuration serves
-/// until it does. Fails if the files do not load now.
-pub fn follow(
+/// until it does. Fails if the files do not load now. `T` is a listener's
+/// `ServerConfig`, or the `ClientConfig` a member dials its peers with.
+pub fn follow<T: Send + Sync + 'static>(
     files: ServerFiles,
-    load: fn(&ServerFiles) -> Result<rustls::ServerConfig, skiff_pki::PkiError>,
+    load: fn(&ServerFiles) -> Result<T, skiff_pki::PkiError>,
     shutdown: &Shutdown,
-) -> Result<Current, skiff_pki::PkiError> {
+) -> Result<watch::Receiver<Arc<T>>, skiff_pki::PkiError> {
     let (current, receiver) = watch::channel(Arc::new(load(&files)?));
     let stop = shutdown.clone();
     shutdown.spawn(async move {
@@ -59,7 +60,7 @@ pub fn follow(
             }
             match load(&files) {
                 Ok(config) => {
-                    tracing::info!(cert = %files.cert.display(), "serving with the rotated certificate");
+                    tracing::info!(cert = %files.cert.display(), "using the rotated certificate");
                     current.send_replace(Arc::new(config));
                     seen = now;
                 }

@@ -161,8 +161,26 @@ pub async fn accept(
 /// that group.
 #[derive(Clone)]
 pub struct Connector {
-    tls: tokio_rustls::TlsConnector,
+    tls: Tls,
     group: Option<&'static str>,
+}
+
+/// The configuration new connections are made with.
+#[derive(Clone)]
+enum Tls {
+    Fixed(tokio_rustls::TlsConnector),
+    /// Whatever the watch holds when a connection is dialed: a rotated
+    /// client certificate is presented from the next connection on.
+    Following(tokio::sync::watch::Receiver<Arc<ClientConfig>>),
+}
+
+impl Tls {
+    fn connector(&self) -> tokio_rustls::TlsConnector {
+        match self {
+            Tls::Fixed(tls) => tls.clone(),
+            Tls::Following(configs) => tokio_rustls::TlsConnector::from(configs.borrow().clone()),
+        }
+    }
 }
 
 impl std::fmt::Debug for Connector {
@@ -173,7 +191,13 @@ impl std::fmt::Debug for Connector {
 
 impl Connector {
     pub fn new(config: Arc<ClientConfig>) -> Connector {
-        Connector { tls: tokio_rustls::TlsConnector::from(config), group: None }
+        Connector { tls: Tls::Fixed(tokio_rustls::TlsConnector::from(config)), group: None }
+    }
+
+    /// A connector dialing with the configuration `configs` holds at each
+    /// connection (one that follows its certificate files as they rotate).
+    pub fn following(configs: tokio::sync::watch::Receiver<Arc<ClientConfig>>) -> Connector {
+        Connector { tls: Tls::Following(configs), group: None }
     }
 
     /// The same connector, refusing servers whose certificate is not in
@@ -192,7 +216,7 @@ impl Connector {
         let name = ServerName::try_from(host.to_string()).map_err(|_| bad("not a host name or address"))?;
         let stream = TcpStream::connect((host, port)).await?;
         stream.set_nodelay(true)?;
-        let tls = tokio::time::timeout(HANDSHAKE_TIMEOUT, self.tls.connect(name, stream))
+        let tls = tokio::time::timeout(HANDSHAKE_TIMEOUT, self.tls.connector().connect(name, stream))
             .await
             .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, format!("{uri}: TLS handshake timed out")))??;
         if let Some(group) = self.group {
@@ -312,5 +336,24 @@ mod tests {
         assert_eq!(e.kind(), io::ErrorKind::PermissionDenied, "{e}");
         // The same server is fine for an ordinary client.
         pki.connector(None).call(uri(plain)).await.expect("a client connects to a server");
+    }
+
+    #[tokio::test]
+    async fn a_following_connector_presents_the_certificate_it_was_last_given() {
+        use tower_service::Service;
+        let pki = Pki::new();
+        let (cert, key) = pki.peer("member-1");
+        let (addr, mut seen) =
+            listener(peer_server_config(&ServerFiles { cert, key, client_ca: Some(pki.ca()) }).unwrap()).await;
+        let config =
+            |stem: &str| Arc::new(client_config(&ClientFiles { ca: pki.ca(), cert: Some(pki.peer(stem)) }).unwrap());
+        let (rotate, configs) = tokio::sync::watch::channel(config("member-2"));
+        let mut peer = Connector::following(configs).requiring(PEERS_GROUP);
+        peer.call(uri(addr)).await.unwrap();
+        assert_eq!(seen.recv().await.unwrap().unwrap().unwrap().user, "member-2");
+
+        rotate.send_replace(config("member-2-renewed"));
+        peer.call(uri(addr)).await.unwrap();
+        assert_eq!(seen.recv().await.unwrap().unwrap().unwrap().user, "member-2-renewed");
     }
 }
