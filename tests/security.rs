@@ -5,9 +5,13 @@
 //! handshake), while the probes stay open; the serving certificate
 //! rotated under a running watch. Then RBAC as kubectl users meet it
 //! (bindings, Forbidden, `auth can-i`, aggregation, escalation), the audit
-//! log, the per-user in-flight limits, and service account tokens from
-//! `kubectl create token`. Last, mutual TLS between Raft peers and client
-//! certificates on the gRPC client port, and NodeRestriction.
+//! log (with PodSecurity's audit annotations), the per-user in-flight
+//! limits, and service account tokens from `kubectl create token` and
+//! legacy token Secrets. Then mutual TLS between Raft peers and client
+//! certificates on the gRPC client port, peer certificates and their CA
+//! rotated on running members, NodeRestriction, join tokens, a pod's
+//! projected token (also through `skiffctl --token-file`) under the Node
+//! authorizer, and ResourceQuota under 20 concurrent kubectl creates.
 
 mod support;
 
@@ -1233,4 +1237,87 @@ fn skiffctl_err(args: &[&str]) -> String {
     let o = Command::new(skiffctl_path()).args(args).output().unwrap();
     assert!(!o.status.success(), "skiffctl {args:?} succeeded");
     String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// ResourceQuota through real processes over TLS: three members, the
+/// controller manager counting usage, and 20 `kubectl create` at once
+/// spread over the members' HTTPS ports. The quota's cpu allows 8 of the
+/// pods and its count 7: exactly 7 are admitted, whichever members they
+/// went through, and the others get Kubernetes' message.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_quota_admits_exactly_its_limit_of_20_concurrent_kubectl_creates_over_tls() {
+    let dir = tempfile::tempdir().unwrap();
+    let pki = dir.path().join("pki");
+    let p = pki.to_str().unwrap();
+    skiffctl(&["certs", "ca", "--dir", p]);
+    skiffctl(&["certs", "server", "--dir", p, "--host", "127.0.0.1"]);
+    skiffctl(&["certs", "client", "--dir", p, "--user", "root", "--group", "system:masters"]);
+    skiffctl(&["certs", "client", "--dir", p, "--user", "system:kube-controller-manager", "--name", "cm"]);
+    let flags = secured_member_flags(&pki);
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let cluster = Cluster::spawn_tls(3, &flags, connector(&pki, Some("root"))).await;
+    let file = |name: &str| pki.join(name).display().to_string();
+    let cm_flags = [
+        "--certificate-authority",
+        &file("ca.crt"),
+        "--client-certificate",
+        &file("cm.crt"),
+        "--client-key",
+        &file("cm.key"),
+    ];
+    let _cm = support::controllers::Component::spawn(dir.path(), &cluster.endpoints(), "cm", &cm_flags);
+    let urls: Vec<String> = (1..=3).map(|id| format!("https://{}", cluster.members[&id].http)).collect();
+    let admin = |args: &[&str]| kubectl_cert(&urls[0], &pki, "root", args);
+
+    ok(admin(&["create", "namespace", "quoted"]));
+    ok(admin(&["create", "quota", "q", "-n", "quoted", "--hard=pods=7,requests.cpu=2"]));
+    eventually("the controller manager counts the quota's usage", || {
+        match ok(admin(&["get", "quota", "q", "-n", "quoted", "-o", "jsonpath={.status.used.pods}"])).as_str() {
+            "0" => Ok(()),
+            other => Err(format!("used pods: {other:?}")),
+        }
+    })
+    .await;
+
+    let creates: Vec<_> = (0..20)
+        .map(|i| {
+            let path = dir.path().join(format!("p{i}.json"));
+            let pod = format!(
+                r#"{{"apiVersion":"v1","kind":"Pod","metadata":{{"name":"p{i}","namespace":"quoted"}},
+                   "spec":{{"containers":[{{"name":"c","image":"busybox","resources":{{"requests":{{"cpu":"250m"}}}}}}]}}}}"#
+            );
+            std::fs::write(&path, pod).unwrap();
+            let cache = dir.path().join(format!("kube-cache-{i}"));
+            Command::new("kubectl")
+                .args(["--server", &urls[i % 3], "--certificate-authority", &file("ca.crt")])
+                .args(["--client-certificate", &file("root.crt"), "--client-key", &file("root.key")])
+                .arg("--cache-dir")
+                .arg(&cache)
+                .args(["create", "-f"])
+                .arg(&path)
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let mut admitted = 0;
+    for create in creates {
+        let out = create.wait_with_output().unwrap();
+        if out.status.success() {
+            admitted += 1;
+            continue;
+        }
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains("is forbidden: exceeded quota: q, requested: pods=1, used: pods=7, limited: pods=7"),
+            "{err}"
+        );
+    }
+    assert_eq!(admitted, 7);
+    let names = ok(admin(&["get", "pods", "-n", "quoted", "-o", "name"]));
+    assert_eq!(names.lines().count(), 7, "{names}");
+    let used = ok(admin(&["get", "quota", "q", "-n", "quoted", "-o", "jsonpath={.status.used}"]));
+    let used: serde_json::Value = serde_json::from_str(&used).unwrap();
+    assert_eq!(used, serde_json::json!({"pods": "7", "requests.cpu": "1750m"}));
 }
