@@ -1230,6 +1230,23 @@ async fn a_pod_gets_its_token_and_its_node_reads_only_what_its_pods_use() {
         true => Err("still readable".into()),
     })
     .await;
+
+    // A legacy token Secret goes with its account (the garbage collector
+    // follows the owner reference it was given).
+    ok(admin(&["create", "serviceaccount", "robot"]));
+    let path = dir.path().join("robot-token.json");
+    let secret = r#"{"apiVersion":"v1","kind":"Secret","metadata":{"name":"robot-token",
+        "annotations":{"kubernetes.io/service-account.name":"robot"}},"type":"kubernetes.io/service-account-token"}"#;
+    std::fs::write(&path, secret).unwrap();
+    ok(admin(&["create", "-f", path.to_str().unwrap()]));
+    let owner = ok(admin(&["get", "secret", "robot-token", "-o", "jsonpath={.metadata.ownerReferences[0].name}"]));
+    assert_eq!(owner, "robot");
+    ok(admin(&["delete", "serviceaccount", "robot"]));
+    eventually("the token Secret is collected", || match admin(&["get", "secret", "robot-token"]).status.success() {
+        false => Ok(()),
+        true => Err("still there".into()),
+    })
+    .await;
     node.stop();
 }
 
