@@ -219,14 +219,15 @@ impl Cluster {
                     .args(["--initial-cluster", &peers("")]);
             }
             System::Etcd => {
-                let client_url = format!("http://{}", member.client);
-                let peer_url = format!("http://{}", member.peer);
+                let scheme = if crate::tls::get().is_some() { "https://" } else { "http://" };
+                let client_url = format!("{scheme}{}", member.client);
+                let peer_url = format!("{scheme}{}", member.peer);
                 cmd.args(["--name", &format!("m{}", member.id)])
                     .arg("--data-dir")
                     .arg(&member.data_dir)
                     .args(["--listen-client-urls", &client_url, "--advertise-client-urls", &client_url])
                     .args(["--listen-peer-urls", &peer_url, "--initial-advertise-peer-urls", &peer_url])
-                    .args(["--initial-cluster", &peers("http://")])
+                    .args(["--initial-cluster", &peers(scheme)])
                     .args(["--initial-cluster-state", "new", "--initial-cluster-token", "skiff-bench"])
                     .args(["--heartbeat-interval", &self.spec.etcd_timing.heartbeat_ms.to_string()])
                     .args(["--election-timeout", &self.spec.etcd_timing.election_timeout_ms.to_string()])

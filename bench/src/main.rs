@@ -271,6 +271,11 @@ struct SuiteArgs {
     fanout_rate: u64,
     #[command(flatten)]
     failover: FailoverArgs,
+    /// TLS on every port of both systems, as each is run for real: client
+    /// certificates checked on the client ports (the harness presents an
+    /// administrator's), mutual TLS between peers; one CA for both.
+    #[arg(long)]
+    tls: bool,
     /// Write the results section of this README (bench/README.md).
     #[arg(long)]
     readme: Option<PathBuf>,
@@ -567,6 +572,18 @@ async fn run(cli: Cli) -> Result<()> {
         }
         Command::Suite(args) => {
             let (etcd_timing, skiff_timing) = args.cluster.etcd_timing(Some(&args.skiff));
+            let (mut skiff_args, mut etcd_args) = (args.cluster.skiff_args.clone(), args.cluster.etcd_args.clone());
+            // One PKI for the whole run, outliving both systems' clusters.
+            let _pki = if args.tls {
+                let parent = args.cluster.dir.clone().unwrap_or_else(std::env::temp_dir);
+                std::fs::create_dir_all(&parent)?;
+                let pki = tempfile::Builder::new().prefix("skiff-bench-pki-").tempdir_in(&parent)?;
+                skiff_args.extend(tls::set(pki.path())?);
+                etcd_args.extend(tls::etcd_flags());
+                Some(pki)
+            } else {
+                None
+            };
             let config = suite::SuiteConfig {
                 systems: args.systems.clone(),
                 skiff: args.skiff.clone(),
@@ -574,8 +591,8 @@ async fn run(cli: Cli) -> Result<()> {
                 dir: args.cluster.dir.clone(),
                 etcd_timing,
                 skiff_timing,
-                skiff_args: args.cluster.skiff_args.clone(),
-                etcd_args: args.cluster.etcd_args.clone(),
+                skiff_args,
+                etcd_args,
                 put_clients: args.put_clients.clone(),
                 put_duration: args.put_duration,
                 put_rounds: args.put_rounds,
@@ -608,6 +625,15 @@ async fn run(cli: Cli) -> Result<()> {
             };
             report.machine.push(("Skiff".into(), format!("{} (commit {})", version(&args.skiff), commit())));
             report.machine.push(("etcd".into(), version(&args.etcd)));
+            report.machine.push((
+                "transport".into(),
+                if args.tls {
+                    "TLS on every port of both systems (`--tls`): client certificates checked, mutual TLS between peers"
+                } else {
+                    "plaintext (without `--tls`)"
+                }
+                .into(),
+            ));
             suite::run(&config, &mut report).await?;
             report.machine.push(("load average after the run".into(), report::load_average()));
             println!("\n{}", report.table());

@@ -84,6 +84,27 @@ pub fn set(dir: &Path) -> Result<Vec<String>> {
     .collect())
 }
 
+/// etcd's flags for the same as [`set`] gives Skiff: the serving
+/// certificate with client certificates checked, and mutual TLS between
+/// peers (the members' URLs are https then; see `cluster.rs`). Empty
+/// without `--tls`.
+pub fn etcd_flags() -> Vec<String> {
+    let Some(tls) = get() else { return Vec::new() };
+    let path = |name: &str| tls.pki.join(name).display().to_string();
+    let mut flags = vec!["--client-cert-auth".to_string(), "--peer-client-cert-auth".to_string()];
+    for (flag, name) in [
+        ("--cert-file", "apiserver.crt"),
+        ("--key-file", "apiserver.key"),
+        ("--trusted-ca-file", "ca.crt"),
+        ("--peer-cert-file", "peer.crt"),
+        ("--peer-key-file", "peer.key"),
+        ("--peer-trusted-ca-file", "ca.crt"),
+    ] {
+        flags.extend([flag.to_string(), path(name)]);
+    }
+    flags
+}
+
 /// A Skiff resource API client for `endpoints`: over TLS as [`USER`] when
 /// `--tls` is on, in plaintext otherwise.
 pub fn skiff_client<S: AsRef<str>>(endpoints: &[S]) -> Result<skiff_client::Client> {
