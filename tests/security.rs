@@ -655,12 +655,9 @@ async fn vote_on(addr: &str, tls: Option<skiff_pki::Connector>) -> tonic::Code {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn only_peers_reach_raft_or_join_and_only_administrators_the_etcd_api() {
     let dir = tempfile::tempdir().unwrap();
-    let pki = dir.path().join("pki");
+    let pki = cluster_pki(dir.path());
     let p = pki.to_str().unwrap();
-    skiffctl(&["certs", "ca", "--dir", p]);
-    skiffctl(&["certs", "server", "--dir", p, "--host", "127.0.0.1"]);
     assert!(skiffctl(&["certs", "peer", "--dir", p, "--name", "member", "--host", "127.0.0.1"]).contains("peer-member"));
-    skiffctl(&["certs", "client", "--dir", p, "--user", "root", "--group", "system:masters"]);
     skiffctl(&[
         "certs",
         "client",
@@ -765,11 +762,8 @@ async fn only_peers_reach_raft_or_join_and_only_administrators_the_etcd_api() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn members_rotate_their_peer_certificates_and_ca_while_serving() {
     let dir = tempfile::tempdir().unwrap();
-    let (pki, next) = (dir.path().join("pki"), dir.path().join("pki-next"));
+    let (pki, next) = (cluster_pki(dir.path()), dir.path().join("pki-next"));
     let (p, n) = (pki.to_str().unwrap(), next.to_str().unwrap());
-    skiffctl(&["certs", "ca", "--dir", p]);
-    skiffctl(&["certs", "server", "--dir", p, "--host", "127.0.0.1"]);
-    skiffctl(&["certs", "client", "--dir", p, "--user", "root", "--group", "system:masters"]);
     for dir in [p, n] {
         skiffctl(&["certs", "ca", "--dir", dir]);
         skiffctl(&["certs", "peer", "--dir", dir, "--name", "member", "--host", "127.0.0.1"]);
@@ -941,11 +935,7 @@ async fn a_node_writes_its_own_node_and_pods_and_nothing_of_another_nodes() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_joins_with_a_token_that_pins_the_clusters_ca() {
     let dir = tempfile::tempdir().unwrap();
-    let pki = dir.path().join("pki");
-    let p = pki.to_str().unwrap();
-    skiffctl(&["certs", "ca", "--dir", p]);
-    skiffctl(&["certs", "server", "--dir", p, "--host", "127.0.0.1"]);
-    skiffctl(&["certs", "client", "--dir", p, "--user", "root", "--group", "system:masters"]);
+    let pki = cluster_pki(dir.path());
     let other = dir.path().join("other-pki");
     skiffctl(&["certs", "ca", "--dir", other.to_str().unwrap()]);
     let file = |name: &str| pki.join(name).display().to_string();
@@ -1066,6 +1056,40 @@ fn secured_member_flags(pki: &Path) -> Vec<String> {
     .collect()
 }
 
+/// A cluster's PKI in `dir/pki`, made by `skiffctl certs`: the CA, the
+/// members' serving certificate for 127.0.0.1, and client certificates for
+/// `root` (system:masters) and the controller manager (`cm`).
+fn cluster_pki(dir: &Path) -> std::path::PathBuf {
+    let pki = dir.join("pki");
+    let p = pki.to_str().unwrap();
+    skiffctl(&["certs", "ca", "--dir", p]);
+    skiffctl(&["certs", "server", "--dir", p, "--host", "127.0.0.1"]);
+    skiffctl(&["certs", "client", "--dir", p, "--user", "root", "--group", "system:masters"]);
+    skiffctl(&["certs", "client", "--dir", p, "--user", "system:kube-controller-manager", "--name", "cm"]);
+    pki
+}
+
+/// A component's flags to reach the client port as the holder of
+/// `pki/STEM.crt`.
+fn client_cert_flags(pki: &Path, stem: &str) -> Vec<String> {
+    let file = |name: String| pki.join(name).display().to_string();
+    vec![
+        "--certificate-authority".to_string(),
+        file("ca.crt".into()),
+        "--client-certificate".into(),
+        file(format!("{stem}.crt")),
+        "--client-key".into(),
+        file(format!("{stem}.key")),
+    ]
+}
+
+/// The controller manager, signed in with `pki/cm.crt`.
+fn spawn_controller_manager(dir: &Path, cluster: &Cluster, pki: &Path) -> support::controllers::Component {
+    let flags = client_cert_flags(pki, "cm");
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    support::controllers::Component::spawn(dir, &cluster.endpoints(), "cm", &flags)
+}
+
 /// kubectl against `url` as the holder of `pki/STEM.crt`.
 fn kubectl_cert(url: &str, pki: &Path, stem: &str, args: &[&str]) -> Output {
     let cache = tempfile::tempdir().unwrap();
@@ -1091,12 +1115,8 @@ fn kubectl_cert(url: &str, pki: &Path, stem: &str, args: &[&str]) -> Output {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pod_gets_its_token_and_its_node_reads_only_what_its_pods_use() {
     let dir = tempfile::tempdir().unwrap();
-    let pki = dir.path().join("pki");
+    let pki = cluster_pki(dir.path());
     let p = pki.to_str().unwrap();
-    skiffctl(&["certs", "ca", "--dir", p]);
-    skiffctl(&["certs", "server", "--dir", p, "--host", "127.0.0.1"]);
-    skiffctl(&["certs", "client", "--dir", p, "--user", "root", "--group", "system:masters"]);
-    skiffctl(&["certs", "client", "--dir", p, "--user", "system:kube-controller-manager", "--name", "cm"]);
     let node_name = "tokens-1";
     let node_user = format!("system:node:{node_name}");
     skiffctl(&["certs", "client", "--dir", p, "--user", &node_user, "--group", "system:nodes", "--name", "node"]);
@@ -1107,21 +1127,8 @@ async fn a_pod_gets_its_token_and_its_node_reads_only_what_its_pods_use() {
     let cluster = Cluster::spawn_tls(1, &flags, connector(&pki, Some("root"))).await;
     let url = format!("https://{}", cluster.members[&1].http);
     let file = |name: &str| pki.join(name).display().to_string();
-    let client_flags = |stem: &str| {
-        let (cert, key) = (file(&format!("{stem}.crt")), file(&format!("{stem}.key")));
-        vec![
-            "--certificate-authority".to_string(),
-            file("ca.crt"),
-            "--client-certificate".into(),
-            cert,
-            "--client-key".into(),
-            key,
-        ]
-    };
-    let cm_flags = client_flags("cm");
-    let cm_flags: Vec<&str> = cm_flags.iter().map(String::as_str).collect();
-    let _cm = support::controllers::Component::spawn(dir.path(), &cluster.endpoints(), "cm", &cm_flags);
-    let node_flags = client_flags("node");
+    let _cm = spawn_controller_manager(dir.path(), &cluster, &pki);
+    let node_flags = client_cert_flags(&pki, "node");
     let node_flags: Vec<&str> = node_flags.iter().map(String::as_str).collect();
     let mut node =
         support::node::NodeAgent::start(dir.path(), &cluster.endpoints(), node_name, "10.244.61.0/24", &node_flags);
@@ -1264,25 +1271,12 @@ fn skiffctl_err(args: &[&str]) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_quota_admits_exactly_its_limit_of_20_concurrent_kubectl_creates_over_tls() {
     let dir = tempfile::tempdir().unwrap();
-    let pki = dir.path().join("pki");
-    let p = pki.to_str().unwrap();
-    skiffctl(&["certs", "ca", "--dir", p]);
-    skiffctl(&["certs", "server", "--dir", p, "--host", "127.0.0.1"]);
-    skiffctl(&["certs", "client", "--dir", p, "--user", "root", "--group", "system:masters"]);
-    skiffctl(&["certs", "client", "--dir", p, "--user", "system:kube-controller-manager", "--name", "cm"]);
+    let pki = cluster_pki(dir.path());
     let flags = secured_member_flags(&pki);
     let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
     let cluster = Cluster::spawn_tls(3, &flags, connector(&pki, Some("root"))).await;
     let file = |name: &str| pki.join(name).display().to_string();
-    let cm_flags = [
-        "--certificate-authority",
-        &file("ca.crt"),
-        "--client-certificate",
-        &file("cm.crt"),
-        "--client-key",
-        &file("cm.key"),
-    ];
-    let _cm = support::controllers::Component::spawn(dir.path(), &cluster.endpoints(), "cm", &cm_flags);
+    let _cm = spawn_controller_manager(dir.path(), &cluster, &pki);
     let urls: Vec<String> = (1..=3).map(|id| format!("https://{}", cluster.members[&id].http)).collect();
     let admin = |args: &[&str]| kubectl_cert(&urls[0], &pki, "root", args);
 
