@@ -841,20 +841,7 @@ async fn members_rotate_their_peer_certificates_and_ca_while_serving() {
     put("after");
     let leader_revision =
         status_over(&cluster.members[&leader].client, Some(&admin)).await.unwrap().header.unwrap().revision;
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let status = status_over(&cluster.members[&follower].client, Some(&admin)).await;
-        let seen = status.map(|s| s.header.unwrap().revision).unwrap_or(0);
-        if seen >= leader_revision {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the restarted member is at revision {seen} of {leader_revision}:\n{}",
-            cluster.log_of(follower)
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    cluster.must_catch_up(follower, leader_revision, Duration::from_secs(30)).await;
     let log = cluster.log_of(follower);
     assert!(!log.contains("refused a peer connection"), "a peer dialed with an old certificate:\n{log}");
 }

@@ -151,17 +151,9 @@ impl Tls {
             client_certificates: config.client_tls.as_ref().is_some_and(|f| f.client_ca.is_some()),
         });
         // The member's own peer certificate, presented when it dials its
-        // peers, follows its files as the listener's does.
+        // peers, follows its files as the listener's does (and fails here,
+        // on the first load, without --peer-trusted-ca-file).
         let peer_client = match &config.peer_tls {
-            Some(files) if files.client_ca.is_none() => {
-                return Err(RunError::Tls {
-                    listener: "peer",
-                    source: skiff_pki::PkiError::Invalid {
-                        what: "mutual TLS".into(),
-                        message: "needs --peer-trusted-ca-file".into(),
-                    },
-                })
-            }
             Some(files) => {
                 let configs = tls::follow(files.clone(), peer_client_config, shutdown)
                     .map_err(|source| RunError::Tls { listener: "peer", source })?;

@@ -86,7 +86,7 @@ async fn find_account(objects: &ObjectStore, attrs: &Attributes<'_>, name: &str)
 }
 
 /// The type of a legacy service account token Secret.
-pub const TOKEN_SECRET_TYPE: &str = "kubernetes.io/service-account-token";
+const TOKEN_SECRET_TYPE: &str = "kubernetes.io/service-account-token";
 const ACCOUNT_NAME_ANNOTATION: &str = "kubernetes.io/service-account.name";
 const ACCOUNT_UID_ANNOTATION: &str = "kubernetes.io/service-account.uid";
 

@@ -285,7 +285,8 @@ impl Cluster {
         let addr = &self.members[&id].client;
         let deadline = Instant::now() + within;
         loop {
-            let seen = status(addr).await.map(|s| s.header.unwrap().revision).unwrap_or(0);
+            let seen =
+                status_over(addr, self.client_tls.as_ref()).await.map(|s| s.header.unwrap().revision).unwrap_or(0);
             if seen >= revision {
                 return;
             }
