@@ -1,6 +1,6 @@
 //! Joining with a join token: bootstrap tokens as Kubernetes stores them,
 //! and the `skiff.bootstrap.Bootstrap` service that turns one into a
-//! node's own certificate.
+//! node's own certificate, or into what a new master serves with.
 //!
 //! A token (`skiffctl token create`) is a Secret `kube-system/bootstrap-
 //! token-<id>` of type `bootstrap.kubernetes.io/token`, with kubeadm's
@@ -18,7 +18,14 @@
 //! CA, with a signing request for a key it keeps. The certificate it gets
 //! (`system:node:<name>` in `system:nodes`) is what it uses from then on;
 //! it renews it the same way, authenticated by the certificate itself.
+//!
+//! A joining master does the same with a `join-master` token, and gets
+//! what k3s hands its servers: certificates for its own serving and peer
+//! keys, and the keys every master must share (the cluster CA's, the
+//! service account signing key, the encryption at rest configuration).
+//! Such a token makes its holder a master, and is guarded as one.
 
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use serde_json::Value;
@@ -27,7 +34,10 @@ use skiff_api::ApiError;
 use skiff_pki::token::JoinToken;
 use skiff_pki::{Authority, Profile};
 use skiff_proto::bootstrap::bootstrap_server::{Bootstrap, BootstrapServer};
-use skiff_proto::bootstrap::{ClusterCaRequest, ClusterCaResponse, NodeCredentialsRequest, NodeCredentialsResponse};
+use skiff_proto::bootstrap::{
+    ClusterCaRequest, ClusterCaResponse, MasterCredentialsRequest, MasterCredentialsResponse, NodeCredentialsRequest,
+    NodeCredentialsResponse,
+};
 use tonic::{Request, Response, Status};
 
 use crate::admission::{UserInfo, AUTHENTICATED};
@@ -35,14 +45,16 @@ use crate::storage::ObjectStore;
 
 /// The group of every bootstrap token's user.
 pub const BOOTSTRAPPERS: &str = "system:bootstrappers";
-pub use skiff_pki::token::{JOIN_NODE_GROUP, NAMESPACE, SECRET_PREFIX, SECRET_TYPE};
-/// The extra group of tokens made with `--usages join-master`.
-pub const JOIN_MASTER_GROUP: &str = "system:bootstrappers:skiff:join-master";
+pub use skiff_pki::token::{JOIN_MASTER_GROUP, JOIN_NODE_GROUP, NAMESPACE, SECRET_PREFIX, SECRET_TYPE};
 /// The group nodes' certificates name.
 pub const NODES_GROUP: &str = "system:nodes";
 /// How long an issued node certificate is valid (the kubelet's client
 /// certificates: one year, renewed before).
 const NODE_CERT_VALIDITY: std::time::Duration = skiff_pki::DEFAULT_VALIDITY;
+/// How long a joining master's serving and peer certificates are valid.
+const MASTER_CERT_VALIDITY: std::time::Duration = skiff_pki::DEFAULT_VALIDITY;
+/// At most this many names in a master's certificates.
+const MAX_MASTER_NAMES: usize = 32;
 
 /// The text of `key` in a Secret's `data` (base64 there).
 fn data(secret: &Value, key: &str) -> Option<String> {
@@ -141,24 +153,103 @@ pub fn may_have_node_certificate(who: &UserInfo, name: &str) -> bool {
     member(JOIN_NODE_GROUP) || (member(NODES_GROUP) && who.name == format!("system:node:{name}"))
 }
 
+/// May `who` have a new master's credentials: only a join-master token's
+/// holder (an administrator makes one with `skiffctl token create
+/// --usages join-master`).
+pub fn may_join_as_master(who: &UserInfo) -> bool {
+    who.groups.iter().any(|g| g == JOIN_MASTER_GROUP)
+}
+
+/// A member name as a peer certificate carries it: printable, short.
+fn valid_member_name(name: &str) -> bool {
+    !name.is_empty() && name.len() <= 253 && name.bytes().all(|b| b.is_ascii_graphic())
+}
+
+/// A name a master's certificates may carry: an IP address or a DNS name.
+fn valid_master_name(name: &str) -> bool {
+    name.parse::<std::net::IpAddr>().is_ok() || valid_node_name(name)
+}
+
+/// The files every master of a cluster shares, which a joining master is
+/// handed. Read when asked, so a rotated file is the one handed on.
+#[derive(Clone, Debug, Default)]
+pub struct SharedFiles {
+    /// The CA peers' certificates chain to (`--peer-trusted-ca-file`);
+    /// `None`: the peers use no TLS, and masters cannot join with tokens.
+    pub peer_ca: Option<PathBuf>,
+    /// The cluster CA's key (`--cluster-signing-key-file`).
+    pub signing_key: Option<PathBuf>,
+    /// `--service-account-signing-key-file`.
+    pub service_account_key: Option<PathBuf>,
+    /// `--encryption-provider-config`.
+    pub encryption_config: Option<PathBuf>,
+}
+
+async fn read_shared(path: &Path) -> Result<String, Status> {
+    tokio::fs::read_to_string(path).await.map_err(|e| {
+        tracing::error!(path = %path.display(), error = %e, "cannot read a file joining masters are handed");
+        Status::internal(format!("this member cannot read {}: {e}", path.display()))
+    })
+}
+
 /// The `skiff.bootstrap.Bootstrap` service.
 #[derive(Clone)]
 pub struct BootstrapService {
     security: crate::admission::Security,
     ca_pem: Option<Arc<str>>,
     signer: Option<Arc<Authority>>,
+    shared: Arc<SharedFiles>,
 }
 
 impl BootstrapService {
     /// Serves `ca_pem` (the client port's trusted CA) and signs with
-    /// `signer` (`--cluster-signing-key-file`); without one, node
-    /// certificates are refused with the reason.
+    /// `signer` (`--cluster-signing-key-file`); without one, node and
+    /// master certificates are refused with the reason. Joining masters
+    /// are also handed `shared`.
     pub fn server(
         security: crate::admission::Security,
         ca_pem: Option<String>,
         signer: Option<Authority>,
+        shared: SharedFiles,
     ) -> BootstrapServer<BootstrapService> {
-        BootstrapServer::new(BootstrapService { security, ca_pem: ca_pem.map(Arc::from), signer: signer.map(Arc::new) })
+        BootstrapServer::new(BootstrapService {
+            security,
+            ca_pem: ca_pem.map(Arc::from),
+            signer: signer.map(Arc::new),
+            shared: Arc::new(shared),
+        })
+    }
+
+    /// The files a joining master is handed, once its request is allowed.
+    async fn shared_with_master(&self, signer: &Authority) -> Result<(String, String, String), Status> {
+        let Some(peer_ca) = &self.shared.peer_ca else {
+            return Err(Status::failed_precondition(
+                "this cluster's peers use no TLS (--peer-cert-file): a master joins with a token only where peers use mutual TLS",
+            ));
+        };
+        let peer_ca = read_shared(peer_ca).await?;
+        if !skiff_pki::token::bundle_holds(&peer_ca, signer.cert_pem()).map_err(|e| Status::internal(e.to_string()))? {
+            return Err(Status::failed_precondition(
+                "this member's peers trust another CA than the cluster CA it signs with (--peer-trusted-ca-file): \
+                 issue the new master a peer certificate of the peers' CA and start it with --peer-cert-file instead",
+            ));
+        }
+        let ca_key = match &self.shared.signing_key {
+            Some(path) => read_shared(path).await?,
+            None => return Err(Status::internal("this member signs with a CA whose key file it was not told")),
+        };
+        let optional = |path: &Option<PathBuf>| {
+            let path = path.clone();
+            async move {
+                match path {
+                    Some(path) => read_shared(&path).await,
+                    None => Ok(String::new()),
+                }
+            }
+        };
+        let service_account_key = optional(&self.shared.service_account_key).await?;
+        let encryption_config = optional(&self.shared.encryption_config).await?;
+        Ok((ca_key, service_account_key, encryption_config))
     }
 }
 
@@ -206,6 +297,63 @@ impl Bootstrap for BootstrapService {
             .map_err(|e| Status::invalid_argument(e.to_string()))?;
         tracing::info!(node = %request.node_name, by = %who.name, "issued a node certificate");
         Ok(Response::new(NodeCredentialsResponse { cert_pem, ca_pem: ca_pem.to_string() }))
+    }
+
+    async fn master_credentials(
+        &self,
+        request: Request<MasterCredentialsRequest>,
+    ) -> Result<Response<MasterCredentialsResponse>, Status> {
+        let (Some(ca_pem), Some(signer)) = (&self.ca_pem, &self.signer) else {
+            return Err(Status::failed_precondition(
+                "this member cannot sign master certificates: start it with --cluster-signing-cert-file and --cluster-signing-key-file",
+            ));
+        };
+        let credentials = crate::grpc::credentials(&request);
+        tracing::info!(member = %request.get_ref().member_name, "a master's credentials were asked for");
+        if credentials.bearer_token.is_none() {
+            return Err(Status::unauthenticated("a master's credentials take a join-master token"));
+        }
+        let who = self.security.authenticate_request(&credentials).await.map_err(|e| crate::grpc::to_status(&e))?;
+        if !may_join_as_master(&who) {
+            return Err(Status::permission_denied(format!(
+                "user {:?} may not join as a master: that takes a join-master token (skiffctl token create --usages join-master)",
+                who.name
+            )));
+        }
+        let request = request.into_inner();
+        if !valid_member_name(&request.member_name) {
+            return Err(Status::invalid_argument(format!(
+                "member name {:?} is empty, too long or not printable",
+                request.member_name
+            )));
+        }
+        if request.names.is_empty() || request.names.len() > MAX_MASTER_NAMES {
+            return Err(Status::invalid_argument(format!(
+                "a master's certificates name 1 to {MAX_MASTER_NAMES} addresses, not {}",
+                request.names.len()
+            )));
+        }
+        if let Some(bad) = request.names.iter().find(|n| !valid_master_name(n)) {
+            return Err(Status::invalid_argument(format!("{bad:?} is neither an IP address nor a DNS name")));
+        }
+        let (ca_key_pem, service_account_key_pem, encryption_config) = self.shared_with_master(signer).await?;
+        let sign = |csr: &str, profile: Profile| {
+            signer
+                .sign_request(csr, &profile, MASTER_CERT_VALIDITY)
+                .map_err(|e| Status::invalid_argument(e.to_string()))
+        };
+        let server_cert_pem = sign(&request.server_csr_pem, Profile::Server { names: request.names.clone() })?;
+        let peer_cert_pem =
+            sign(&request.peer_csr_pem, Profile::Peer { user: request.member_name.clone(), names: request.names })?;
+        tracing::warn!(member = %request.member_name, by = %who.name, "handed a joining master the cluster's credentials");
+        Ok(Response::new(MasterCredentialsResponse {
+            ca_pem: ca_pem.to_string(),
+            server_cert_pem,
+            peer_cert_pem,
+            ca_key_pem,
+            service_account_key_pem,
+            encryption_config,
+        }))
     }
 }
 
@@ -280,5 +428,24 @@ mod tests {
         for bad in ["", "Node", "-a", "a..b", "a_b"] {
             assert!(!valid_node_name(bad), "{bad}");
         }
+    }
+
+    #[test]
+    fn only_join_master_tokens_get_a_masters_credentials() {
+        let user = |groups: &[&str]| UserInfo {
+            name: "system:bootstrap:abcdef".into(),
+            groups: groups.iter().map(|g| g.to_string()).collect(),
+        };
+        assert!(may_join_as_master(&user(&[BOOTSTRAPPERS, JOIN_MASTER_GROUP])));
+        assert!(!may_join_as_master(&user(&[BOOTSTRAPPERS, JOIN_NODE_GROUP])));
+        assert!(!may_join_as_master(&user(&[skiff_pki::MASTERS_GROUP])), "an administrator makes a token instead");
+        assert!(!may_join_as_master(&user(&[NODES_GROUP])));
+        for good in ["127.0.0.1", "::1", "m4.example", "localhost"] {
+            assert!(valid_master_name(good), "{good}");
+        }
+        for bad in ["", "*.example", "a b", "1.2.3.4:80"] {
+            assert!(!valid_master_name(bad), "{bad}");
+        }
+        assert!(valid_member_name("member-4") && !valid_member_name("") && !valid_member_name("a\nb"));
     }
 }

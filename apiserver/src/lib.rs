@@ -362,7 +362,17 @@ pub async fn start_under(
         .add_service(AuthService::server(store.clone()))
         .add_service(ControlService::server(store.clone()))
         .add_service(grpc::ResourceService::server(registry.clone()))
-        .add_service(bootstrap::BootstrapService::server(registry.security().clone(), cluster_ca, cluster_signer));
+        .add_service(bootstrap::BootstrapService::server(
+            registry.security().clone(),
+            cluster_ca,
+            cluster_signer,
+            bootstrap::SharedFiles {
+                peer_ca: config.peer_tls.as_ref().and_then(|t| t.client_ca.clone()),
+                signing_key: config.cluster_signing.as_ref().map(|s| s.key.clone()),
+                service_account_key: config.service_account.as_ref().map(|s| s.signing_key_file.clone()),
+                encryption_config: config.encryption_provider_config.clone(),
+            },
+        ));
     let client = serve::serve(listeners.client, routes, tls.client, shutdown.clone());
     let address = listeners.http.local_addr().map(|a| a.to_string()).unwrap_or_default();
     let rest =

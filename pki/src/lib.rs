@@ -100,6 +100,11 @@ pub fn write_public(path: &Path, contents: &str) -> Result<(), PkiError> {
     write_file(path, contents.as_bytes(), 0o644)
 }
 
+/// Writes a secret file (a key, a configuration holding keys), 0600.
+pub fn write_private(path: &Path, contents: &str) -> Result<(), PkiError> {
+    write_file(path, contents.as_bytes(), 0o600)
+}
+
 /// Writes through a temporary file and a rename, so a reader never sees
 /// half a certificate, with the given mode from the start.
 fn write_file(path: &Path, contents: &[u8], mode: u32) -> Result<(), PkiError> {

@@ -24,6 +24,9 @@ pub const NAMESPACE: &str = "kube-system";
 /// The extra group of tokens made with `--usages join-node`: holders may
 /// ask for a node certificate.
 pub const JOIN_NODE_GROUP: &str = "system:bootstrappers:skiff:join-node";
+/// The extra group of tokens made with `--usages join-master`: holders may
+/// have a new master's credentials.
+pub const JOIN_MASTER_GROUP: &str = "system:bootstrappers:skiff:join-master";
 
 /// What a full token starts with (k3s's "K10", the version of the format).
 pub const PREFIX: &str = "K10";
@@ -144,6 +147,19 @@ pub fn ca_hash(ca_pem: &str) -> Result<String, PkiError> {
     Ok(digest.as_ref().iter().map(|b| format!("{b:02x}")).collect())
 }
 
+/// Whether the PEM bundle `bundle` holds the certificate `cert_pem` (its
+/// first): a member whose peers trust its signing CA can hand a joining
+/// master a peer certificate the others accept.
+pub fn bundle_holds(bundle: &str, cert_pem: &str) -> Result<bool, PkiError> {
+    let want = CertificateDer::from_pem_slice(cert_pem.as_bytes()).map_err(|e| invalid("a certificate", e))?;
+    for cert in CertificateDer::pem_slice_iter(bundle.as_bytes()) {
+        if cert.map_err(|e| invalid("a certificate bundle", e))? == want {
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -163,6 +179,15 @@ mod tests {
         assert!(!format!("{token:?}").contains(&token.secret), "Debug hides the secret");
         assert!(JoinToken::looks_like_bearer(&token.bearer()));
         assert_ne!(JoinToken::generate(ca.cert_pem()).unwrap().secret, token.secret);
+    }
+
+    #[test]
+    fn a_bundle_holds_a_ca_only_if_one_of_its_certificates_is_that_ca() {
+        let (a, b) = (Authority::generate("a").unwrap(), Authority::generate("b").unwrap());
+        let both = format!("{}{}", b.cert_pem(), a.cert_pem());
+        assert!(bundle_holds(&both, a.cert_pem()).unwrap(), "the second of two, as during a CA rotation");
+        assert!(!bundle_holds(b.cert_pem(), a.cert_pem()).unwrap());
+        assert!(bundle_holds("", a.cert_pem()).is_ok_and(|held| !held));
     }
 
     #[test]
