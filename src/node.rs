@@ -93,7 +93,8 @@ pub struct NodeArgs {
     pub remove_pods_on_exit: bool,
 }
 
-fn parse_token(s: &str) -> Result<skiff_pki::token::JoinToken, String> {
+/// A join token from the command line (`--token`).
+pub fn parse_token(s: &str) -> Result<skiff_pki::token::JoinToken, String> {
     skiff_pki::token::JoinToken::parse(s).map_err(|e| e.to_string())
 }
 

@@ -11,7 +11,8 @@
 //! certificates on the gRPC client port, peer certificates and their CA
 //! rotated on running members, NodeRestriction, join tokens, a pod's
 //! projected token (also through `skiffctl --token-file`) under the Node
-//! authorizer, and ResourceQuota under 20 concurrent kubectl creates.
+//! authorizer, a master joining with a token, and ResourceQuota under 20
+//! concurrent kubectl creates.
 
 mod support;
 
@@ -1015,11 +1016,148 @@ async fn a_node_joins_with_a_token_that_pins_the_clusters_ca() {
     let short = short.split_once("::").unwrap().1.to_string();
     tokio::time::sleep(Duration::from_millis(2100)).await;
     assert!(fails(as_token(&short, &["auth", "whoami"])).contains("Unauthorized"));
-    let err = skiffctl_err(
-        &[&as_root[..], &["--client-key", &root_key, "token", "create", "--usages", "join-master"]].concat(),
-    );
-    assert!(err.contains("peer certificate"), "{err}");
     node.stop();
+}
+
+/// A master joins with a join-master token and no other flag: it checks
+/// the cluster's CA against the token's pin, and gets its own serving and
+/// peer certificates and the keys every master shares. Then it serves as
+/// the first one does: TLS on every port, the Secrets the first member
+/// encrypted, the service account tokens it issued, node certificates
+/// signed with the cluster's CA. A forged pin sends nothing; a join-node
+/// token gets nothing; a restart uses what the master kept.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_master_joins_with_a_token_and_serves_with_the_clusters_keys() {
+    let dir = tempfile::tempdir().unwrap();
+    let pki = cluster_pki(dir.path());
+    let p = pki.to_str().unwrap();
+    skiffctl(&["certs", "peer", "--dir", p, "--name", "member", "--host", "127.0.0.1"]);
+    let file = |name: &str| pki.join(name).display().to_string();
+    let sa_key = skiff_pki::load_or_create_signing_key(&pki).unwrap();
+    let encryption = dir.path().join("encryption.yaml");
+    std::fs::write(
+        &encryption,
+        "apiVersion: apiserver.config.k8s.io/v1\nkind: EncryptionConfiguration\nresources:\n\
+         - resources: [secrets]\n  providers:\n  - aesgcm:\n      keys:\n      \
+         - {name: k1, secret: 9n1mC0mJm2y8o6Hq1qYpZk5Q7v3W0cHq3xk0s8LrT1E=}\n",
+    )
+    .unwrap();
+    let mut flags = secured_member_flags(&pki);
+    for (flag, value) in [
+        ("--peer-cert-file", file("peer-member.crt")),
+        ("--peer-key-file", file("peer-member.key")),
+        ("--peer-trusted-ca-file", file("ca.crt")),
+        ("--service-account-signing-key-file", sa_key.display().to_string()),
+        ("--encryption-provider-config", encryption.display().to_string()),
+    ] {
+        flags.extend([flag.to_string(), value]);
+    }
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let admin_tls = connector(&pki, Some("root"));
+    let mut cluster = Cluster::spawn_tls(1, &flags, admin_tls.clone()).await;
+    let first = cluster.members[&1].client.clone();
+    let url = |cluster: &Cluster, id: u64| format!("https://{}", cluster.members[&id].http);
+    let (ca, root, root_key) = (file("ca.crt"), file("root.crt"), file("root.key"));
+    let as_root = ["--server", &format!("https://{first}"), "--certificate-authority", &ca];
+    let admin = |args: &[&str]| {
+        skiffctl(&[&as_root[..], &["--client-certificate", &root, "--client-key", &root_key], args].concat())
+    };
+
+    // What the first member made: an encrypted Secret, a token it signed.
+    let on_first = url(&cluster, 1);
+    ok(kubectl_cert(&on_first, &pki, "root", &["create", "secret", "generic", "s", "--from-literal=k=v"]));
+    ok(kubectl_cert(&on_first, &pki, "root", &["create", "serviceaccount", "builder"]));
+    let sa_token = ok(kubectl_cert(&on_first, &pki, "root", &["create", "token", "builder"])).trim().to_string();
+    let node_token = admin(&["token", "create", "--usages", "join-node"]).trim().to_string();
+    let master_token = admin(&["token", "create", "--usages", "join-master", "--ttl", "10m"]).trim().to_string();
+    let bearer = master_token.split_once("::").unwrap().1.to_string();
+
+    // A forged pin: nothing is sent, nothing kept.
+    cluster.add_member(4);
+    let other = dir.path().join("other-pki");
+    skiffctl(&["certs", "ca", "--dir", other.to_str().unwrap()]);
+    let other_ca = std::fs::read_to_string(other.join("ca.crt")).unwrap();
+    let forged = format!("K10{}::{bearer}", skiff_pki::token::ca_hash(&other_ca).unwrap());
+    let refused = cluster.run_to_exit(4, &["--join", &first, "--token", &forged]);
+    let err = String::from_utf8_lossy(&refused.stderr);
+    assert!(!refused.status.success() && err.contains("refusing to send the token"), "{err}");
+    let kept = cluster.members[&4].data_dir.join("pki");
+    assert!(!kept.join("peer.crt").exists() && !kept.join("ca.key").exists());
+    assert!(!cluster.log_of(1).contains("a master's credentials were asked for"), "{}", cluster.log_of(1));
+
+    // A join-node token is no master's.
+    let refused = cluster.run_to_exit(4, &["--join", &first, "--token", &node_token]);
+    let err = String::from_utf8_lossy(&refused.stderr);
+    assert!(!refused.status.success() && err.contains("may not join as a master"), "{err}");
+    cluster.wipe(4);
+
+    // The real token, and no other flag about TLS or keys.
+    cluster.start_alone(4, &["--join", &first, "--token", &master_token]);
+    let endpoint = format!("https://{}", cluster.members[&4].client);
+    let as_admin = ["--cacert", ca.as_str(), "--cert", &root, "--key", &root_key];
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let members = etcdctl(&endpoint, &[&as_admin[..], &["member", "list"]].concat(), None);
+        if members.status.success() && String::from_utf8_lossy(&members.stdout).lines().count() == 2 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "member 4 did not join:\n{}", cluster.log_of(4));
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    assert_eq!(cluster.must_leader().await, 1);
+    let log = cluster.log_of(1);
+    assert!(log.contains("handed a joining master the cluster's credentials") && log.contains("member-4"), "{log}");
+
+    // It decrypts what the first member encrypted, and encrypts alike.
+    let on_fourth = url(&cluster, 4);
+    let k = ok(kubectl_cert(&on_fourth, &pki, "root", &["get", "secret", "s", "-o", "jsonpath={.data.k}"]));
+    assert_eq!(k, "dg==", "the Secret's data through the joined master");
+    ok(kubectl_cert(&on_fourth, &pki, "root", &["create", "secret", "generic", "t", "--from-literal=k=w"]));
+    let stored = must_succeed(etcdctl(
+        &format!("https://{first}"),
+        &[&as_admin[..], &["get", "/registry/secrets/default/t", "--print-value-only"]].concat(),
+        None,
+    ));
+    assert!(stored.starts_with("k8s:enc:aesgcm:v1:k1:"), "{stored}");
+    // It accepts the first member's service account tokens.
+    let whoami = ok(kubectl_token(
+        &on_fourth,
+        &ca,
+        &sa_token,
+        &["auth", "whoami", "-o", "jsonpath={.status.userInfo.username}"],
+    ));
+    assert_eq!(whoami, "system:serviceaccount:default:builder");
+    // It signs nodes' certificates with the cluster's CA.
+    let node_token = skiff_pki::token::JoinToken::parse(&node_token).unwrap();
+    let node_dir = dir.path().join("node-n1");
+    let node_files = skiff_client::join::NodeFiles::new(&node_dir);
+    let fourth = vec![cluster.members[&4].client.clone()];
+    skiff_client::join::node_credentials(&fourth, Some(&node_token), "n1", &node_files).await.unwrap();
+    let (who, _) = skiff_pki::describe(&std::fs::read_to_string(node_dir.join("node.crt")).unwrap()).unwrap();
+    assert_eq!(who.user, "system:node:n1");
+    assert!(cluster.log_of(4).contains("issued a node certificate"));
+    // What it keeps: the shared keys as they are, private.
+    use std::os::unix::fs::PermissionsExt;
+    for (kept_name, original) in
+        [("ca.key", pki.join("ca.key")), ("sa.key", sa_key.clone()), ("encryption-config.yaml", encryption.clone())]
+    {
+        let path = kept.join(kept_name);
+        assert_eq!(std::fs::read(&path).unwrap(), std::fs::read(&original).unwrap(), "{kept_name}");
+        assert_eq!(std::fs::metadata(&path).unwrap().permissions().mode() & 0o777, 0o600, "{kept_name}");
+    }
+    let (peer, _) = skiff_pki::describe(&std::fs::read_to_string(kept.join("peer.crt")).unwrap()).unwrap();
+    assert_eq!((peer.user.as_str(), peer.groups.as_slice()), ("member-4", &["system:skiff-peers".to_string()][..]));
+
+    // Revoked, the token is no longer needed: a restart uses what was kept.
+    let id = bearer.split_once('.').unwrap().0.to_string();
+    assert!(admin(&["token", "delete", &id]).contains("revoked"));
+    cluster.stop(4);
+    cluster.start_alone(4, &[]);
+    let revision = status_over(&first, Some(&admin_tls)).await.unwrap().header.unwrap().revision;
+    cluster.must_catch_up(4, revision, Duration::from_secs(30)).await;
+    assert!(cluster.log_of(4).contains("using the credentials this master was handed"), "{}", cluster.log_of(4));
+    let k = ok(kubectl_cert(&url(&cluster, 4), &pki, "root", &["get", "secret", "t", "-o", "jsonpath={.data.k}"]));
+    assert_eq!(k, "dw==");
 }
 
 /// A member's flags for TLS on its client and HTTP ports with `pki`'s

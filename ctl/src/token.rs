@@ -15,7 +15,7 @@ use skiff_client::resources::{DeleteParams, ListParams};
 use skiff_client::Client;
 use skiff_pki::token::JoinToken;
 
-use skiff_pki::token::{JOIN_NODE_GROUP, NAMESPACE, SECRET_PREFIX, SECRET_TYPE};
+use skiff_pki::token::{JOIN_MASTER_GROUP, JOIN_NODE_GROUP, NAMESPACE, SECRET_PREFIX, SECRET_TYPE};
 
 #[derive(Subcommand)]
 pub enum TokenCommand {
@@ -33,7 +33,10 @@ pub struct CreateArgs {
     #[arg(long, default_value = "24h", value_parser = humantime::parse_duration)]
     pub ttl: Duration,
     /// What the token is for: `join-node` (a node gets its own certificate
-    /// with it: `skiff node --token`).
+    /// with it: `skiff node --token`), `join-master` (a new master gets its
+    /// certificates and the keys every master shares: `skiff apiserver
+    /// --join ADDR --token`; it makes its holder a master, so keep its ttl
+    /// short), or both, comma-separated.
     #[arg(long, default_value = "join-node")]
     pub usages: String,
     /// A note shown by `token list`.
@@ -45,18 +48,17 @@ pub struct CreateArgs {
 fn groups_for(usages: &str) -> Result<Vec<&'static str>, String> {
     let mut groups = Vec::new();
     for usage in usages.split(',').map(str::trim).filter(|u| !u.is_empty()) {
-        match usage {
-            "join-node" => groups.push(JOIN_NODE_GROUP),
-            "join-master" => {
-                return Err("--usages join-master: masters do not join with tokens yet; issue the new master a \
-                            peer certificate (skiffctl certs peer) and start it with --join"
-                    .into())
-            }
-            other => return Err(format!("--usages {other:?}: expected join-node")),
+        let group = match usage {
+            "join-node" => JOIN_NODE_GROUP,
+            "join-master" => JOIN_MASTER_GROUP,
+            other => return Err(format!("--usages {other:?}: expected join-node or join-master")),
+        };
+        if !groups.contains(&group) {
+            groups.push(group);
         }
     }
     if groups.is_empty() {
-        return Err("--usages: name at least one (join-node)".into());
+        return Err("--usages: name at least one (join-node, join-master)".into());
     }
     Ok(groups)
 }
@@ -150,7 +152,8 @@ mod tests {
         assert!(s["stringData"]["expiration"].as_str().unwrap().ends_with('Z'));
         assert!(secret(&token, Duration::ZERO, &[JOIN_NODE_GROUP], "")["stringData"]["expiration"].is_null());
         assert_eq!(groups_for("join-node").unwrap(), vec![JOIN_NODE_GROUP]);
-        assert!(groups_for("join-master").unwrap_err().contains("peer certificate"));
+        assert_eq!(groups_for("join-master").unwrap(), vec![JOIN_MASTER_GROUP]);
+        assert_eq!(groups_for("join-node, join-master,join-node").unwrap(), vec![JOIN_NODE_GROUP, JOIN_MASTER_GROUP]);
         assert!(groups_for("signing").is_err());
     }
 }

@@ -98,6 +98,22 @@ struct ApiserverArgs {
     /// Join a running cluster through this member's client address.
     #[arg(long)]
     join: Option<String>,
+    /// Join with a join-master token (`skiffctl token create --usages
+    /// join-master`: K10<CA hash>::<id>.<secret>): check the cluster's CA
+    /// against its hash, then trade the token for this master's serving
+    /// and peer certificates and the keys every master shares, kept under
+    /// DATA_DIR/pki and used again on restart (with or without --token).
+    /// Takes the place of the TLS, signing, service account and encryption
+    /// flags.
+    #[arg(long, requires = "join", value_parser = skiff::node::parse_token, conflicts_with_all = [
+        "tls_cert_file", "client_ca_file", "cert_file", "trusted_ca_file", "peer_cert_file",
+        "cluster_signing_cert_file", "service_account_signing_key_file", "encryption_provider_config",
+    ])]
+    token: Option<skiff_pki::token::JoinToken>,
+    /// Another name (DNS name or IP address) for the certificates a join
+    /// with --token gets, beside the listen addresses (k3s's --tls-san).
+    #[arg(long = "tls-san", requires = "token", value_delimiter = ',')]
+    tls_san: Vec<String>,
     /// How long --join waits to be caught up and promoted.
     #[arg(long, default_value = "60s", value_parser = parse_duration)]
     join_timeout: Duration,
@@ -259,7 +275,66 @@ fn parse_initial_cluster(s: &str) -> Result<BTreeMap<u64, String>, String> {
     Ok(out)
 }
 
+/// The host of `HOST:PORT` (`[::1]:PORT` too), unless it is every
+/// address (which no certificate can name).
+fn certificate_name(addr: &str) -> Option<String> {
+    let host = addr.rsplit_once(':').map_or(addr, |(host, _)| host);
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    match host.parse::<std::net::IpAddr>() {
+        Ok(ip) if ip.is_unspecified() => None,
+        _ if host.is_empty() => None,
+        _ => Some(host.to_string()),
+    }
+}
+
 impl ApiserverArgs {
+    /// With `--token`, or with a complete set of credentials an earlier
+    /// join with a token kept under DATA_DIR/pki and no TLS flags: the
+    /// credentials the cluster hands a joining master (fetched once, then
+    /// kept), in place of the TLS, signing, service account and
+    /// encryption flags. Otherwise nothing changes.
+    async fn credentials_from_token(&mut self) -> Result<(), String> {
+        let files =
+            skiff_client::join::MasterFiles::new(&self.data_dir.join(skiff_raft_store::store::identity::PKI_DIR));
+        let flags_given = self.cert_file.is_some() || self.tls_cert_file.is_some() || self.peer_cert_file.is_some();
+        if self.token.is_none() && (flags_given || !files.complete()) {
+            return Ok(());
+        }
+        let name = self.name.clone().unwrap_or_else(|| format!("member-{}", self.id));
+        let mut names: Vec<String> = Vec::new();
+        let listens =
+            [self.advertise_peer.as_ref().unwrap_or(&self.peer_listen), &self.client_listen, &self.http_listen];
+        for name in listens.into_iter().filter_map(|a| certificate_name(a)).chain(self.tls_san.iter().cloned()) {
+            if !names.contains(&name) {
+                names.push(name);
+            }
+        }
+        let endpoints: Vec<String> = self.join.iter().cloned().collect();
+        let kept = skiff_client::join::master_credentials(&endpoints, self.token.as_ref(), &name, &names, &files)
+            .await
+            .map_err(|e| format!("joining with the token: {e}"))?;
+        if kept {
+            tracing::info!(dir = %files.dir.display(), "using the credentials this master was handed when it joined");
+        }
+        let ca = files.ca();
+        let (server, server_key) = files.server();
+        let (peer, peer_key) = files.peer();
+        self.tls_cert_file = Some(server.clone());
+        self.tls_private_key_file = Some(server_key.clone());
+        self.client_ca_file = Some(ca.clone());
+        self.cert_file = Some(server);
+        self.key_file = Some(server_key);
+        self.trusted_ca_file = Some(ca.clone());
+        self.peer_cert_file = Some(peer);
+        self.peer_key_file = Some(peer_key);
+        self.peer_trusted_ca_file = Some(ca.clone());
+        self.cluster_signing_cert_file = Some(ca);
+        self.cluster_signing_key_file = Some(files.ca_key());
+        self.service_account_signing_key_file = files.service_account_key();
+        self.encryption_provider_config = files.encryption_config();
+        Ok(())
+    }
+
     fn into_config(self) -> Result<ApiserverConfig, String> {
         if self.id == 0 {
             return Err("--id must be a positive integer".into());
@@ -379,7 +454,9 @@ fn main() -> ExitCode {
     let result = runtime.block_on(async move {
         match cli.command {
             Command::Apiserver(args) => {
-                let config = (*args).into_config()?;
+                let mut args = *args;
+                args.credentials_from_token().await?;
+                let config = args.into_config()?;
                 skiff_apiserver::run(config, shutdown_on_signals()?).await.map_err(|e| e.to_string())
             }
             Command::ControllerManager(args) => {
@@ -391,7 +468,8 @@ fn main() -> ExitCode {
                 skiff_scheduler::run(config, shutdown_on_signals()?).await.map_err(|e| e.to_string())
             }
             Command::Server(args) => {
-                let args = *args;
+                let mut args = *args;
+                args.apiserver.credentials_from_token().await?;
                 let mut apiserver = args.apiserver.into_config()?;
                 // As k3s's server, it signs joining nodes' certificates with
                 // the CA beside --trusted-ca-file when that CA's key is there.

@@ -177,12 +177,22 @@ impl Cluster {
 
     pub fn start_with(&mut self, id: u64, args: &[&str]) {
         let extra = self.extra_args.clone();
+        self.spawn_member(id, args, &extra);
+    }
+
+    /// Starts member `id` with `args` only, not the flags the cluster's
+    /// other members share (a master that joins with a token).
+    pub fn start_alone(&mut self, id: u64, args: &[&str]) {
+        self.spawn_member(id, args, &[]);
+    }
+
+    fn spawn_member(&mut self, id: u64, args: &[&str], extra: &[String]) {
         let m = self.members.get_mut(&id).unwrap();
         let log = std::fs::OpenOptions::new().create(true).append(true).open(&m.log).unwrap();
         let child = m
             .command()
             .args(args)
-            .args(&extra)
+            .args(extra)
             .stdin(Stdio::null())
             .stdout(log.try_clone().unwrap())
             .stderr(log)

@@ -20,6 +20,10 @@ pub struct DataDirIdentity {
 }
 
 pub(super) const IDENTITY_FILE: &str = "skiff-member.json";
+/// The one entry a new data dir may already hold: where a master that
+/// joins with a token keeps the credentials it was handed, written before
+/// its store opens.
+pub const PKI_DIR: &str = "pki";
 
 /// Cluster id of a bootstrapped cluster: every founding member derives the
 /// same one from the founding membership (FNV-1a).
@@ -50,7 +54,8 @@ pub(super) fn load_identity(config: &StoreConfig) -> Result<(DataDirIdentity, bo
     }
     if dir.exists() {
         let mut entries = std::fs::read_dir(dir).map_err(io)?;
-        if entries.next().is_some() {
+        let foreign = entries.find(|e| !e.as_ref().is_ok_and(|e| e.file_name() == PKI_DIR && e.path().is_dir()));
+        if foreign.is_some() {
             return Err(bad(format!(
                 "is not empty and has no {IDENTITY_FILE}: not a Skiff data directory; refusing to use it"
             )));
