@@ -532,12 +532,20 @@ impl Drop for Server {
 /// Runs kubectl against `http` until its output contains `want`.
 #[track_caller]
 fn must_kubectl_at(http: &str, args: &[&str], want: &str, logs: &dyn Fn() -> String) -> String {
+    must_kubectl_as(&format!("http://{http}"), &[], args, want, logs)
+}
+
+/// kubectl against `url` with `auth` (e.g. a CA and a client certificate)
+/// until its output shows `want`.
+#[track_caller]
+fn must_kubectl_as(url: &str, auth: &[&str], args: &[&str], want: &str, logs: &dyn Fn() -> String) -> String {
     let cache = tempfile::tempdir().unwrap();
     let deadline = Instant::now() + READY;
     loop {
         let o = Command::new("kubectl")
-            .args(["--server", &format!("http://{http}"), "--cache-dir"])
+            .args(["--server", url, "--cache-dir"])
             .arg(cache.path())
+            .args(auth)
             .args(args)
             .output()
             .expect("kubectl is installed (make test installs what is missing)");
@@ -553,10 +561,16 @@ fn must_kubectl_at(http: &str, args: &[&str], want: &str, logs: &dyn Fn() -> Str
 /// `etcdctl member list` through `client` once it shows `started` members.
 #[track_caller]
 fn must_started_members(client: &str, n: usize) -> String {
+    must_started_members_as(client, &[], n)
+}
+
+/// [`must_started_members`] with `auth` (etcdctl's TLS flags).
+#[track_caller]
+fn must_started_members_as(client: &str, auth: &[&str], n: usize) -> String {
     // A member publishes its name through the log shortly after it starts.
     let deadline = Instant::now() + READY;
     loop {
-        let members = stdout(&etcdctl(client, &["member", "list"], None));
+        let members = stdout(&etcdctl(client, &[auth, &["member", "list"]].concat(), None));
         if members.matches(", started, ").count() == n {
             return members;
         }
@@ -589,11 +603,17 @@ fn server_starts_a_cluster_from_a_config_file_and_flags_override_it() {
 }
 
 /// deploy/examples/master-N.yaml with each `10.0.0.N:PORT` moved to a free
-/// loopback port and the data dir into `root`.
-fn example_on_loopback(name: &str, root: &Path, ports: &mut std::collections::BTreeMap<String, u16>) -> PathBuf {
+/// loopback port, the data dir into `root` and /etc/skiff/pki to `pki`.
+fn example_on_loopback(
+    name: &str,
+    root: &Path,
+    pki: &Path,
+    ports: &mut std::collections::BTreeMap<String, u16>,
+) -> PathBuf {
     let text =
         std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/examples").join(name)).unwrap();
     let mut out = text.replace("/var/lib/skiff/data", &root.join(name).with_extension("data").display().to_string());
+    out = out.replace("/etc/skiff/pki", &pki.display().to_string());
     for host in 1..=4 {
         for port in [2379, 2380, 6443] {
             let addr = format!("10.0.0.{host}:{port}");
@@ -608,30 +628,76 @@ fn example_on_loopback(name: &str, root: &Path, ports: &mut std::collections::BT
     path
 }
 
-/// The documented three-host bootstrap and `join`, with the shipped example
+/// The files deploy/README.md's section 2 has the operator make, in
+/// `pki`, for masters reached at 127.0.0.1.
+fn deploy_pki(pki: &Path) {
+    let p = pki.to_str().unwrap();
+    let skiffctl = |args: &[&str]| {
+        let o = Command::new(skiffctl_path()).args(args).output().unwrap();
+        assert!(o.status.success(), "skiffctl {args:?}: {}", String::from_utf8_lossy(&o.stderr));
+    };
+    skiffctl(&["certs", "ca", "--dir", p]);
+    skiffctl(&["certs", "server", "--dir", p, "--host", "127.0.0.1"]);
+    for i in 1..=3 {
+        skiffctl(&["certs", "peer", "--dir", p, "--name", &format!("master-{i}"), "--host", "127.0.0.1"]);
+    }
+    skiffctl(&["certs", "client", "--dir", p, "--user", "admin", "--group", "system:masters"]);
+    skiff_pki::load_or_create_signing_key(pki).unwrap();
+}
+
+/// The documented three-host bootstrap, with TLS and authentication on,
+/// and a fourth master joining with a token, with the shipped example
 /// configs moved onto loopback.
 #[test]
-fn deploy_examples_form_a_cluster_and_a_fourth_master_joins() {
+fn deploy_examples_form_a_secured_cluster_and_a_fourth_master_joins_with_a_token() {
     let root = tempfile::tempdir().unwrap();
+    let pki = root.path().join("pki");
+    deploy_pki(&pki);
+    let file = |name: &str| pki.join(name).display().to_string();
+    let (ca, admin, admin_key) = (file("ca.crt"), file("admin.crt"), file("admin.key"));
+    let kubectl_auth = ["--certificate-authority", &ca, "--client-certificate", &admin, "--client-key", &admin_key];
+    let etcdctl_auth = ["--cacert", ca.as_str(), "--cert", &admin, "--key", &admin_key];
     let mut ports = std::collections::BTreeMap::new();
     let addr = |ports: &std::collections::BTreeMap<String, u16>, host: u32, port: u32| {
         format!("127.0.0.1:{}", ports[&format!("10.0.0.{host}:{port}")])
     };
     let mut servers: Vec<Server> = Vec::new();
     for i in 1..=3 {
-        let config = example_on_loopback(&format!("master-{i}.yaml"), root.path(), &mut ports);
+        let config = example_on_loopback(&format!("master-{i}.yaml"), root.path(), &pki, &mut ports);
         servers.push(Server::start(&config, &[]));
     }
     let logs = |servers: &[Server]| servers.iter().map(Server::log).collect::<Vec<_>>().join("\n---\n");
-    must_kubectl_at(&addr(&ports, 2, 6443), &["get", "ns", "-o", "name"], "namespace/default", &|| logs(&servers));
-    must_started_members(&addr(&ports, 1, 2379), 3);
+    let https = |ports: &std::collections::BTreeMap<String, u16>, host| format!("https://{}", addr(ports, host, 6443));
+    let url = https(&ports, 2);
+    must_kubectl_as(&url, &kubectl_auth, &["get", "ns", "-o", "name"], "namespace/default", &|| logs(&servers));
+    // Nobody else gets in.
+    let anonymous = Command::new("curl")
+        .args(["-s", "-o", "/dev/null", "-w", "%{http_code}", "--cacert", &ca, &format!("{url}/api/v1/namespaces")])
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&anonymous.stdout), "401", "{anonymous:?}");
+    let first = format!("https://{}", addr(&ports, 1, 2379));
+    must_started_members_as(&first, &etcdctl_auth, 3);
 
-    let config = example_on_loopback("master-4-join.yaml", root.path(), &mut ports);
+    // The fourth master: the example's token line filled in, nothing else.
+    let token = Command::new(skiffctl_path())
+        .args(["--server", &first, "--certificate-authority", &ca, "--client-certificate", &admin])
+        .args(["--client-key", &admin_key, "token", "create", "--usages", "join-master", "--ttl", "10m"])
+        .output()
+        .unwrap();
+    assert!(token.status.success(), "{token:?}");
+    let token = String::from_utf8(token.stdout).unwrap().trim().to_string();
+    let config = example_on_loopback("master-4-join.yaml", root.path(), &pki, &mut ports);
+    let text = std::fs::read_to_string(&config).unwrap();
+    assert!(text.contains("token: K10<CA hash>::<id>.<secret>"), "{text}");
+    std::fs::write(&config, text.replace("K10<CA hash>::<id>.<secret>", &token)).unwrap();
     servers.push(Server::start(&config, &[]));
-    let members = must_started_members(&addr(&ports, 1, 2379), 4);
+    let members = must_started_members_as(&first, &etcdctl_auth, 4);
     let fourth = members.lines().find(|l| l.starts_with("4, started, master-4,")).unwrap_or_default();
     assert!(fourth.ends_with(", false"), "master-4 is a voter, not a learner: {members}");
-    must_kubectl_at(&addr(&ports, 4, 6443), &["get", "ns", "-o", "name"], "namespace/default", &|| logs(&servers));
+    let url = https(&ports, 4);
+    must_kubectl_as(&url, &kubectl_auth, &["get", "ns", "-o", "name"], "namespace/default", &|| logs(&servers));
+    assert!(servers[3].log().contains("the cluster handed this master its credentials"), "{}", servers[3].log());
 
     for s in &mut servers {
         let status = s.must_stop();
