@@ -45,9 +45,12 @@ fn skiffctl_links_no_rocksdb_and_skiff_does() {
 /// LimitRanger and PodSecurity admission and service account tokens,
 /// and to 61.6 MB with TLS on the gRPC ports (tonic's HTTP/2 client stack
 /// again for the TLS connector, which peers, the components and `skiff
-/// up` dial with): the limit is 63 MB until those are slimmed (the schemas
-/// could be generated at build time instead of compiled in; x509-parser is
-/// used for two small reads). Only meaningful for the optimised build `make test`
+/// up` dial with), to 62.7 MB with the Node authorizer, bearer tokens for
+/// the components and legacy token Secrets, and to 63.0 MB with join
+/// tokens for masters: the limit is 64 MB until those are slimmed (the
+/// schemas could be generated at build time instead of compiled in;
+/// x509-parser, which rcgen also needs to read signing requests, is used
+/// for two small reads here). Only meaningful for the optimised build `make test`
 /// runs; a debug build is larger by design.
 #[test]
 #[cfg_attr(debug_assertions, ignore = "sizes are set for the release build")]
@@ -55,5 +58,5 @@ fn the_binaries_people_copy_are_small() {
     let size = |p: &Path| std::fs::metadata(p).unwrap_or_else(|e| panic!("{}: {e}", p.display())).len();
     let (ctl, server) = (size(&skiffctl_path()), size(Path::new(SKIFF)));
     assert!(ctl < 15_000_000, "skiffctl is {ctl} bytes");
-    assert!(server < 63_000_000, "skiff is {server} bytes");
+    assert!(server < 64_000_000, "skiff is {server} bytes");
 }
