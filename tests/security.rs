@@ -387,7 +387,7 @@ async fn the_audit_log_records_requests_and_one_user_cannot_starve_another() {
         "--max-requests-inflight-per-user",
         "2",
     ];
-    let (_cluster, url) = secure_cluster(dir.path(), tokens, &extra).await;
+    let (cluster, url) = secure_cluster(dir.path(), tokens, &extra).await;
     let ca = dir.path().join("pki/ca.crt").display().to_string();
     let as_user = |token: &str, args: &[&str]| kubectl_token(&url, &ca, token, args);
     eventually("the default roles exist", || {
@@ -407,6 +407,11 @@ async fn the_audit_log_records_requests_and_one_user_cannot_starve_another() {
         &["create", "clusterrolebinding", "readers", "--clusterrole=view", "--user=flood", "--user=calm"],
     ));
     let _ = curl(&["--cacert", &ca, &format!("{url}/healthz")]);
+    // The gRPC resource API is audited too (its client port is plaintext
+    // here, so its callers are the unsecured client port's user).
+    let client = cluster.members[&1].client.clone();
+    assert!(skiffctl(&["--server", &client, "get", "configmap", "audited"]).contains("audited"));
+    skiffctl(&["--server", &client, "delete", "secret", "hidden"]);
 
     // flood: three requests that each wait ~3 s for a revision that never
     // comes; with a share of 2, the third is refused after its queue wait.
@@ -499,6 +504,26 @@ async fn the_audit_log_records_requests_and_one_user_cannot_starve_another() {
     let refused = events.iter().find(|e| e["responseStatus"]["code"] == 429).expect("the 429 is audited");
     assert_eq!(refused["user"]["username"], "flood");
     assert!(!events.iter().any(|e| e["requestURI"] == "/healthz"), "the policy leaves probes out");
+    let over_grpc = |uri: &str| {
+        events.iter().find(|e| e["requestURI"] == uri).unwrap_or_else(|| panic!("no {uri} event in {events:#?}"))
+    };
+    let got = over_grpc("/skiff.resource.Resources/Get");
+    assert_eq!(
+        (&got["verb"], &got["level"], &got["stage"]),
+        (&"get".into(), &"Metadata".into(), &"ResponseComplete".into())
+    );
+    assert_eq!(got["user"]["username"], "system:unsecured-client-port");
+    let object_ref = &got["objectRef"];
+    assert_eq!(
+        (&object_ref["resource"], &object_ref["namespace"], &object_ref["name"], &object_ref["apiVersion"]),
+        (&"configmaps".into(), &"default".into(), &"audited".into(), &"v1".into()),
+        "{got}"
+    );
+    assert_eq!(got["responseStatus"]["code"], 200);
+    assert!(got.get("responseObject").is_none(), "Metadata logs no object: {got}");
+    let deleted = over_grpc("/skiff.resource.Resources/Delete");
+    assert_eq!((&deleted["verb"], &deleted["objectRef"]["name"]), (&"delete".into(), &"hidden".into()), "{deleted}");
+    assert_eq!(deleted["responseStatus"]["code"], 200);
 }
 
 #[test]

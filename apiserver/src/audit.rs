@@ -14,6 +14,11 @@
 //! has started (`ResponseStarted`); the rest when complete
 //! (`ResponseComplete`). Requests refused before authentication (401) are
 //! not logged.
+//!
+//! Calls on the gRPC resource API (the components', `skiffctl`'s) are
+//! logged the same way, as [`Call`]s: the gRPC method is the event's
+//! `requestURI`, the object a create or update sends its `requestObject`,
+//! and the HTTP code of the outcome its `responseStatus`.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -243,6 +248,141 @@ fn now() -> String {
     chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Micros, true)
 }
 
+/// What an event says about one request, from either API.
+struct Entry<'a> {
+    level: Level,
+    user: &'a UserInfo,
+    info: &'a RequestInfo,
+    uri: &'a str,
+    source: Option<String>,
+    user_agent: Option<String>,
+    received: String,
+    long_running: bool,
+    code: u16,
+    request_object: Option<Value>,
+    response_object: Option<Value>,
+    annotations: std::collections::BTreeMap<String, String>,
+}
+
+impl Entry<'_> {
+    /// The `audit.k8s.io/v1` `Event`.
+    fn event(self) -> Value {
+        let (user, info) = (self.user, self.info);
+        let mut event = json!({
+            "kind": "Event",
+            "apiVersion": "audit.k8s.io/v1",
+            "level": format!("{:?}", self.level),
+            "auditID": uuid::Uuid::new_v4().to_string(),
+            "stage": if self.long_running { "ResponseStarted" } else { "ResponseComplete" },
+            "requestURI": self.uri,
+            "verb": info.verb,
+            "user": {"username": user.name, "groups": user.groups},
+            "responseStatus": {"metadata": {}, "code": self.code},
+            "requestReceivedTimestamp": self.received,
+            "stageTimestamp": now(),
+        });
+        if let Some(ip) = self.source {
+            event["sourceIPs"] = json!([ip]);
+        }
+        if let Some(agent) = self.user_agent {
+            event["userAgent"] = json!(agent);
+        }
+        if info.is_resource {
+            let mut object_ref = json!({"resource": info.resource, "apiVersion": info.api_version});
+            for (key, value) in [
+                ("namespace", &info.namespace),
+                ("name", &info.name),
+                ("apiGroup", &info.api_group),
+                ("subresource", &info.subresource),
+            ] {
+                if !value.is_empty() {
+                    object_ref[key] = json!(value);
+                }
+            }
+            event["objectRef"] = object_ref;
+        }
+        if let Some(object) = self.request_object {
+            event["requestObject"] = object;
+        }
+        if !self.annotations.is_empty() {
+            event["annotations"] = json!(self.annotations);
+        }
+        if let Some(object) = self.response_object {
+            event["responseObject"] = object;
+        }
+        event
+    }
+}
+
+/// A call on the gRPC resource API being audited: begun once its caller
+/// is authenticated ([`AuditLog::begin`]), written when it ends.
+pub struct Call {
+    log: AuditLog,
+    level: Level,
+    user: UserInfo,
+    info: RequestInfo,
+    source: Option<String>,
+    user_agent: Option<String>,
+    received: String,
+    request_object: Option<Value>,
+    annotations: crate::registry::AuditAnnotations,
+}
+
+impl AuditLog {
+    /// The event of a gRPC call by `user` on `info` (its `path` the gRPC
+    /// method), if the policy logs it. `body` gives the object sent, read
+    /// only at `Request` level and above; `annotations` are admission's.
+    pub fn begin(
+        &self,
+        user: &UserInfo,
+        info: RequestInfo,
+        source: Option<SocketAddr>,
+        user_agent: Option<&str>,
+        body: impl FnOnce() -> Option<Value>,
+        annotations: &crate::registry::AuditAnnotations,
+    ) -> Option<Call> {
+        let level = self.policy.level(user, &info);
+        if level == Level::None {
+            return None;
+        }
+        let long_running = info.verb == "watch";
+        Some(Call {
+            log: self.clone(),
+            level,
+            user: user.clone(),
+            request_object: if level >= Level::Request && !long_running { body() } else { None },
+            info,
+            source: source.map(|a| a.ip().to_string()),
+            user_agent: user_agent.map(str::to_string),
+            received: now(),
+            annotations: annotations.clone(),
+        })
+    }
+}
+
+impl Call {
+    /// Writes the event: the call ended with HTTP status `code`, returning
+    /// `response` (logged at `RequestResponse`).
+    pub async fn finish(self, code: u16, response: Option<&Value>) {
+        let long_running = self.info.verb == "watch";
+        let entry = Entry {
+            level: self.level,
+            user: &self.user,
+            info: &self.info,
+            uri: &self.info.path,
+            source: self.source,
+            user_agent: self.user_agent,
+            received: self.received,
+            long_running,
+            code,
+            request_object: self.request_object,
+            response_object: response.filter(|_| self.level == Level::RequestResponse && !long_running).cloned(),
+            annotations: std::mem::take(&mut *self.annotations.lock().expect("audit annotations lock")),
+        };
+        self.log.write(&entry.event()).await;
+    }
+}
+
 /// The HTTP layer: runs after authentication, so it knows the user.
 pub async fn record(State(log): State<AuditLog>, request: Request, next: Next) -> Response {
     let (Some(user), Some(info)) =
@@ -295,50 +435,21 @@ pub async fn record(State(log): State<AuditLog>, request: Request, next: Next) -
     } else {
         (response, None)
     };
-    let mut event = json!({
-        "kind": "Event",
-        "apiVersion": "audit.k8s.io/v1",
-        "level": format!("{level:?}"),
-        "auditID": uuid::Uuid::new_v4().to_string(),
-        "stage": if long_running { "ResponseStarted" } else { "ResponseComplete" },
-        "requestURI": uri,
-        "verb": info.verb,
-        "user": {"username": user.name, "groups": user.groups},
-        "responseStatus": {"metadata": {}, "code": code},
-        "requestReceivedTimestamp": received,
-        "stageTimestamp": now(),
-    });
-    if let Some(ip) = source {
-        event["sourceIPs"] = json!([ip]);
-    }
-    if let Some(agent) = user_agent {
-        event["userAgent"] = json!(agent);
-    }
-    if info.is_resource {
-        let mut object_ref = json!({"resource": info.resource, "apiVersion": info.api_version});
-        for (key, value) in [
-            ("namespace", &info.namespace),
-            ("name", &info.name),
-            ("apiGroup", &info.api_group),
-            ("subresource", &info.subresource),
-        ] {
-            if !value.is_empty() {
-                object_ref[key] = json!(value);
-            }
-        }
-        event["objectRef"] = object_ref;
-    }
-    if let Some(object) = request_object {
-        event["requestObject"] = object;
-    }
-    let annotations = std::mem::take(&mut *annotations.lock().expect("audit annotations lock"));
-    if !annotations.is_empty() {
-        event["annotations"] = json!(annotations);
-    }
-    if let Some(object) = response_object {
-        event["responseObject"] = object;
-    }
-    log.write(&event).await;
+    let entry = Entry {
+        level,
+        user: &user,
+        info: &info,
+        uri: &uri,
+        source,
+        user_agent,
+        received,
+        long_running,
+        code,
+        request_object,
+        response_object,
+        annotations: std::mem::take(&mut *annotations.lock().expect("audit annotations lock")),
+    };
+    log.write(&entry.event()).await;
     response
 }
 

@@ -1,7 +1,8 @@
 //! The gRPC resource API (`skiff.resource.Resources`): the registry's
 //! operations with objects as JSON bytes. Errors are gRPC statuses whose
 //! details carry the Kubernetes `Status` JSON, so clients recover the
-//! reason, code and causes exactly.
+//! reason, code and causes exactly. Calls are audited as REST requests
+//! are (`--audit-log-path`).
 
 use std::pin::Pin;
 use std::time::Duration;
@@ -20,17 +21,103 @@ use tokio_stream::StreamExt;
 use tonic::{Request, Response, Status};
 
 use crate::admission::{ClientCertificate, Credentials};
+use crate::audit::Call;
 use crate::metrics::RequestTimer;
 use crate::registry::{Context, DeleteOptions, ListOptions, PatchOptions, PatchType, Registry};
+use crate::request_info::RequestInfo;
 use crate::watch::WatchOptions;
 
 pub struct ResourceService {
     registry: Registry,
+    /// The audit log (`--audit-log-path`), which calls here are written to
+    /// as requests on the REST API are.
+    audit: Option<crate::audit::AuditLog>,
 }
 
 impl ResourceService {
-    pub fn server(registry: Registry) -> ResourcesServer<ResourceService> {
-        ResourcesServer::new(ResourceService { registry }).max_decoding_message_size(8 * 1024 * 1024)
+    pub fn server(registry: Registry, audit: Option<crate::audit::AuditLog>) -> ResourcesServer<ResourceService> {
+        ResourcesServer::new(ResourceService { registry, audit }).max_decoding_message_size(8 * 1024 * 1024)
+    }
+}
+
+/// What a call names, for its audit event: the resource, the object's
+/// name and subresource, and the object it sends (JSON), if any.
+trait Audited {
+    fn resource(&self) -> Option<&ResourceRef>;
+    fn name(&self) -> String {
+        String::new()
+    }
+    fn subresource(&self) -> &str {
+        ""
+    }
+    fn body(&self) -> Option<&[u8]> {
+        None
+    }
+}
+
+macro_rules! audited {
+    ($($request:ty { $($method:ident),* }),* $(,)?) => {$(
+        impl Audited for $request {
+            fn resource(&self) -> Option<&ResourceRef> {
+                self.resource.as_ref()
+            }
+            $(audited!(@ $method);)*
+        }
+    )*};
+    (@ name) => {
+        fn name(&self) -> String {
+            self.name.clone()
+        }
+    };
+    (@ subresource) => {
+        fn subresource(&self) -> &str {
+            &self.subresource
+        }
+    };
+    (@ json) => {
+        fn body(&self) -> Option<&[u8]> {
+            Some(&self.json)
+        }
+    };
+    (@ patch) => {
+        fn body(&self) -> Option<&[u8]> {
+            Some(&self.patch)
+        }
+    };
+}
+
+audited! {
+    GetRequest { name, subresource },
+    ListRequest {},
+    CreateRequest { name, subresource, json },
+    PatchRequest { name, subresource, patch },
+    DeleteRequest { name },
+    WatchRequest { name },
+    HistoryRequest { name },
+    GetAtRevisionRequest { name },
+}
+
+impl Audited for UpdateRequest {
+    fn resource(&self) -> Option<&ResourceRef> {
+        self.resource.as_ref()
+    }
+    /// An update names its object in the object.
+    fn name(&self) -> String {
+        #[derive(serde::Deserialize)]
+        struct Named {
+            metadata: Option<Meta>,
+        }
+        #[derive(serde::Deserialize)]
+        struct Meta {
+            name: Option<String>,
+        }
+        serde_json::from_slice::<Named>(&self.json).ok().and_then(|n| n.metadata?.name).unwrap_or_default()
+    }
+    fn subresource(&self) -> &str {
+        &self.subresource
+    }
+    fn body(&self) -> Option<&[u8]> {
+        Some(&self.json)
     }
 }
 
@@ -82,6 +169,13 @@ async fn resource(registry: &Registry, r: &Option<ResourceRef>) -> Result<(&'sta
     Ok((info, r.namespace.clone()))
 }
 
+/// The version a built-in resource is served at (custom resources'
+/// definitions are not looked up for an audit event: "").
+fn builtin_version(r: &ResourceRef) -> &'static str {
+    let group = Some(r.group.as_str()).filter(|g| !g.is_empty());
+    resources::by_plural(group, &r.resource).map_or("", |info| info.version)
+}
+
 fn parse_json(bytes: &[u8]) -> Result<Value, ApiError> {
     serde_json::from_slice(bytes).map_err(|e| ApiError::bad_request(format!("the object is not valid JSON: {e}")))
 }
@@ -91,6 +185,28 @@ fn object(v: &Value) -> Object {
 }
 
 impl ResourceService {
+    /// The audit event of `request` by `ctx`'s user, begun if the policy
+    /// logs it.
+    fn audit<T: Audited>(&self, ctx: &Context, verb: &str, method: &str, request: &Request<T>) -> Option<Call> {
+        let log = self.audit.as_ref()?;
+        let r = request.get_ref();
+        let resource = r.resource();
+        let info = RequestInfo {
+            is_resource: true,
+            verb: verb.to_string(),
+            api_group: resource.map(|r| r.group.clone()).unwrap_or_default(),
+            api_version: resource.map_or("", builtin_version).to_string(),
+            namespace: resource.map(|r| r.namespace.clone()).unwrap_or_default(),
+            resource: resource.map(|r| r.resource.clone()).unwrap_or_default(),
+            name: r.name(),
+            subresource: r.subresource().to_string(),
+            path: format!("/skiff.resource.Resources/{method}"),
+        };
+        let agent = request.metadata().get("user-agent").and_then(|v| v.to_str().ok());
+        let body = || r.body().and_then(|b| serde_json::from_slice(b).ok());
+        log.begin(&ctx.user, info, request.remote_addr(), agent, body, &ctx.audit)
+    }
+
     async fn context<T>(&self, request: &Request<T>) -> Result<Context, ApiError> {
         let user = self.registry.security().authenticate_client_port(&credentials(request)).await?;
         let agent = request.metadata().get("user-agent").and_then(|v| v.to_str().ok()).unwrap_or_default();
@@ -102,8 +218,15 @@ impl ResourceService {
         })
     }
 
-    /// Runs one request, recording its metrics and mapping its error.
-    async fn call<T, F, Fut>(&self, verb: &'static str, request: Request<T>, f: F) -> Result<Response<Object>, Status>
+    /// Runs one request, recording its metrics and its audit event and
+    /// mapping its error.
+    async fn call<T: Audited, F, Fut>(
+        &self,
+        verb: &'static str,
+        method: &'static str,
+        request: Request<T>,
+        f: F,
+    ) -> Result<Response<Object>, Status>
     where
         F: FnOnce(Context, T) -> Fut,
         Fut: std::future::Future<
@@ -111,14 +234,18 @@ impl ResourceService {
         >,
     {
         let ctx = self.context(&request).await.map_err(|e| to_status(&e))?;
+        let audit = self.audit(&ctx, verb, method, &request);
         let started = std::time::Instant::now();
         let result = f(ctx, request.into_inner()).await;
         let (resource, code) = match &result {
-            Ok((info, _)) => (info.plural, 200),
+            Ok((info, _)) => (info.plural, if verb == "create" { 201 } else { 200 }),
             Err((info, e)) => (info.map_or("unknown", |i| i.plural), e.code()),
         };
         let timer = RequestTimer::start_at(verb, resource, started);
         timer.finish(code);
+        if let Some(audit) = audit {
+            audit.finish(code, result.as_ref().ok().map(|(_, v)| v)).await;
+        }
         match result {
             Ok((_, v)) => Ok(Response::new(object(&v))),
             Err((_, e)) => Err(to_status(&e)),
@@ -132,7 +259,7 @@ type WatchStream = Pin<Box<dyn Stream<Item = Result<WatchEvent, Status>> + Send>
 impl Resources for ResourceService {
     async fn get(&self, request: Request<GetRequest>) -> Result<Response<Object>, Status> {
         let registry = self.registry.clone();
-        self.call("get", request, |ctx, r| async move {
+        self.call("get", "Get", request, |ctx, r| async move {
             let (info, ns) = resource(&registry, &r.resource).await.map_err(|e| (None, e))?;
             let got = match r.subresource.as_str() {
                 "" => registry.get(&ctx, info, &ns, &r.name, &r.resource_version).await,
@@ -146,6 +273,7 @@ impl Resources for ResourceService {
 
     async fn list(&self, request: Request<ListRequest>) -> Result<Response<ListResponse>, Status> {
         let ctx = self.context(&request).await.map_err(|e| to_status(&e))?;
+        let audit = self.audit(&ctx, "list", "List", &request);
         let r = request.into_inner();
         let started = std::time::Instant::now();
         let result = async {
@@ -174,8 +302,12 @@ impl Resources for ResourceService {
             Ok((info, ..)) => info.plural,
             Err(_) => "unknown",
         };
-        RequestTimer::start_at("list", timer_resource, started)
-            .finish(result.as_ref().map_or_else(|e| e.code(), |_| 200));
+        let code = result.as_ref().map_or_else(|e| e.code(), |_| 200);
+        RequestTimer::start_at("list", timer_resource, started).finish(code);
+        if let Some(audit) = audit {
+            // A list's items are not logged, even at RequestResponse.
+            audit.finish(code, None).await;
+        }
         let (_, page, table) = result.map_err(|e| to_status(&e))?;
         Ok(Response::new(ListResponse {
             items: page.items,
@@ -188,7 +320,7 @@ impl Resources for ResourceService {
 
     async fn create(&self, request: Request<CreateRequest>) -> Result<Response<Object>, Status> {
         let registry = self.registry.clone();
-        self.call("create", request, |ctx, r| async move {
+        self.call("create", "Create", request, |ctx, r| async move {
             let (info, ns) = resource(&registry, &r.resource).await.map_err(|e| (None, e))?;
             let obj = parse_json(&r.json).map_err(|e| (Some(info), e))?;
             let created = match r.subresource.as_str() {
@@ -206,7 +338,7 @@ impl Resources for ResourceService {
 
     async fn update(&self, request: Request<UpdateRequest>) -> Result<Response<Object>, Status> {
         let registry = self.registry.clone();
-        self.call("update", request, |ctx, r| async move {
+        self.call("update", "Update", request, |ctx, r| async move {
             let (info, ns) = resource(&registry, &r.resource).await.map_err(|e| (None, e))?;
             let obj = parse_json(&r.json).map_err(|e| (Some(info), e))?;
             let name = skiff_api::meta::name(&obj)
@@ -224,7 +356,7 @@ impl Resources for ResourceService {
 
     async fn patch(&self, request: Request<PatchRequest>) -> Result<Response<Object>, Status> {
         let registry = self.registry.clone();
-        self.call("patch", request, |ctx, r| async move {
+        self.call("patch", "Patch", request, |ctx, r| async move {
             let (info, ns) = resource(&registry, &r.resource).await.map_err(|e| (None, e))?;
             let patch_type = PatchType::parse(&r.patch_type).map_err(|e| (Some(info), e))?;
             registry
@@ -247,7 +379,7 @@ impl Resources for ResourceService {
 
     async fn delete(&self, request: Request<DeleteRequest>) -> Result<Response<Object>, Status> {
         let registry = self.registry.clone();
-        self.call("delete", request, |ctx, r| async move {
+        self.call("delete", "Delete", request, |ctx, r| async move {
             let (info, ns) = resource(&registry, &r.resource).await.map_err(|e| (None, e))?;
             let pre = r.preconditions.unwrap_or_default();
             let opts = DeleteOptions {
@@ -270,6 +402,7 @@ impl Resources for ResourceService {
 
     async fn watch(&self, request: Request<WatchRequest>) -> Result<Response<WatchStream>, Status> {
         let ctx = self.context(&request).await.map_err(|e| to_status(&e))?;
+        let audit = self.audit(&ctx, "watch", "Watch", &request);
         let r = request.into_inner();
         let rx = async {
             let (info, ns) = resource(&self.registry, &r.resource).await?;
@@ -281,8 +414,11 @@ impl Resources for ResourceService {
             };
             self.registry.watch(&ctx, info, &ns, &r.name, &r.label_selector, &r.field_selector, opts).await
         }
-        .await
-        .map_err(|e| to_status(&e))?;
+        .await;
+        if let Some(audit) = audit {
+            audit.finish(rx.as_ref().map_or_else(|e| e.code(), |_| 200), None).await;
+        }
+        let rx = rx.map_err(|e| to_status(&e))?;
         let stream = ReceiverStream::new(rx)
             .map(|e| Ok(WatchEvent { r#type: e.kind.as_str().to_string(), object: e.object.as_ref().clone() }));
         Ok(Response::new(Box::pin(stream)))
@@ -290,13 +426,17 @@ impl Resources for ResourceService {
 
     async fn history(&self, request: Request<HistoryRequest>) -> Result<Response<HistoryResponse>, Status> {
         let ctx = self.context(&request).await.map_err(|e| to_status(&e))?;
+        let audit = self.audit(&ctx, "get", "History", &request);
         let r = request.into_inner();
         let result = async {
             let (info, ns) = resource(&self.registry, &r.resource).await?;
             self.registry.history(&ctx, info, &ns, &r.name).await
         }
-        .await
-        .map_err(|e| to_status(&e))?;
+        .await;
+        if let Some(audit) = audit {
+            audit.finish(result.as_ref().map_or_else(|e| e.code(), |_| 200), None).await;
+        }
+        let result = result.map_err(|e| to_status(&e))?;
         let (entries, compacted) = result;
         Ok(Response::new(HistoryResponse {
             entries: entries
@@ -316,7 +456,7 @@ impl Resources for ResourceService {
 
     async fn get_at_revision(&self, request: Request<GetAtRevisionRequest>) -> Result<Response<Object>, Status> {
         let registry = self.registry.clone();
-        self.call("get", request, |ctx, r| async move {
+        self.call("get", "GetAtRevision", request, |ctx, r| async move {
             let (info, ns) = resource(&registry, &r.resource).await.map_err(|e| (None, e))?;
             registry
                 .get_at_revision(&ctx, info, &ns, &r.name, r.revision)

@@ -361,7 +361,7 @@ pub async fn start_under(
         .add_service(MaintenanceService::server(store.clone()))
         .add_service(AuthService::server(store.clone()))
         .add_service(ControlService::server(store.clone()))
-        .add_service(grpc::ResourceService::server(registry.clone()))
+        .add_service(grpc::ResourceService::server(registry.clone(), audit.clone()))
         .add_service(bootstrap::BootstrapService::server(
             registry.security().clone(),
             cluster_ca,
