@@ -327,6 +327,36 @@ async fn jobs_run_to_completion_and_cronjobs_fire() {
     assert!(err.contains("spec.schedule"), "{err}");
 }
 
+/// The root CA publisher follows its file: a rotated CA (here one that
+/// gained a second certificate, as during a CA rotation) reaches every
+/// namespace's `kube-root-ca.crt` without restarting the controller manager.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kube_root_ca_follows_its_file_when_the_ca_rotates() {
+    let dir = tempfile::tempdir().unwrap();
+    let ca = dir.path().join("ca.crt");
+    std::fs::write(&ca, "first\n").unwrap();
+    let s = Setup::new(|_| PodFate::Ready, &["--root-ca-file", ca.to_str().unwrap()]).await;
+    s.kubectl(&["create", "namespace", "later"]);
+    let published = |ns: &str| {
+        let o =
+            kubectl(&s.http, &["get", "configmap", "kube-root-ca.crt", "-n", ns, "-o", "jsonpath={.data.ca\\.crt}"]);
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    };
+    let everywhere = |want: &str| ["default", "kube-system", "later"].iter().all(|ns| published(ns) == want);
+    s.must_eventually("the CA in every namespace", Duration::from_secs(30), || everywhere("first\n").then_some(()))
+        .await;
+    // Rotated as files are, through a rename.
+    let next = dir.path().join("ca.crt.next");
+    std::fs::write(&next, "first\nsecond\n").unwrap();
+    std::fs::rename(&next, &ca).unwrap();
+    s.must_eventually("the rotated CA in every namespace", Duration::from_secs(40), || {
+        everywhere("first\nsecond\n").then_some(())
+    })
+    .await;
+    let logs: String = s.managers.iter().map(|m| m.log()).collect();
+    assert!(logs.contains("the root CA changed"), "{logs}");
+}
+
 fn node(name: &str) -> String {
     format!("apiVersion: v1\nkind: Node\nmetadata: {{name: {name}, labels: {{kubernetes.io/hostname: {name}}}}}\n")
 }

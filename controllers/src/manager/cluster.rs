@@ -89,9 +89,13 @@ pub(super) fn service_accounts(ctx: &Arc<Context>, shutdown: &Shutdown) {
     shutdown.spawn(controller.run(reconcile, shared, 2, stop));
 }
 
-/// Publishes the cluster CA into every namespace. The CA is read once at
-/// start: a controller manager restarted after the CA changed publishes
-/// the new one everywhere.
+/// How often the root CA file is read again: a rotated CA (or one that
+/// gained a second certificate during a rotation) reaches every
+/// namespace's `kube-root-ca.crt` within this.
+const ROOT_CA_REREAD: Duration = Duration::from_secs(10);
+
+/// Publishes the cluster CA into every namespace, following its file: when
+/// its contents change, every namespace is reconciled again.
 pub(super) fn root_ca_publisher(ctx: &Arc<Context>, shutdown: &Shutdown) {
     let file = ctx.config.root_ca_file.clone().or_else(|| ctx.config.tls.as_ref().map(|t| t.ca.clone()));
     let Some(file) = file else {
@@ -99,7 +103,7 @@ pub(super) fn root_ca_publisher(ctx: &Arc<Context>, shutdown: &Shutdown) {
         return;
     };
     let ca = match std::fs::read_to_string(&file) {
-        Ok(ca) => Arc::new(ca),
+        Ok(ca) => Arc::new(std::sync::RwLock::new(Arc::new(ca))),
         Err(e) => {
             tracing::error!(file = %file.display(), error = %e, "cannot read the root CA; kube-root-ca.crt is not published");
             return;
@@ -115,18 +119,56 @@ pub(super) fn root_ca_publisher(ctx: &Arc<Context>, shutdown: &Shutdown) {
         vec![ObjectKey::new("", cm.metadata.namespace.clone().unwrap_or_default())]
     });
     export_queue_depth("root-ca-cert-publisher", controller.metrics(), shutdown);
+    follow_root_ca(file, ca.clone(), namespaces.store(), controller.queue(), shutdown);
     let shared = Arc::new((ctx.clone(), published.store(), ca));
-    type Shared = Arc<(Arc<Context>, Store<ConfigMap>, Arc<String>)>;
+    type Shared = Arc<(Arc<Context>, Store<ConfigMap>, Arc<std::sync::RwLock<Arc<String>>>)>;
     let reconcile = |request: Request<Namespace>, shared: Shared| async move {
         let Some(ns) = request.object else { return Ok::<_, ExecuteError>(ReconcileAction::AwaitChange) };
         let started = Instant::now();
         let existing = shared.1.get_named(&request.key.name, root_ca::NAME);
-        let actions = root_ca::reconcile(&ns, existing.as_deref(), &shared.2);
+        let ca = shared.2.read().expect("root CA lock").clone();
+        let actions = root_ca::reconcile(&ns, existing.as_deref(), &ca);
         drive(&shared.0, "root-ca-cert-publisher", started, Reconciled { actions, requeue_after: None }, |_, _| {})
             .await
     };
     let stop = shutdown.clone();
     shutdown.spawn(controller.run(reconcile, shared, 2, stop));
+}
+
+/// Reads `file` again every [`ROOT_CA_REREAD`]; when it holds another CA,
+/// `ca` becomes it and every namespace goes back on `queue`. A file that
+/// cannot be read keeps the CA last read (with a warning).
+fn follow_root_ca(
+    file: std::path::PathBuf,
+    ca: Arc<std::sync::RwLock<Arc<String>>>,
+    namespaces: Store<Namespace>,
+    queue: WorkQueue<ObjectKey>,
+    shutdown: &Shutdown,
+) {
+    let stop = shutdown.clone();
+    shutdown.spawn(async move {
+        loop {
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                _ = tokio::time::sleep(ROOT_CA_REREAD) => {}
+            }
+            let now = match tokio::fs::read_to_string(&file).await {
+                Ok(now) => now,
+                Err(e) => {
+                    tracing::warn!(file = %file.display(), error = %e, "cannot read the root CA again; publishing the one read before");
+                    continue;
+                }
+            };
+            if **ca.read().expect("root CA lock") == now {
+                continue;
+            }
+            *ca.write().expect("root CA lock") = Arc::new(now);
+            tracing::info!(file = %file.display(), "the root CA changed; publishing it in every namespace");
+            for key in namespaces.keys() {
+                queue.add_after(key, Duration::ZERO);
+            }
+        }
+    });
 }
 
 /// The garbage collector: one graph of every object, fed by every kind's
