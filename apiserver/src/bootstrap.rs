@@ -220,6 +220,17 @@ impl BootstrapService {
         })
     }
 
+    /// The CA this member serves and signs with, or why it signs no
+    /// `whose` certificates.
+    fn signing(&self, whose: &str) -> Result<(&str, &Authority), Status> {
+        match (&self.ca_pem, &self.signer) {
+            (Some(ca_pem), Some(signer)) => Ok((ca_pem, signer)),
+            _ => Err(Status::failed_precondition(format!(
+                "this member cannot sign {whose} certificates: start it with --cluster-signing-cert-file and --cluster-signing-key-file"
+            ))),
+        }
+    }
+
     /// The files a joining master is handed, once its request is allowed.
     async fn shared_with_master(&self, signer: &Authority) -> Result<(String, String, String), Status> {
         let Some(peer_ca) = &self.shared.peer_ca else {
@@ -266,11 +277,7 @@ impl Bootstrap for BootstrapService {
         &self,
         request: Request<NodeCredentialsRequest>,
     ) -> Result<Response<NodeCredentialsResponse>, Status> {
-        let (Some(ca_pem), Some(signer)) = (&self.ca_pem, &self.signer) else {
-            return Err(Status::failed_precondition(
-                "this member cannot sign node certificates: start it with --cluster-signing-cert-file and --cluster-signing-key-file",
-            ));
-        };
+        let (ca_pem, signer) = self.signing("node")?;
         let credentials = crate::grpc::credentials(&request);
         tracing::info!(node = %request.get_ref().node_name, "a node certificate was asked for");
         if credentials.bearer_token.is_none() && credentials.client_certificate.is_none() {
@@ -303,11 +310,7 @@ impl Bootstrap for BootstrapService {
         &self,
         request: Request<MasterCredentialsRequest>,
     ) -> Result<Response<MasterCredentialsResponse>, Status> {
-        let (Some(ca_pem), Some(signer)) = (&self.ca_pem, &self.signer) else {
-            return Err(Status::failed_precondition(
-                "this member cannot sign master certificates: start it with --cluster-signing-cert-file and --cluster-signing-key-file",
-            ));
-        };
+        let (ca_pem, signer) = self.signing("master")?;
         let credentials = crate::grpc::credentials(&request);
         tracing::info!(member = %request.get_ref().member_name, "a master's credentials were asked for");
         if credentials.bearer_token.is_none() {

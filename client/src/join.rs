@@ -276,27 +276,23 @@ impl MasterFiles {
         [self.ca(), self.ca_key(), server, server_key, peer, peer_key].iter().all(|p| p.exists())
     }
 
+    /// Writes what a join handed over, the peer certificate last.
     fn write(
         &self,
         issued: &skiff_proto::bootstrap::MasterCredentialsResponse,
         keys: &MasterKeys,
-    ) -> Result<(), JoinError> {
-        let secret = |name: &str, text: &str| skiff_pki::write_private(&self.dir.join(name), text);
-        let issued_pair =
-            |cert: &str, key: &str| skiff_pki::Issued { cert_pem: cert.to_string(), key_pem: key.to_string() };
-        let wrote = (|| {
-            for (name, text) in
-                [("sa.key", &issued.service_account_key_pem), ("encryption-config.yaml", &issued.encryption_config)]
-            {
-                if !text.is_empty() {
-                    secret(name, text)?;
-                }
+    ) -> Result<(), skiff_pki::PkiError> {
+        for (name, text) in
+            [("sa.key", &issued.service_account_key_pem), ("encryption-config.yaml", &issued.encryption_config)]
+        {
+            if !text.is_empty() {
+                skiff_pki::write_private(&self.dir.join(name), text)?;
             }
-            issued_pair(&issued.ca_pem, &issued.ca_key_pem).write(&self.dir, "ca")?;
-            issued_pair(&issued.server_cert_pem, &keys.server).write(&self.dir, "server")?;
-            issued_pair(&issued.peer_cert_pem, &keys.peer).write(&self.dir, "peer")
-        })();
-        wrote.map_err(JoinError::Files)
+        }
+        let pair = |cert: &str, key: &str| skiff_pki::Issued { cert_pem: cert.to_string(), key_pem: key.to_string() };
+        pair(&issued.ca_pem, &issued.ca_key_pem).write(&self.dir, "ca")?;
+        pair(&issued.server_cert_pem, &keys.server).write(&self.dir, "server")?;
+        pair(&issued.peer_cert_pem, &keys.peer).write(&self.dir, "peer")
     }
 }
 
@@ -362,7 +358,7 @@ pub async fn master_credentials(
         master_certificates(&endpoint, &trust, token, name, names).await
     })
     .await?;
-    files.write(&issued, &keys)?;
+    files.write(&issued, &keys).map_err(JoinError::Files)?;
     let _ = std::fs::remove_file(files.dir.join(PINNED_CA));
     tracing::info!(member = name, token = %token.id, "the cluster handed this master its credentials");
     Ok(false)
