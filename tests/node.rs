@@ -135,6 +135,79 @@ fn condition(obj: &Value, type_: &str) -> String {
         .to_string()
 }
 
+/// kubectl run in a terminal of its own, as a user at a terminal runs it.
+struct Terminal {
+    pty: skiff_node::pty::Pty,
+    child: tokio::process::Child,
+    output: Vec<u8>,
+    _cache: tempfile::TempDir,
+}
+
+impl Terminal {
+    fn kubectl(server: &str, args: &[&str], (columns, rows): (u16, u16)) -> Terminal {
+        let cache = tempfile::tempdir().unwrap();
+        let mut command = tokio::process::Command::new("kubectl");
+        command.args(["--server", &format!("http://{server}"), "--cache-dir"]).arg(cache.path()).args(args);
+        let (pty, child) = skiff_node::pty::Pty::spawn(&command).unwrap();
+        pty.resize(columns, rows).unwrap();
+        Terminal { pty, child, output: Vec::new(), _cache: cache }
+    }
+
+    fn output(&self) -> String {
+        String::from_utf8_lossy(&self.output).into_owned()
+    }
+
+    /// Changes the window size: kubectl is signalled and passes it on.
+    fn resize(&self, columns: u16, rows: u16) {
+        self.pty.resize(columns, rows).unwrap();
+    }
+
+    /// Reads what kubectl shows for up to `wait`; false once it has ended.
+    async fn read_for(&mut self, wait: Duration) -> bool {
+        use tokio::io::AsyncReadExt;
+        let mut buf = [0u8; 4096];
+        match tokio::time::timeout(wait, self.pty.read(&mut buf)).await {
+            Ok(Ok(0)) | Ok(Err(_)) => false,
+            Ok(Ok(n)) => {
+                self.output.extend_from_slice(&buf[..n]);
+                true
+            }
+            Err(_) => true,
+        }
+    }
+
+    /// Types `keys` every second or so until kubectl shows `wanted` (the
+    /// session may still be starting, or a resize still on its way).
+    async fn type_until(&mut self, keys: &str, wanted: &str) {
+        use tokio::io::AsyncWriteExt;
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let start = self.output.len();
+        while Instant::now() < deadline {
+            self.pty.write_all(keys.as_bytes()).await.unwrap();
+            let typed = Instant::now();
+            while typed.elapsed() < Duration::from_secs(1) {
+                let alive = self.read_for(Duration::from_millis(100)).await;
+                if String::from_utf8_lossy(&self.output[start..]).contains(wanted) {
+                    return;
+                }
+                assert!(alive, "kubectl ended before showing {wanted:?}: {:?}", self.output());
+            }
+        }
+        panic!("kubectl did not show {wanted:?} in 30 s: {:?}", self.output());
+    }
+
+    /// Types `keys`, reads until kubectl ends, and returns its exit code.
+    async fn type_to_end(&mut self, keys: &str) -> Option<i32> {
+        use tokio::io::AsyncWriteExt;
+        self.pty.write_all(keys.as_bytes()).await.unwrap();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while self.read_for(Duration::from_millis(200)).await {
+            assert!(Instant::now() < deadline, "kubectl did not end: {:?}", self.output());
+        }
+        tokio::time::timeout(Duration::from_secs(10), self.child.wait()).await.ok()?.ok()?.code()
+    }
+}
+
 /// A plain HTTP GET to a pod's address (one the test's nodes made).
 fn http_get(ip: &str, port: u16, path: &str) -> Option<String> {
     let mut stream = TcpStream::connect_timeout(&format!("{ip}:{port}").parse().ok()?, Duration::from_secs(2)).ok()?;
@@ -254,6 +327,75 @@ async fn a_deployment_runs_in_containers_answers_across_nodes_and_serves_logs_an
     assert_eq!(piped.status.code(), Some(4), "{piped:?}");
     assert_eq!(String::from_utf8_lossy(&piped.stdout), "HELLO\n");
     assert!(String::from_utf8_lossy(&piped.stderr).contains("err"), "{piped:?}");
+
+    // kubectl exec -it from a terminal: the shell gets a terminal of
+    // kubectl's size, follows it when the window changes, and its exit
+    // code comes back.
+    let mut terminal = Terminal::kubectl(&setup.http, &["exec", "-it", &name(a), "--", "sh"], (100, 37));
+    terminal.type_until("stty size; tty\r", "/dev/pts/").await;
+    let typed = terminal.output();
+    assert!(typed.contains("\r\n37 100\r\n/dev/pts/"), "the shell's stdin is a terminal of kubectl's size: {typed:?}");
+    terminal.resize(120, 40);
+    terminal.type_until("stty size\r", "40 120").await;
+    let code = terminal.type_to_end("exit 5\r").await;
+    assert_eq!(code, Some(5), "{:?}", terminal.output());
+
+    // kubectl attach -it to a container's own shell (CRI Attach through
+    // containerd's streaming server): what is typed reaches the
+    // container's main process, resizes follow, and its exit ends it.
+    setup.apply(&format!(
+        r#"
+apiVersion: v1
+kind: Pod
+metadata: {{name: console}}
+spec:
+  restartPolicy: Never
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: sh
+    image: {BUSYBOX}
+    imagePullPolicy: Never
+    command: ["sh"]
+    stdin: true
+    tty: true
+"#
+    ));
+    setup.wait_phase("console", "Running", Duration::from_secs(60));
+    let mut terminal = Terminal::kubectl(&setup.http, &["attach", "-it", "console"], (90, 30));
+    terminal.type_until("echo attached-$((6*7))\r", "attached-42").await;
+    terminal.resize(91, 31);
+    terminal.type_until("stty size\r", "31 91").await;
+    let code = terminal.type_to_end("exit 6\r").await;
+    assert_eq!(code, Some(0), "{:?}", terminal.output());
+    setup.wait_phase("console", "Failed", Duration::from_secs(30));
+    let console = setup.json(&["get", "pod", "console"]);
+    assert_eq!(console["status"]["containerStatuses"][0]["state"]["terminated"]["exitCode"], 6, "{console}");
+    setup.kubectl(&["delete", "pod", "console", "--wait=true"]);
+
+    // kubectl run -i: the pod is made with stdin, and kubectl attaches
+    // its own stdin to it; --rm deletes it after.
+    let run = kubectl_stdin(
+        &setup.http,
+        &[
+            "run",
+            "reader",
+            "-i",
+            "--rm",
+            "--restart=Never",
+            &format!("--image={BUSYBOX}"),
+            "--image-pull-policy=Never",
+            "--",
+            "sh",
+            "-c",
+            "read line; echo got-$line",
+        ],
+        "piped\n",
+    );
+    assert!(String::from_utf8_lossy(&run.stdout).contains("got-piped"), "{run:?}");
+    assert!(run.status.success(), "{run:?}");
+    setup.wait("the --rm pod to be deleted", Duration::from_secs(30), || {
+        !kubectl(&setup.http, &["get", "pod", "reader"]).status.success()
+    });
 
     // kubectl attach: the container's output from then on, until it ends.
     setup.apply(&format!(

@@ -99,6 +99,10 @@ pub const BUSYBOX_APPLETS: &[&str] = &[
     "realpath",
     "expr",
     "which",
+    "stty",
+    "tty",
+    "clear",
+    "reset",
 ];
 
 /// Why building or importing an image failed.

@@ -47,6 +47,7 @@ pub mod node_status;
 pub mod pod;
 pub mod pod_objects;
 pub mod process;
+pub mod pty;
 pub mod runtime;
 pub mod server;
 pub mod static_pods;

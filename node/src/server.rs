@@ -11,8 +11,13 @@
 //! - `GET` of the same, upgraded to a WebSocket speaking kubectl's
 //!   `v5.channel.k8s.io`: the command runs with stdin (channel 0, closed
 //!   by `255 0`), its stdout and stderr stream out on channels 1 and 2 and
-//!   its exit Status comes on 3. The apiserver relays `kubectl exec -i`
-//!   and `kubectl cp` into a pod here.
+//!   its exit Status comes on 3. With `tty=true` the command runs in a
+//!   terminal: its output comes on channel 1 and channel 4 resizes it.
+//!   The apiserver relays `kubectl exec -i`, `exec -it` and `kubectl cp`
+//!   into a pod here.
+//! - `GET /attach/{namespace}/{pod}/{container}?stdin=..&tty=..` as a
+//!   WebSocket in the same protocol: the container's own stdio (CRI
+//!   `Attach` through the runtime's streaming server).
 //! - `GET /portForward/{namespace}/{pod}?port=N` with `Upgrade: tcp`: a
 //!   TCP connection to the pod's port, as raw bytes once upgraded (the
 //!   apiserver carries kubectl's port-forward streams over it).
@@ -37,10 +42,11 @@ use futures::{SinkExt, StreamExt};
 use serde_json::{json, Value};
 use skiff_api::ApiError;
 use skiff_shutdown::Shutdown;
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncSeekExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncSeekExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::mpsc;
 
 use crate::logs::{self, LogOptions};
+use crate::pty::Pty;
 use crate::runtime::{ContainerState, LabelFilter, Runtime, RuntimeError, LABEL_CONTAINER_NAME, LABEL_NODE};
 use crate::stats::UsageCell;
 
@@ -95,6 +101,7 @@ pub async fn serve(addr: SocketAddr, api: Api, shutdown: Shutdown) -> std::io::R
         .route("/stats/summary", get(summary))
         .route("/containerLogs/:namespace/:pod/:container", get(container_logs))
         .route("/exec/:namespace/:pod/:container", post(exec).get(exec_stream))
+        .route("/attach/:namespace/:pod/:container", get(attach_stream))
         .route("/portForward/:namespace/:pod", get(port_forward))
         .with_state(served);
     let stopped = shutdown.cancelled_owned();
@@ -314,7 +321,8 @@ async fn exec(
     }
 }
 
-/// `GET /exec/...` as a WebSocket: the command with its stdio streamed.
+/// `GET /exec/...` as a WebSocket: the command with its stdio streamed,
+/// through a terminal with `tty=true`.
 async fn exec_stream(
     State(s): State<Arc<Served>>,
     UrlPath((namespace, pod, container)): UrlPath<(String, String, String)>,
@@ -326,19 +334,17 @@ async fn exec_stream(
     if command.is_empty() {
         return status(StatusCode::BAD_REQUEST, "BadRequest", "you must specify at least 1 command");
     }
-    if pairs.iter().any(|(k, v)| k == "tty" && v == "true") {
-        return status(StatusCode::BAD_REQUEST, "BadRequest", "exec with a terminal is not supported");
-    }
+    let tty = pairs.iter().any(|(k, v)| k == "tty" && (v == "true" || v == "1"));
     let Some(id) = s.api.pods.container_id(&namespace, &pod, &container) else {
         let message = format!("container {container} is not valid for pod {pod}");
         return status(StatusCode::BAD_REQUEST, "BadRequest", message);
     };
-    let process = match s.api.runtime.exec_piped(&id, &command) {
+    let process = match s.api.runtime.exec_piped(&id, &command, tty) {
         Ok(p) => p,
         Err(e) => return runtime_error(e),
     };
     let shutdown = s.shutdown.clone();
-    upgrade.protocols(EXEC_PROTOCOLS).on_upgrade(move |socket| exec_session(socket, process, shutdown))
+    upgrade.protocols(EXEC_PROTOCOLS).on_upgrade(move |socket| exec_session(socket, process, tty, shutdown))
 }
 
 /// One channel message: the channel id, then the bytes.
@@ -349,16 +355,58 @@ fn frame(channel: u8, data: &[u8]) -> Message {
     Message::Binary(out)
 }
 
+type Output = Box<dyn AsyncRead + Send + Unpin>;
+type Input = Box<dyn AsyncWrite + Send + Unpin>;
+
+/// An exec's process as spawned.
+struct Spawned {
+    child: tokio::process::Child,
+    /// Its outputs, with the channels they go out on.
+    outputs: Vec<(u8, Output)>,
+    stdin: Option<Input>,
+    /// The terminal, with `tty`.
+    pty: Option<Pty>,
+}
+
+/// Spawns an exec's process with pipes, or with a terminal.
+fn spawn_exec(mut process: tokio::process::Command, tty: bool) -> std::io::Result<Spawned> {
+    process.kill_on_drop(true);
+    if tty {
+        // A terminal merges stdout and stderr, as it does for kubelet.
+        let (pty, child) = Pty::spawn(&process)?;
+        let outputs: Vec<(u8, Output)> = vec![(1, Box::new(pty.clone()))];
+        return Ok(Spawned { child, outputs, stdin: Some(Box::new(pty.clone())), pty: Some(pty) });
+    }
+    process.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
+    let mut child = process.spawn()?;
+    let mut outputs: Vec<(u8, Output)> = Vec::new();
+    if let Some(pipe) = child.stdout.take() {
+        outputs.push((1, Box::new(pipe)));
+    }
+    if let Some(pipe) = child.stderr.take() {
+        outputs.push((2, Box::new(pipe)));
+    }
+    let stdin = child.stdin.take().map(|pipe| Box::new(pipe) as Input);
+    Ok(Spawned { child, outputs, stdin, pty: None })
+}
+
+/// A resize message (channel 4), as kubectl sends its terminal's size.
+#[derive(serde::Deserialize)]
+#[serde(rename_all = "PascalCase")]
+struct TerminalSize {
+    width: u16,
+    height: u16,
+}
+
 /// Runs an exec with streamed stdio until it ends, or until the client
 /// goes away. Then ctr is killed and the command's stdin closes, but the
 /// command itself runs on in the container until it ends: containerd
 /// does not tie an exec's life to its client (kubelet's non-terminal exec
 /// behaves the same).
-async fn exec_session(socket: WebSocket, mut process: tokio::process::Command, shutdown: Shutdown) {
+async fn exec_session(socket: WebSocket, process: tokio::process::Command, tty: bool, shutdown: Shutdown) {
     let (mut sink, mut source) = socket.split();
-    process.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).kill_on_drop(true);
-    let mut child = match process.spawn() {
-        Ok(child) => child,
+    let Spawned { mut child, outputs: pipes, mut stdin, pty } = match spawn_exec(process, tty) {
+        Ok(spawned) => spawned,
         Err(e) => {
             let failed = ApiError::internal(format!("starting the exec: {e}"));
             let _ = sink.send(frame(3, failed.exec_status().to_string().as_bytes())).await;
@@ -367,11 +415,8 @@ async fn exec_session(socket: WebSocket, mut process: tokio::process::Command, s
         }
     };
     let (output, mut outputs) = mpsc::channel::<Message>(16);
-    for (channel, pipe) in [
-        (1u8, child.stdout.take().map(|p| Box::new(p) as Box<dyn AsyncRead + Send + Unpin>)),
-        (2u8, child.stderr.take().map(|p| Box::new(p) as Box<dyn AsyncRead + Send + Unpin>)),
-    ] {
-        let (Some(mut pipe), output) = (pipe, output.clone()) else { continue };
+    for (channel, mut pipe) in pipes {
+        let output = output.clone();
         tokio::spawn(async move {
             let mut buf = vec![0u8; 32 * 1024];
             while let Ok(n @ 1..) = pipe.read(&mut buf).await {
@@ -382,8 +427,8 @@ async fn exec_session(socket: WebSocket, mut process: tokio::process::Command, s
         });
     }
     drop(output);
-    let mut stdin = child.stdin.take();
-    // Input until the client hangs up: channel 0 is stdin, `255 0` closes it.
+    // Input until the client hangs up: channel 0 is stdin, `255 0` closes
+    // it, and channel 4 carries the client's terminal size.
     let mut input = tokio::spawn(async move {
         while let Some(Ok(message)) = source.next().await {
             match message {
@@ -395,6 +440,14 @@ async fn exec_session(socket: WebSocket, mut process: tokio::process::Command, s
                     }
                 }
                 Message::Binary(b) if b.as_slice() == [255, 0] => stdin = None,
+                Message::Binary(b) if b.first() == Some(&4) => {
+                    let size = serde_json::from_slice::<TerminalSize>(&b[1..]);
+                    if let (Some(pty), Ok(size)) = (pty.as_ref(), size) {
+                        if let Err(e) = pty.resize(size.width, size.height) {
+                            tracing::debug!(error = %e, "resizing an exec's terminal");
+                        }
+                    }
+                }
                 Message::Close(_) => return,
                 _ => {}
             }
@@ -426,6 +479,91 @@ async fn exec_session(socket: WebSocket, mut process: tokio::process::Command, s
     let _ = sink.send(frame(3, status.to_string().as_bytes())).await;
     let _ = sink.send(Message::Close(Some(CloseFrame { code: 1000, reason: "".into() }))).await;
     let _ = tokio::time::timeout(Duration::from_secs(5), input).await;
+}
+
+/// The subprotocol of the runtime's streaming server (kubelet's
+/// remotecommand server, which containerd embeds).
+const RUNTIME_STREAM_PROTOCOL: &str = "v4.channel.k8s.io";
+
+/// `GET /attach/...` as a WebSocket: the container's own stdio, joined
+/// through the runtime's streaming server (CRI `Attach`) and relayed
+/// message for message. The channels are the same in both protocols; v4
+/// has no way to close stdin alone, so `255 0` is dropped (the container's
+/// stdin stays open, as for kubelet's v4 clients).
+async fn attach_stream(
+    State(s): State<Arc<Served>>,
+    UrlPath((namespace, pod, container)): UrlPath<(String, String, String)>,
+    RawQuery(query): RawQuery,
+    upgrade: WebSocketUpgrade,
+) -> Response {
+    let pairs = pairs(&query);
+    let on = |name: &str| pairs.iter().any(|(k, v)| k == name && (v == "true" || v == "1"));
+    let (stdin, tty) = (on("stdin"), on("tty"));
+    let Some(id) = s.api.pods.container_id(&namespace, &pod, &container) else {
+        let message = format!("container {container} is not valid for pod {pod}");
+        return status(StatusCode::BAD_REQUEST, "BadRequest", message);
+    };
+    let url = match s.api.runtime.attach_url(&id, stdin, tty).await {
+        Ok(url) => url,
+        Err(e) => return runtime_error(e),
+    };
+    let uri = match url.replacen("http://", "ws://", 1).parse::<axum::http::Uri>() {
+        Ok(uri) => uri,
+        Err(e) => return runtime_error(RuntimeError::Unavailable(format!("the runtime's attach address {url}: {e}"))),
+    };
+    let request =
+        tokio_tungstenite::tungstenite::ClientRequestBuilder::new(uri).with_sub_protocol(RUNTIME_STREAM_PROTOCOL);
+    let runtime = match tokio::time::timeout(PORT_FORWARD_CONNECT, tokio_tungstenite::connect_async(request)).await {
+        Ok(Ok((socket, _))) => socket,
+        Ok(Err(e)) => return runtime_error(RuntimeError::Unavailable(format!("attaching through the runtime: {e}"))),
+        Err(_) => return runtime_error(RuntimeError::Unavailable("attaching through the runtime: timed out".into())),
+    };
+    let shutdown = s.shutdown.clone();
+    upgrade.protocols(EXEC_PROTOCOLS).on_upgrade(move |socket| attach_session(socket, runtime, shutdown))
+}
+
+/// Relays an attach session between the apiserver and the runtime until
+/// either side ends it.
+async fn attach_session<S>(socket: WebSocket, runtime: tokio_tungstenite::WebSocketStream<S>, shutdown: Shutdown)
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
+    use tokio_tungstenite::tungstenite::Message as Runtime;
+    let (mut to_client, mut from_client) = socket.split();
+    let (mut to_runtime, mut from_runtime) = runtime.split();
+    let upstream = async {
+        while let Some(Ok(message)) = from_client.next().await {
+            let message = match message {
+                Message::Binary(b) if b.as_slice() == [255, 0] => continue,
+                Message::Binary(b) => Runtime::Binary(b),
+                Message::Close(_) => break,
+                _ => continue,
+            };
+            if to_runtime.send(message).await.is_err() {
+                break;
+            }
+        }
+        let _ = to_runtime.close().await;
+    };
+    let downstream = async {
+        while let Some(Ok(message)) = from_runtime.next().await {
+            let message = match message {
+                // The server opens each channel with an empty message.
+                Runtime::Binary(b) if b.len() > 1 => Message::Binary(b),
+                Runtime::Close(_) => break,
+                _ => continue,
+            };
+            if to_client.send(message).await.is_err() {
+                return;
+            }
+        }
+        let _ = to_client.send(Message::Close(Some(CloseFrame { code: 1000, reason: "".into() }))).await;
+    };
+    tokio::select! {
+        _ = upstream => {}
+        _ = downstream => {}
+        _ = shutdown.cancelled() => {}
+    }
 }
 
 /// Connects to a port of a pod and, once connected, hands the upgraded

@@ -256,7 +256,7 @@ async fn stream_to_node(
             let raw_query = parts.uri.query().unwrap_or_default().to_string();
             let upgrade = upgrade.protocols(node_proxy::EXEC_PROTOCOLS);
             Ok(if sub == "attach" {
-                upgrade.on_upgrade(move |socket| node_proxy::attach_session(socket, located, params))
+                upgrade.on_upgrade(move |socket| node_proxy::attach_session(socket, located, params, raw_query))
             } else {
                 upgrade.on_upgrade(move |socket| node_proxy::exec_session(socket, located, params, raw_query))
             })

@@ -10,9 +10,12 @@
 //!   the node to its end (CRI `ExecSync`), then its stdout (channel 1),
 //!   stderr (channel 2) and a `Status` with the exit code (channel 3) are
 //!   sent and the socket is closed with code 1000, as kubectl expects.
-//!   With stdin (`kubectl exec -i`, `kubectl cp` into a pod) the session
-//!   is relayed to the node agent's exec WebSocket instead, so input and
-//!   output stream both ways. A terminal (`-t`) is refused with a Status.
+//!   With stdin or a terminal (`kubectl exec -i`, `exec -it`, `kubectl cp`
+//!   into a pod) the session is relayed to the node agent's exec WebSocket
+//!   instead, so input, output and terminal resizes stream both ways.
+//! - `GET pods/<name>/attach`, the same way: with stdin or a terminal it
+//!   is relayed to the agent's attach WebSocket; without, it follows the
+//!   container's log.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -291,11 +294,12 @@ impl ExecParams {
     }
 }
 
-/// Serves one exec session on an upgraded socket. Without stdin: runs the
-/// command, sends its output and exit Status, closes with 1000 (pings are
-/// answered while it runs). With stdin (and no terminal): relays the
-/// session to the node agent's own `v5.channel.k8s.io` WebSocket, message
-/// for message, as kube-apiserver proxies it to the kubelet.
+/// Serves one exec session on an upgraded socket. Without stdin or a
+/// terminal: runs the command, sends its output and exit Status, closes
+/// with 1000 (pings are answered while it runs). With stdin or a terminal:
+/// relays the session (resizes included) to the node agent's own
+/// `v5.channel.k8s.io` WebSocket, message for message, as kube-apiserver
+/// proxies it to the kubelet.
 pub async fn exec_session(
     socket: WebSocket,
     located: Result<ContainerTarget, ApiError>,
@@ -303,8 +307,8 @@ pub async fn exec_session(
     raw_query: String,
 ) {
     match &located {
-        Ok(target) if params.stdin && !params.tty && !params.command.is_empty() => {
-            return relay_to_node(socket, target, &raw_query).await;
+        Ok(target) if (params.stdin || params.tty) && !params.command.is_empty() => {
+            return relay_to_node(socket, "exec", target, &raw_query).await;
         }
         _ => {}
     }
@@ -319,9 +323,6 @@ pub async fn exec_session(
     });
     let outcome = match located {
         Err(e) => Err(e),
-        Ok(_) if params.tty => Err(ApiError::bad_request(
-            "exec with a terminal (-t) is not supported by Skiff yet; run the command without -t",
-        )),
         Ok(_) if params.command.is_empty() => Err(ApiError::bad_request("you must specify at least 1 command")),
         Ok(target) => exec_on_node(&target, &params.command).await,
     };
@@ -349,11 +350,21 @@ pub async fn exec_session(
     let _ = tokio::time::timeout(Duration::from_secs(5), reader).await;
 }
 
-/// Serves `kubectl attach` without stdin or a terminal: the container's
+/// Serves `kubectl attach`. Without stdin or a terminal: the container's
 /// output from now on (stdout and stderr together, from its log as the
 /// node follows it) on channel 1 until the container ends, then a Success
-/// Status. Attaching stdin or a terminal is refused with a Status.
-pub async fn attach_session(socket: WebSocket, located: Result<ContainerTarget, ApiError>, params: ExecParams) {
+/// Status. With stdin or a terminal (`kubectl attach -it`, `kubectl run
+/// -it`): the session is relayed to the node agent's attach WebSocket,
+/// which joins the container's own stdio through the runtime.
+pub async fn attach_session(
+    socket: WebSocket,
+    located: Result<ContainerTarget, ApiError>,
+    params: ExecParams,
+    raw_query: String,
+) {
+    if let (Ok(target), true) = (&located, params.stdin || params.tty) {
+        return relay_to_node(socket, "attach", target, &raw_query).await;
+    }
     let (mut sink, mut stream) = socket.split();
     let mut reader = tokio::spawn(async move {
         while let Some(Ok(message)) = stream.next().await {
@@ -365,11 +376,6 @@ pub async fn attach_session(socket: WebSocket, located: Result<ContainerTarget, 
     let mut client_gone = false;
     let outcome = async {
         let target = located?;
-        if params.stdin || params.tty {
-            return Err(ApiError::bad_request(
-                "attaching stdin or a terminal is not supported by Skiff yet; run kubectl attach without -i/-t",
-            ));
-        }
         let response = log(&target, Some("follow=true&tailLines=0")).await?;
         if !response.status().is_success() {
             let body = axum::body::to_bytes(response.into_body(), 64 * 1024).await.unwrap_or_default();
@@ -409,13 +415,13 @@ pub async fn attach_session(socket: WebSocket, located: Result<ContainerTarget, 
     let _ = tokio::time::timeout(Duration::from_secs(5), reader).await;
 }
 
-/// Relays an exec session between kubectl and the node agent, both
-/// speaking `v5.channel.k8s.io`; a node that cannot be reached is reported
-/// on channel 3 as kubectl expects.
-async fn relay_to_node(socket: WebSocket, target: &ContainerTarget, raw_query: &str) {
+/// Relays an exec or attach session (`what`) between kubectl and the node
+/// agent, both speaking `v5.channel.k8s.io`; a node that cannot be reached
+/// is reported on channel 3 as kubectl expects.
+async fn relay_to_node(socket: WebSocket, what: &str, target: &ContainerTarget, raw_query: &str) {
     use tokio_tungstenite::tungstenite::{self, ClientRequestBuilder};
     let url = format!(
-        "ws://{}/exec/{}/{}/{}?{raw_query}",
+        "ws://{}/{what}/{}/{}/{}?{raw_query}",
         target.node_url.trim_start_matches("http://"),
         target.namespace,
         target.pod,

@@ -526,19 +526,35 @@ impl Runtime for CriRuntime {
     /// `ctr tasks exec` on the runtime's socket: CRI containers are
     /// containerd tasks in its `k8s.io` namespace, and ctr wires its own
     /// stdin, stdout and stderr to the command's (closing the command's
-    /// stdin when its own ends) and exits with the command's code.
-    fn exec_piped(&self, id: &str, cmd: &[String]) -> Result<tokio::process::Command, RuntimeError> {
+    /// stdin when its own ends) and exits with the command's code. With
+    /// `--tty` the command gets a terminal from the shim, ctr copies it to
+    /// and from its own terminal, and resizes it on `SIGWINCH`.
+    fn exec_piped(&self, id: &str, cmd: &[String], tty: bool) -> Result<tokio::process::Command, RuntimeError> {
         static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
         let socket = socket_path(&self.endpoint)?;
         let exec_id =
             format!("skiff-exec-{}-{}", std::process::id(), NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
         let mut command = tokio::process::Command::new("ctr");
-        command
-            .arg("--address")
-            .arg(socket)
-            .args(["--namespace", crate::images::K8S_NAMESPACE, "tasks", "exec", "--exec-id", &exec_id, id])
-            .args(cmd);
+        command.arg("--address").arg(socket).args([
+            "--namespace",
+            crate::images::K8S_NAMESPACE,
+            "tasks",
+            "exec",
+            "--exec-id",
+            &exec_id,
+        ]);
+        if tty {
+            command.arg("--tty");
+        }
+        command.arg(id).args(cmd);
         Ok(command)
+    }
+
+    async fn attach_url(&self, id: &str, stdin: bool, tty: bool) -> Result<String, RuntimeError> {
+        // A terminal carries stderr on stdout; asking for both is refused.
+        let request = cri::AttachRequest { container_id: id.to_string(), stdin, tty, stdout: true, stderr: !tty };
+        let mut client = self.runtime.clone();
+        Ok(call(CALL_TIMEOUT, client.attach(request)).await?.url)
     }
 
     async fn list_container_stats(&self, filter: &LabelFilter) -> Result<Vec<ContainerStats>, RuntimeError> {

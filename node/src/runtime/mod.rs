@@ -336,10 +336,19 @@ pub trait Runtime: Send + Sync + 'static {
     /// `timeout`.
     async fn exec_sync(&self, id: &str, cmd: &[String], timeout: Duration) -> Result<ExecResult, RuntimeError>;
     /// A process that, once spawned, runs `cmd` in a running container
-    /// with the process's own pipes as the command's stdio (no terminal):
-    /// exec with stdin, which CRI's `ExecSync` cannot take.
-    fn exec_piped(&self, _id: &str, _cmd: &[String]) -> Result<tokio::process::Command, RuntimeError> {
+    /// with the process's own stdio as the command's: exec with stdin,
+    /// which CRI's `ExecSync` cannot take. With `tty` the command gets a
+    /// terminal in the container, and the process expects a terminal of
+    /// its own as stdio (see [`crate::pty`]), whose size it passes on.
+    fn exec_piped(&self, _id: &str, _cmd: &[String], _tty: bool) -> Result<tokio::process::Command, RuntimeError> {
         Err(RuntimeError::Unavailable("this runtime cannot run a command with stdin".to_string()))
+    }
+    /// Where to join a running container's own stdio (CRI `Attach`): a
+    /// WebSocket URL on the runtime's streaming server, which speaks
+    /// `v4.channel.k8s.io` (stdin 0, stdout 1, stderr 2 unless `tty`,
+    /// Status 3, resize 4).
+    async fn attach_url(&self, _id: &str, _stdin: bool, _tty: bool) -> Result<String, RuntimeError> {
+        Err(RuntimeError::Unavailable("this runtime cannot attach to a container".to_string()))
     }
     /// Resource figures of every container whose labels match.
     async fn list_container_stats(&self, filter: &LabelFilter) -> Result<Vec<ContainerStats>, RuntimeError>;
