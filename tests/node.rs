@@ -397,6 +397,61 @@ spec:
         !kubectl(&setup.http, &["get", "pod", "reader"]).status.success()
     });
 
+    // kubectl debug: an ephemeral container joins the running pod (its
+    // network: the web server answers on the pod's loopback), runs once,
+    // and its logs and status are the pod's; with -it kubectl attaches.
+    setup.kubectl(&[
+        "debug",
+        &name(a),
+        &format!("--image={BUSYBOX}"),
+        "--image-pull-policy=Never",
+        "-c",
+        "probe",
+        "--",
+        "sh",
+        "-c",
+        "wget -qO- http://127.0.0.1:8080/; echo debug-$((6*7))",
+    ]);
+    setup.wait("the ephemeral container to run to its end", Duration::from_secs(60), || {
+        let pod = setup.json(&["get", "pod", &name(a)]);
+        pod["status"]["ephemeralContainerStatuses"][0]["state"]["terminated"]["exitCode"] == 0
+    });
+    let debugged = setup.kubectl(&["logs", &name(a), "-c", "probe"]);
+    assert_eq!(debugged, format!("hello-from-{}\ndebug-42\n", name(a)));
+    let pod = setup.json(&["get", "pod", &name(a)]);
+    assert_eq!(pod["spec"]["ephemeralContainers"][0]["name"], "probe", "{pod}");
+    assert_eq!(pod["status"]["containerStatuses"][0]["restartCount"], 0, "the pod's own container runs on: {pod}");
+    let args = [
+        "debug",
+        "-it",
+        &name(a),
+        &format!("--image={BUSYBOX}"),
+        "--image-pull-policy=Never",
+        "-c",
+        "shell",
+        "--",
+        "sh",
+    ];
+    let mut terminal = Terminal::kubectl(&setup.http, &args, (80, 24));
+    terminal.type_until("echo in-debug-$((6*7))\r", "in-debug-42").await;
+    let code = terminal.type_to_end("exit\r").await;
+    assert_eq!(code, Some(0), "{:?}", terminal.output());
+    // The list may only grow: removing an ephemeral container is refused.
+    let removed = kubectl(
+        &setup.http,
+        &[
+            "patch",
+            "pod",
+            &name(a),
+            "--subresource=ephemeralcontainers",
+            "--type=json",
+            "-p",
+            r#"[{"op": "remove", "path": "/spec/ephemeralContainers/0"}]"#,
+        ],
+    );
+    assert!(!removed.status.success(), "{removed:?}");
+    assert!(String::from_utf8_lossy(&removed.stderr).contains("may not be removed"), "{removed:?}");
+
     // kubectl attach: the container's output from then on, until it ends.
     setup.apply(&format!(
         r#"

@@ -161,7 +161,7 @@ static CATALOG: [ResourceInfo; 25] = [
         "pod",
         &["po"],
         true,
-        &["status", "binding", "log", "exec", "attach", "portforward"],
+        &["status", "binding", "log", "exec", "attach", "portforward", "ephemeralcontainers"],
         ALL,
     ),
     info(Kind::Node, "", "Node", "nodes", "node", &["no"], false, &["status"], &[]),

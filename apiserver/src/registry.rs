@@ -1674,6 +1674,13 @@ fn merge_update(info: &ResourceInfo, current: &Value, body: &Value, subresource:
         next["status"] = body.get("status").cloned().unwrap_or(json!({}));
         return next;
     }
+    if subresource == "ephemeralcontainers" {
+        // `pods/ephemeralcontainers` changes spec.ephemeralContainers and
+        // nothing else (the strategy judges how).
+        let mut next = current.clone();
+        next["spec"]["ephemeralContainers"] = body["spec"].get("ephemeralContainers").cloned().unwrap_or(json!([]));
+        return next;
+    }
     if subresource == "finalize" {
         // A namespace's `finalize` changes its spec.finalizers and nothing else.
         let mut next = current.clone();

@@ -764,7 +764,7 @@ impl Request<'_> {
                 let obj = registry.get(&ctx, info, ns, name, self.param("resourceVersion")).await?;
                 Ok(self.object_response(StatusCode::OK, &obj))
             }
-            ("get", Some(name), Some("status")) => {
+            ("get", Some(name), Some("status" | "ephemeralcontainers")) => {
                 let obj = registry.get(&ctx, info, ns, name, self.param("resourceVersion")).await?;
                 Ok(value_response(StatusCode::OK, &convert(info, obj)))
             }

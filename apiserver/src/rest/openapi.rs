@@ -762,6 +762,7 @@ fn resource_operations(
             "binding" => "Binding",
             "token" => "Token",
             "log" => "Log",
+            "ephemeralcontainers" => "EphemeralContainers",
             _ => "Finalize",
         };
         let schema = sub_kind.schema.as_str();

@@ -3,7 +3,7 @@
 //! node is set.
 
 use serde_json::{json, Value};
-use skiff_api::field::FieldError;
+use skiff_api::field::{FieldError, Path};
 use skiff_api::resources::ResourceInfo;
 use skiff_api::{meta, validation, ApiError};
 
@@ -20,6 +20,15 @@ impl Strategy for Pod {
             old["spec"]["nodeName"] = obj["spec"]["nodeName"].clone();
             return validation::validate(info, obj, Some(&old));
         }
+        if subresource == "ephemeralcontainers" {
+            // The pod update rule judges the rest with the new list taken
+            // as it was; the list itself may only grow.
+            let mut old_rest = old.clone();
+            old_rest["spec"]["ephemeralContainers"] = obj["spec"]["ephemeralContainers"].clone();
+            let mut errors = validation::validate(info, obj, Some(&old_rest));
+            errors.extend(validate_ephemeral_containers(&obj["spec"], &old["spec"]));
+            return errors;
+        }
         validation::validate(info, obj, Some(old))
     }
 
@@ -34,6 +43,71 @@ impl Strategy for Pod {
         }
         asked.unwrap_or_else(|| obj["spec"]["terminationGracePeriodSeconds"].as_i64().unwrap_or(30)).max(0)
     }
+}
+
+/// Fields a container has that an ephemeral container may not set
+/// (Kubernetes' `validateEphemeralContainers`): it is not served, probed,
+/// sized or hooked, and runs once.
+const NOT_FOR_EPHEMERAL: [&str; 8] = [
+    "ports",
+    "livenessProbe",
+    "readinessProbe",
+    "startupProbe",
+    "lifecycle",
+    "resources",
+    "resizePolicy",
+    "restartPolicy",
+];
+
+/// `pods/ephemeralcontainers`: ephemeral containers may be added, never
+/// changed or removed; each needs a name no other container of the pod has
+/// and an image; and none sets what only regular containers may.
+fn validate_ephemeral_containers(spec: &Value, old_spec: &Value) -> Vec<FieldError> {
+    let path = Path::new("spec").child("ephemeralContainers");
+    let listed = |s: &Value, key: &str| s[key].as_array().cloned().unwrap_or_default();
+    let (new, old) = (listed(spec, "ephemeralContainers"), listed(old_spec, "ephemeralContainers"));
+    let mut errors = Vec::new();
+    for (i, before) in old.iter().enumerate() {
+        let name = before["name"].as_str().unwrap_or_default();
+        match new.iter().find(|c| c["name"] == before["name"]) {
+            None => errors.push(FieldError::forbidden(
+                &path,
+                format!("existing ephemeral containers \"{name}\" may not be removed"),
+            )),
+            Some(after) if after != before => errors.push(FieldError::forbidden(
+                path.index(i),
+                format!("existing ephemeral containers \"{name}\" may not be changed"),
+            )),
+            Some(_) => {}
+        }
+    }
+    let regular: Vec<Value> = listed(spec, "containers").into_iter().chain(listed(spec, "initContainers")).collect();
+    let mut seen = std::collections::HashSet::new();
+    for (i, c) in new.iter().enumerate() {
+        let at = path.index(i);
+        let name = c["name"].as_str().unwrap_or_default();
+        if name.is_empty() {
+            errors.push(FieldError::required(at.child("name"), ""));
+        } else if regular.iter().any(|r| r["name"] == c["name"]) || !seen.insert(name) {
+            errors.push(FieldError::duplicate(at.child("name"), &c["name"]));
+        }
+        if c["image"].as_str().is_none_or(str::is_empty) {
+            errors.push(FieldError::required(at.child("image"), ""));
+        }
+        for field in NOT_FOR_EPHEMERAL {
+            // kubectl debug sends `resources: {}`: empty counts as unset.
+            let set = |v: &Value| match v {
+                Value::Null => false,
+                Value::Object(m) => !m.is_empty(),
+                Value::Array(a) => !a.is_empty(),
+                _ => true,
+            };
+            if c.get(field).is_some_and(set) {
+                errors.push(FieldError::forbidden(at.child(field), "cannot be set for an Ephemeral Container"));
+            }
+        }
+    }
+    errors
 }
 
 /// `pods/binding`: `current` assigned to `node`, with its `PodScheduled`
@@ -73,6 +147,42 @@ mod tests {
         assert_eq!(Pod.grace_period(&json!({"spec": {}}), Some(10)), 0);
         let done = json!({"spec": {"nodeName": "n1"}, "status": {"phase": "Succeeded"}});
         assert_eq!(Pod.grace_period(&done, Some(10)), 0);
+    }
+
+    #[test]
+    fn ephemeral_containers_may_be_added_but_not_changed_removed_or_served() {
+        let info = resources::of(Kind::Pod);
+        let pod = |ephemeral: Value| {
+            json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "default"},
+                   "spec": {"restartPolicy": "Always", "dnsPolicy": "ClusterFirst",
+                            "containers": [{"name": "web", "image": "busybox", "imagePullPolicy": "IfNotPresent",
+                                            "terminationMessagePolicy": "File"}],
+                            "ephemeralContainers": ephemeral}})
+        };
+        let debugger = json!({"name": "debugger", "image": "busybox", "stdin": true, "tty": true});
+        let old = pod(json!([]));
+        let added = pod(json!([debugger]));
+        let errors = |new: &Value, old: &Value| {
+            Pod.validate_update(info, new, old, "ephemeralcontainers").iter().map(|e| e.to_string()).collect::<Vec<_>>()
+        };
+        assert_eq!(errors(&added, &old), Vec::<String>::new());
+        // The same list through the pod itself is a forbidden spec change.
+        assert!(!Pod.validate_update(info, &added, &old, "").is_empty());
+
+        let removed = errors(&old, &added);
+        assert!(removed.iter().any(|e| e.contains("may not be removed")), "{removed:?}");
+        let changed = errors(&pod(json!([{"name": "debugger", "image": "other"}])), &added);
+        assert!(changed.iter().any(|e| e.contains("may not be changed")), "{changed:?}");
+        let clash = errors(&pod(json!([{"name": "web", "image": "busybox"}])), &old);
+        assert!(
+            clash.iter().any(|e| e.contains("spec.ephemeralContainers[0].name") && e.contains("Duplicate")),
+            "{clash:?}"
+        );
+        let served = errors(&pod(json!([{"name": "d", "image": "b", "ports": [{"containerPort": 80}]}])), &old);
+        assert!(served.iter().any(|e| e.contains("spec.ephemeralContainers[0].ports")), "{served:?}");
+        assert_eq!(errors(&pod(json!([{"name": "d", "image": "b", "resources": {}}])), &old), Vec::<String>::new());
+        let imageless = errors(&pod(json!([{"name": "d"}])), &old);
+        assert!(imageless.iter().any(|e| e.contains("spec.ephemeralContainers[0].image")), "{imageless:?}");
     }
 
     #[test]

@@ -222,6 +222,15 @@ pub fn plan(pod: &Pod, observed: &Observed, memory: &Memory<'_>) -> Plan {
     }
     plan.initialized = true;
 
+    // Ephemeral containers (`kubectl debug`) run once each, and never
+    // again, whatever the pod's policy, nor in a new sandbox.
+    let ephemeral = spec::ephemeral_containers(pod);
+    for c in &ephemeral {
+        if observed.latest(&c.name).is_none() {
+            start_or_back_off(&mut plan, &c.name, None);
+        }
+    }
+
     let mut done = 0;
     for c in &spec.containers {
         match observed.latest_in(&c.name, sid) {
@@ -277,7 +286,7 @@ pub fn plan(pod: &Pod, observed: &Observed, memory: &Memory<'_>) -> Plan {
             }
         }
         plan.back_off.clear();
-        plan.start.retain(|s| !inits.iter().any(|c| c.name == s.name));
+        plan.start.retain(|s| !inits.iter().chain(&ephemeral).any(|c| c.name == s.name));
     }
     plan
 }
@@ -319,6 +328,43 @@ mod tests {
 
     fn sandbox(state: SandboxState) -> SandboxStatus {
         SandboxStatus { id: "sb".into(), state, ip: None, created_at: 1, attempt: 2, labels: BTreeMap::new() }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_ephemeral_container_starts_once_after_init_and_is_never_restarted() {
+        let backoff = Backoff::new(Duration::from_secs(10), Duration::from_secs(300));
+        let (exit_seen, start_failed, probes) = (HashMap::new(), HashMap::new(), HashMap::new());
+        let memory = Memory {
+            backoff: &backoff,
+            exit_seen: &exit_seen,
+            start_failed: &start_failed,
+            probes: &probes,
+            now: Instant::now(),
+        };
+        let pod = must_pod(serde_json::json!({
+            "initContainers": [{"name": "init"}],
+            "containers": [{"name": "web"}],
+            "ephemeralContainers": [{"name": "debugger", "image": "busybox", "targetContainerName": "web"}],
+        }));
+        let starts =
+            |observed: &Observed| plan(&pod, observed, &memory).start.into_iter().map(|s| s.name).collect::<Vec<_>>();
+        let ready = || vec![sandbox(SandboxState::Ready)];
+        // Not before the init containers are done.
+        let initializing =
+            Observed { sandboxes: ready(), containers: vec![container("i", "init", ContainerState::Running, 0)] };
+        assert_eq!(starts(&initializing), Vec::<String>::new());
+        let initialized = Observed {
+            sandboxes: ready(),
+            containers: vec![
+                container("i", "init", ContainerState::Exited, 0),
+                container("w", "web", ContainerState::Running, 0),
+            ],
+        };
+        assert_eq!(starts(&initialized), ["debugger"]);
+        // Once it ran, it is not started again, even under restartPolicy Always.
+        let mut debugged = initialized;
+        debugged.containers.push(container("d", "debugger", ContainerState::Exited, 1));
+        assert_eq!(starts(&debugged), Vec::<String>::new());
     }
 
     #[tokio::test(start_paused = true)]

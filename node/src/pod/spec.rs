@@ -86,6 +86,22 @@ pub enum ConfigError {
     #[error("invalid subPath \"{0}\": must be a relative path inside the volume")]
     SubPath(String),
 }
+/// A pod's ephemeral containers (`kubectl debug`) as containers: the
+/// same fields, less `targetContainerName`, which the runtime path has no
+/// use for (the debug container does not join the target's process
+/// namespace).
+pub fn ephemeral_containers(pod: &Pod) -> Vec<Container> {
+    let listed = pod.spec.as_ref().and_then(|s| s.ephemeral_containers.as_ref());
+    listed
+        .into_iter()
+        .flatten()
+        .filter_map(|e| {
+            let mut fields = serde_json::to_value(e).ok()?;
+            fields.as_object_mut()?.remove("targetContainerName");
+            serde_json::from_value(fields).ok()
+        })
+        .collect()
+}
 
 /// The pod's namespace, name and uid (empty when unset).
 pub fn pod_identity(pod: &Pod) -> (&str, &str, &str) {

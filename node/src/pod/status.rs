@@ -277,6 +277,10 @@ pub fn pod_status(pod: &Pod, observed: &Observed, view: &WorkerView<'_>, previou
     let main: Vec<KubeStatus> =
         spec.containers.iter().map(|c| container_status(c, observed, view, main_wait)).collect();
     let phase = phase(pod, &init, &main);
+    let ephemeral: Vec<KubeStatus> = super::spec::ephemeral_containers(pod)
+        .iter()
+        .map(|c| container_status(c, observed, view, "ContainerCreating"))
+        .collect();
 
     let sandbox = observed.sandbox().filter(|s| s.state == SandboxState::Ready);
     let host_network = spec.host_network.unwrap_or(false);
@@ -349,6 +353,7 @@ pub fn pod_status(pod: &Pod, observed: &Observed, view: &WorkerView<'_>, previou
         qos_class: Some(qos_class(pod).to_string()),
         init_container_statuses: if inits.is_empty() { None } else { Some(init) },
         container_statuses: Some(main),
+        ephemeral_container_statuses: if ephemeral.is_empty() { None } else { Some(ephemeral) },
         ..PodStatus::default()
     }
 }

@@ -325,7 +325,8 @@ impl Worker {
 
     fn containers(&self) -> Vec<Container> {
         let spec = self.pod.spec.clone().unwrap_or_default();
-        spec.init_containers.unwrap_or_default().into_iter().chain(spec.containers).collect()
+        let ephemeral = spec::ephemeral_containers(&self.pod);
+        spec.init_containers.unwrap_or_default().into_iter().chain(spec.containers).chain(ephemeral).collect()
     }
 
     fn container(&self, name: &str) -> Option<Container> {
