@@ -303,9 +303,9 @@ async fn exec(
     if command.is_empty() {
         return status(StatusCode::BAD_REQUEST, "BadRequest", "you must specify at least 1 command");
     }
-    let Some(id) = s.api.pods.container_id(&namespace, &pod, &container) else {
-        let message = format!("container {container} is not valid for pod {pod}");
-        return status(StatusCode::BAD_REQUEST, "BadRequest", message);
+    let id = match running_container(&s, &namespace, &pod, &container) {
+        Ok(id) => id,
+        Err(refused) => return refused,
     };
     match s.api.runtime.exec_sync(&id, &command, EXEC_TIMEOUT).await {
         Ok(result) => {
@@ -321,6 +321,22 @@ async fn exec(
     }
 }
 
+/// The runtime id of a pod's container that exec and attach can reach,
+/// or the 400 kubelet answers for one that is not there.
+// The error is the handler's answer, returned at once: no need to box it.
+#[allow(clippy::result_large_err)]
+fn running_container(s: &Served, namespace: &str, pod: &str, container: &str) -> Result<String, Response> {
+    s.api.pods.container_id(namespace, pod, container).ok_or_else(|| {
+        let message = format!("container {container} is not valid for pod {pod}");
+        status(StatusCode::BAD_REQUEST, "BadRequest", message)
+    })
+}
+
+/// Whether a query flag (`stdin`, `tty`) is on.
+fn flag(pairs: &[(String, String)], name: &str) -> bool {
+    pairs.iter().any(|(k, v)| k == name && (v == "true" || v == "1"))
+}
+
 /// `GET /exec/...` as a WebSocket: the command with its stdio streamed,
 /// through a terminal with `tty=true`.
 async fn exec_stream(
@@ -334,10 +350,10 @@ async fn exec_stream(
     if command.is_empty() {
         return status(StatusCode::BAD_REQUEST, "BadRequest", "you must specify at least 1 command");
     }
-    let tty = pairs.iter().any(|(k, v)| k == "tty" && (v == "true" || v == "1"));
-    let Some(id) = s.api.pods.container_id(&namespace, &pod, &container) else {
-        let message = format!("container {container} is not valid for pod {pod}");
-        return status(StatusCode::BAD_REQUEST, "BadRequest", message);
+    let tty = flag(&pairs, "tty");
+    let id = match running_container(&s, &namespace, &pod, &container) {
+        Ok(id) => id,
+        Err(refused) => return refused,
     };
     let process = match s.api.runtime.exec_piped(&id, &command, tty) {
         Ok(p) => p,
@@ -497,11 +513,10 @@ async fn attach_stream(
     upgrade: WebSocketUpgrade,
 ) -> Response {
     let pairs = pairs(&query);
-    let on = |name: &str| pairs.iter().any(|(k, v)| k == name && (v == "true" || v == "1"));
-    let (stdin, tty) = (on("stdin"), on("tty"));
-    let Some(id) = s.api.pods.container_id(&namespace, &pod, &container) else {
-        let message = format!("container {container} is not valid for pod {pod}");
-        return status(StatusCode::BAD_REQUEST, "BadRequest", message);
+    let (stdin, tty) = (flag(&pairs, "stdin"), flag(&pairs, "tty"));
+    let id = match running_container(&s, &namespace, &pod, &container) {
+        Ok(id) => id,
+        Err(refused) => return refused,
     };
     let url = match s.api.runtime.attach_url(&id, stdin, tty).await {
         Ok(url) => url,
