@@ -436,6 +436,45 @@ spec:
     terminal.type_until("echo in-debug-$((6*7))\r", "in-debug-42").await;
     let code = terminal.type_to_end("exit\r").await;
     assert_eq!(code, Some(0), "{:?}", terminal.output());
+    // kubectl debug --target: the debug container joins the target
+    // container's process namespace, where the web server is PID 1.
+    setup.kubectl(&[
+        "debug",
+        &name(a),
+        &format!("--image={BUSYBOX}"),
+        "--image-pull-policy=Never",
+        "-c",
+        "procs",
+        "--target=httpd",
+        "--",
+        "ps",
+    ]);
+    setup.wait("the --target debug container to run to its end", Duration::from_secs(60), || {
+        let pod = setup.json(&["get", "pod", &name(a)]);
+        let statuses = pod["status"]["ephemeralContainerStatuses"].as_array().cloned().unwrap_or_default();
+        statuses.iter().any(|s| s["name"] == "procs" && s["state"]["terminated"]["exitCode"] == 0)
+    });
+    let processes = setup.kubectl(&["logs", &name(a), "-c", "procs"]);
+    let pid_one = processes.lines().find(|l| l.split_whitespace().next() == Some("1"));
+    assert!(pid_one.is_some_and(|l| l.contains("httpd -f -p 8080")), "{processes}");
+    // shareProcessNamespace: one PID namespace for the pod's containers.
+    setup.apply(&format!(
+        r#"
+apiVersion: v1
+kind: Pod
+metadata: {{name: shared}}
+spec:
+  shareProcessNamespace: true
+  terminationGracePeriodSeconds: 1
+  containers:
+  - {{name: a, image: {BUSYBOX}, imagePullPolicy: Never, command: ["sleep", "3601"]}}
+  - {{name: b, image: {BUSYBOX}, imagePullPolicy: Never, command: ["sleep", "3602"]}}
+"#
+    ));
+    setup.wait_phase("shared", "Running", Duration::from_secs(60));
+    let processes = setup.kubectl(&["exec", "shared", "-c", "b", "--", "ps"]);
+    assert!(processes.contains("sleep 3601") && processes.contains("sleep 3602"), "{processes}");
+    setup.kubectl(&["delete", "pod", "shared", "--wait=false"]);
     // The list may only grow: removing an ephemeral container is refused.
     let removed = kubectl(
         &setup.http,

@@ -13,6 +13,8 @@ pub enum FieldErrorKind {
     Invalid(String),
     /// `FieldValueDuplicate`, with the duplicated value.
     Duplicate(String),
+    /// `FieldValueNotFound`, with the value that names nothing.
+    NotFound(String),
     /// `FieldValueNotSupported`, with the value and the supported ones.
     NotSupported { value: String, supported: Vec<String> },
     /// `FieldValueForbidden`
@@ -46,6 +48,10 @@ impl FieldError {
         FieldError { field: field.into(), kind: FieldErrorKind::Duplicate(value.to_string()), detail: String::new() }
     }
 
+    pub fn not_found(field: impl Into<String>, value: &serde_json::Value) -> Self {
+        FieldError { field: field.into(), kind: FieldErrorKind::NotFound(value.to_string()), detail: String::new() }
+    }
+
     pub fn not_supported(field: impl Into<String>, value: &serde_json::Value, supported: &[&str]) -> Self {
         FieldError {
             field: field.into(),
@@ -75,6 +81,7 @@ impl FieldError {
             FieldErrorKind::Required => "FieldValueRequired",
             FieldErrorKind::Invalid(_) => "FieldValueInvalid",
             FieldErrorKind::Duplicate(_) => "FieldValueDuplicate",
+            FieldErrorKind::NotFound(_) => "FieldValueNotFound",
             FieldErrorKind::NotSupported { .. } => "FieldValueNotSupported",
             FieldErrorKind::Forbidden => "FieldValueForbidden",
             FieldErrorKind::TooLong(_) => "FieldValueTooLong",
@@ -89,6 +96,7 @@ impl FieldError {
             FieldErrorKind::Required => with_detail("Required value".into()),
             FieldErrorKind::Invalid(v) => with_detail(format!("Invalid value: {v}")),
             FieldErrorKind::Duplicate(v) => with_detail(format!("Duplicate value: {v}")),
+            FieldErrorKind::NotFound(v) => with_detail(format!("Not found: {v}")),
             FieldErrorKind::NotSupported { value, supported } => {
                 let list: Vec<String> = supported.iter().map(|s| format!("\"{s}\"")).collect();
                 with_detail(format!("Unsupported value: {value}: supported values: {}", list.join(", ")))

@@ -82,6 +82,7 @@ fn validate_ephemeral_containers(spec: &Value, old_spec: &Value) -> Vec<FieldErr
         }
     }
     let regular: Vec<Value> = listed(spec, "containers").into_iter().chain(listed(spec, "initContainers")).collect();
+    let names = || regular.iter().chain(&new).filter_map(|c| c["name"].as_str());
     let mut seen = std::collections::HashSet::new();
     for (i, c) in new.iter().enumerate() {
         let at = path.index(i);
@@ -93,6 +94,11 @@ fn validate_ephemeral_containers(spec: &Value, old_spec: &Value) -> Vec<FieldErr
         }
         if c["image"].as_str().is_none_or(str::is_empty) {
             errors.push(FieldError::required(at.child("image"), ""));
+        }
+        // `kubectl debug --target`: the process namespace to join.
+        let target = c["targetContainerName"].as_str().unwrap_or_default();
+        if !target.is_empty() && (target == name || !names().any(|n| n == target)) {
+            errors.push(FieldError::not_found(at.child("targetContainerName"), &c["targetContainerName"]));
         }
         for field in NOT_FOR_EPHEMERAL {
             // kubectl debug sends `resources: {}`: empty counts as unset.
@@ -183,6 +189,17 @@ mod tests {
         assert_eq!(errors(&pod(json!([{"name": "d", "image": "b", "resources": {}}])), &old), Vec::<String>::new());
         let imageless = errors(&pod(json!([{"name": "d"}])), &old);
         assert!(imageless.iter().any(|e| e.contains("spec.ephemeralContainers[0].image")), "{imageless:?}");
+        let targets =
+            |target: &str| errors(&pod(json!([{"name": "d", "image": "b", "targetContainerName": target}])), &old);
+        assert_eq!(targets("web"), Vec::<String>::new());
+        for missing in ["nginx", "d"] {
+            let found = targets(missing);
+            assert_eq!(
+                found,
+                vec![format!("spec.ephemeralContainers[0].targetContainerName: Not found: \"{missing}\"")],
+                "{missing}"
+            );
+        }
     }
 
     #[test]

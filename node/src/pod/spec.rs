@@ -87,9 +87,7 @@ pub enum ConfigError {
     SubPath(String),
 }
 /// A pod's ephemeral containers (`kubectl debug`) as containers: the
-/// same fields, less `targetContainerName`, which the runtime path has no
-/// use for (the debug container does not join the target's process
-/// namespace).
+/// same fields, less `targetContainerName` ([`pid_target`] reads it).
 pub fn ephemeral_containers(pod: &Pod) -> Vec<Container> {
     let listed = pod.spec.as_ref().and_then(|s| s.ephemeral_containers.as_ref());
     listed
@@ -101,6 +99,14 @@ pub fn ephemeral_containers(pod: &Pod) -> Vec<Container> {
             serde_json::from_value(fields).ok()
         })
         .collect()
+}
+
+/// The container whose process namespace the container `name` joins: an
+/// ephemeral container's `targetContainerName` (`kubectl debug --target`).
+pub fn pid_target<'a>(pod: &'a Pod, name: &str) -> Option<&'a str> {
+    let listed = pod.spec.as_ref().and_then(|s| s.ephemeral_containers.as_ref());
+    let ephemeral = listed.into_iter().flatten().find(|e| e.name == name)?;
+    ephemeral.target_container_name.as_deref().filter(|t| !t.is_empty())
 }
 
 /// The pod's namespace, name and uid (empty when unset).
@@ -168,6 +174,7 @@ pub fn sandbox_spec(config: &WorkerConfig, pod: &Pod, attempt: u32) -> SandboxSp
         annotations: pod.metadata.annotations.clone().unwrap_or_default(),
         cgroup_parent: format!("{}/{qos}pod{uid}", config.cgroup_root.trim_end_matches('/')),
         host_network: spec.host_network.unwrap_or(false),
+        share_process_namespace: spec.share_process_namespace.unwrap_or(false),
     }
 }
 
@@ -263,6 +270,9 @@ pub fn container_spec(
         resources: cgroup_resources(container.resources.as_ref()),
         stdin: container.stdin.unwrap_or(false),
         tty: container.tty.unwrap_or(false),
+        // The target's runtime id is known only where it runs: the worker
+        // sets it.
+        pid_target: None,
     })
 }
 

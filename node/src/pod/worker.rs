@@ -26,7 +26,9 @@ use super::spec::{self, pod_identity, ContainerInputs};
 use super::status::{pod_status, Observed, WorkerView};
 use super::volumes::{self, Volumes};
 use super::{Pending, Shared, WorkerOutput};
-use crate::runtime::{ContainerState, ContainerStatus, LabelFilter, RuntimeError, SandboxState, LABEL_POD_UID};
+use crate::runtime::{
+    ContainerSpec, ContainerState, ContainerStatus, LabelFilter, RuntimeError, SandboxState, LABEL_POD_UID,
+};
 
 /// The kubelet's floor for the grace left after a preStop hook.
 const MINIMUM_GRACE: Duration = Duration::from_secs(2);
@@ -428,14 +430,15 @@ impl Worker {
             return acted;
         }
         if !plan.start.is_empty() {
-            let sandbox = observed.sandbox().cloned();
-            let Some(sandbox) = sandbox else { return acted };
+            if observed.sandbox().is_none() {
+                return acted;
+            }
             let pod_ip = self.pod_ip(observed);
             let volumes = self.make_volumes(&pod_ip).await;
             for start in &plan.start {
                 acted = true;
                 let init = !self.is_main(&start.name);
-                let ok = self.start_container(start, &sandbox.id, &pod_ip, &volumes).await;
+                let ok = self.start_container(start, observed, &pod_ip, &volumes).await;
                 if !ok && init {
                     break;
                 }
@@ -554,8 +557,23 @@ impl Worker {
 
     /// Creates and starts one container (and runs its postStart hook);
     /// returns whether it runs.
-    async fn start_container(&mut self, start: &Start, sandbox_id: &str, pod_ip: &str, volumes: &Volumes) -> bool {
+    async fn start_container(&mut self, start: &Start, observed: &Observed, pod_ip: &str, volumes: &Volumes) -> bool {
         let Some(c) = self.container(&start.name) else { return false };
+        let Some(sandbox_id) = observed.sandbox().map(|s| s.id.as_str()) else { return false };
+        // A debug container joins its target's processes: it waits (and is
+        // tried again on the next sync) until the target runs.
+        let pid_target = match spec::pid_target(&self.pod, &c.name) {
+            None => None,
+            Some(target) => {
+                let running = observed.latest_in(target, sandbox_id).filter(|t| t.state == ContainerState::Running);
+                let Some(running) = running else {
+                    let message = format!("target container \"{target}\" is not running");
+                    self.waiting.insert(c.name.clone(), ("ContainerCreating".to_string(), message));
+                    return false;
+                };
+                Some(running.id.clone())
+            }
+        };
         let runtime = self.shared.runtime.clone();
         let mounts = match volumes::mounts(&c, volumes) {
             Ok(m) => m,
@@ -578,7 +596,7 @@ impl Worker {
             attempt: start.attempt,
         };
         let container_spec = match spec::container_spec(&self.pod, &c, inputs) {
-            Ok(s) => s,
+            Ok(s) => ContainerSpec { pid_target, ..s },
             Err(e) => return self.config_error(&c.name, e).await,
         };
         let now = Instant::now();

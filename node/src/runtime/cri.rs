@@ -192,15 +192,22 @@ fn protocol(name: &str) -> cri::Protocol {
 }
 
 /// The namespaces a pod's sandbox and containers share: the pod's own
-/// network (or the host's), a PID namespace per container, one IPC
-/// namespace for the pod.
-fn namespace_options(host_network: bool) -> cri::NamespaceOption {
-    let network = if host_network { cri::NamespaceMode::Node } else { cri::NamespaceMode::Pod };
+/// network (or the host's), one IPC namespace for the pod, and a PID
+/// namespace per container unless the pod shares one
+/// (`shareProcessNamespace`) or the container joins another's (`pid_target`,
+/// a container's runtime id).
+fn namespace_options(sandbox: &SandboxSpec, pid_target: Option<&str>) -> cri::NamespaceOption {
+    let network = if sandbox.host_network { cri::NamespaceMode::Node } else { cri::NamespaceMode::Pod };
+    let pid = match pid_target {
+        Some(_) => cri::NamespaceMode::Target,
+        None if sandbox.share_process_namespace => cri::NamespaceMode::Pod,
+        None => cri::NamespaceMode::Container,
+    };
     cri::NamespaceOption {
         network: network as i32,
-        pid: cri::NamespaceMode::Container as i32,
+        pid: pid as i32,
         ipc: cri::NamespaceMode::Pod as i32,
-        target_id: String::new(),
+        target_id: pid_target.unwrap_or_default().to_string(),
     }
 }
 
@@ -235,7 +242,7 @@ pub(crate) fn sandbox_config(spec: &SandboxSpec) -> cri::PodSandboxConfig {
         linux: Some(cri::LinuxPodSandboxConfig {
             cgroup_parent: spec.cgroup_parent.clone(),
             security_context: Some(cri::LinuxSandboxSecurityContext {
-                namespace_options: Some(namespace_options(spec.host_network)),
+                namespace_options: Some(namespace_options(spec, None)),
                 privileged: false,
             }),
             sysctls: Default::default(),
@@ -281,7 +288,7 @@ pub(crate) fn container_config(spec: &ContainerSpec, sandbox: &SandboxSpec) -> c
             }),
             security_context: Some(cri::LinuxContainerSecurityContext {
                 privileged: false,
-                namespace_options: Some(namespace_options(sandbox.host_network)),
+                namespace_options: Some(namespace_options(sandbox, spec.pid_target.as_deref())),
                 readonly_rootfs: false,
             }),
         }),
@@ -662,6 +669,7 @@ mod tests {
             annotations: BTreeMap::new(),
             cgroup_parent: "/skiff/podu1".into(),
             host_network: false,
+            share_process_namespace: false,
         }
     }
 
@@ -708,6 +716,27 @@ mod tests {
             (resources.cpu_quota, resources.cpu_shares, resources.memory_limit_in_bytes),
             (50_000, 512, 16 << 20)
         );
+    }
+
+    #[test]
+    fn a_containers_pid_namespace_is_its_own_the_pods_or_its_targets() {
+        let pid = |spec: &ContainerSpec, sandbox: &SandboxSpec| {
+            let config = container_config(spec, sandbox);
+            let options = config.linux.unwrap().security_context.unwrap().namespace_options.unwrap();
+            (options.pid, options.target_id)
+        };
+        let own = ContainerSpec::default();
+        assert_eq!(pid(&own, &sandbox()), (cri::NamespaceMode::Container as i32, String::new()));
+        let shared = SandboxSpec { share_process_namespace: true, ..sandbox() };
+        assert_eq!(pid(&own, &shared), (cri::NamespaceMode::Pod as i32, String::new()));
+        let sandbox_pid =
+            |s: &SandboxSpec| sandbox_config(s).linux.unwrap().security_context.unwrap().namespace_options.unwrap().pid;
+        assert_eq!(sandbox_pid(&shared), cri::NamespaceMode::Pod as i32, "the sandbox holds the pod's namespace");
+        assert_eq!(sandbox_pid(&sandbox()), cri::NamespaceMode::Container as i32);
+        let debugger = ContainerSpec { pid_target: Some("c-web".into()), ..Default::default() };
+        for sandbox in [sandbox(), shared] {
+            assert_eq!(pid(&debugger, &sandbox), (cri::NamespaceMode::Target as i32, "c-web".to_string()));
+        }
     }
 
     #[test]

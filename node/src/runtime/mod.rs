@@ -109,6 +109,8 @@ pub struct SandboxSpec {
     pub cgroup_parent: String,
     /// Share the host's network namespace (`spec.hostNetwork`).
     pub host_network: bool,
+    /// One PID namespace for the whole pod (`spec.shareProcessNamespace`).
+    pub share_process_namespace: bool,
 }
 
 /// A bind mount into a container.
@@ -166,6 +168,9 @@ pub struct ContainerSpec {
     pub stdin: bool,
     /// Allocate a terminal.
     pub tty: bool,
+    /// Join this running container's PID namespace: an ephemeral
+    /// container's `targetContainerName` (`kubectl debug --target`).
+    pub pid_target: Option<String>,
 }
 
 /// Whether a sandbox is up.
