@@ -109,6 +109,23 @@ impl Setup {
         panic!("timed out waiting for {what}\n{}", logs.join("\n"));
     }
 
+    /// `kubectl debug POD --image=busybox -c CONTAINER FLAGS -- COMMAND`,
+    /// to the ephemeral container's successful end; its logs.
+    fn debug_to_end(&self, pod: &str, container: &str, flags: &[&str], command: &[&str]) -> String {
+        let image = format!("--image={BUSYBOX}");
+        let mut args = vec!["debug", pod, &image, "--image-pull-policy=Never", "-c", container];
+        args.extend(flags);
+        args.push("--");
+        args.extend(command);
+        self.kubectl(&args);
+        self.wait(&format!("ephemeral container {container} to run to its end"), Duration::from_secs(60), || {
+            let pod = self.json(&["get", "pod", pod]);
+            let statuses = pod["status"]["ephemeralContainerStatuses"].as_array().cloned().unwrap_or_default();
+            statuses.iter().any(|s| s["name"] == container && s["state"]["terminated"]["exitCode"] == 0)
+        });
+        self.kubectl(&["logs", pod, "-c", container])
+    }
+
     fn wait_phase(&self, pod: &str, phase: &str, within: Duration) -> Value {
         let mut last = Value::Null;
         self.wait(&format!("pod {pod} {phase}"), within, || {
@@ -400,23 +417,8 @@ spec:
     // kubectl debug: an ephemeral container joins the running pod (its
     // network: the web server answers on the pod's loopback), runs once,
     // and its logs and status are the pod's; with -it kubectl attaches.
-    setup.kubectl(&[
-        "debug",
-        &name(a),
-        &format!("--image={BUSYBOX}"),
-        "--image-pull-policy=Never",
-        "-c",
-        "probe",
-        "--",
-        "sh",
-        "-c",
-        "wget -qO- http://127.0.0.1:8080/; echo debug-$((6*7))",
-    ]);
-    setup.wait("the ephemeral container to run to its end", Duration::from_secs(60), || {
-        let pod = setup.json(&["get", "pod", &name(a)]);
-        pod["status"]["ephemeralContainerStatuses"][0]["state"]["terminated"]["exitCode"] == 0
-    });
-    let debugged = setup.kubectl(&["logs", &name(a), "-c", "probe"]);
+    let command = "wget -qO- http://127.0.0.1:8080/; echo debug-$((6*7))";
+    let debugged = setup.debug_to_end(&name(a), "probe", &[], &["sh", "-c", command]);
     assert_eq!(debugged, format!("hello-from-{}\ndebug-42\n", name(a)));
     let pod = setup.json(&["get", "pod", &name(a)]);
     assert_eq!(pod["spec"]["ephemeralContainers"][0]["name"], "probe", "{pod}");
@@ -438,23 +440,7 @@ spec:
     assert_eq!(code, Some(0), "{:?}", terminal.output());
     // kubectl debug --target: the debug container joins the target
     // container's process namespace, where the web server is PID 1.
-    setup.kubectl(&[
-        "debug",
-        &name(a),
-        &format!("--image={BUSYBOX}"),
-        "--image-pull-policy=Never",
-        "-c",
-        "procs",
-        "--target=httpd",
-        "--",
-        "ps",
-    ]);
-    setup.wait("the --target debug container to run to its end", Duration::from_secs(60), || {
-        let pod = setup.json(&["get", "pod", &name(a)]);
-        let statuses = pod["status"]["ephemeralContainerStatuses"].as_array().cloned().unwrap_or_default();
-        statuses.iter().any(|s| s["name"] == "procs" && s["state"]["terminated"]["exitCode"] == 0)
-    });
-    let processes = setup.kubectl(&["logs", &name(a), "-c", "procs"]);
+    let processes = setup.debug_to_end(&name(a), "procs", &["--target=httpd"], &["ps"]);
     let pid_one = processes.lines().find(|l| l.split_whitespace().next() == Some("1"));
     assert!(pid_one.is_some_and(|l| l.contains("httpd -f -p 8080")), "{processes}");
     // shareProcessNamespace: one PID namespace for the pod's containers.
