@@ -1076,3 +1076,33 @@ async fn a_force_delete_during_a_graceful_one_cuts_the_grace_short() {
     assert_eq!(timeouts, vec!["timeout=60", "timeout=2"], "the second stop has the 2 s floor");
     assert!(h.fake.containers().is_empty());
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_debug_container_waits_for_its_target_without_holding_up_the_targets_restart() {
+    let mut h = Harness::new();
+    h.fake.add_image("app:1");
+    h.fake.exit_on_start("web", Some((1, "Error")));
+    let debugger = json!({"name": "debugger", "image": "app:1", "targetContainerName": "web"});
+    let pod = must_pod("p", json!({"containers": [container("web")], "ephemeralContainers": [debugger]}));
+    h.workers.update(Arc::new(pod));
+    h.run_for(Duration::from_secs(30)).await;
+
+    let starts = |h: &Harness, name: &str| {
+        let call = format!("start_container {name}");
+        h.fake.call_names().into_iter().filter(|c| *c == call).count()
+    };
+    assert!(starts(&h, "web") >= 2, "the crashing target is restarted: {:?}", h.fake.call_names());
+    assert_eq!(starts(&h, "debugger"), 0, "the debugger waits while its target is down");
+    let status = h.status("p");
+    let waiting = status.ephemeral_container_statuses.iter().flatten().find(|c| c.name == "debugger");
+    let waiting = waiting.and_then(|c| c.state.clone()).and_then(|s| s.waiting).and_then(|w| w.message);
+    assert_eq!(waiting.as_deref(), Some("target container \"web\" is not running"));
+
+    h.fake.exit_on_start("web", None);
+    h.run_for(Duration::from_secs(60)).await;
+    assert_eq!(starts(&h, "debugger"), 1, "the debugger starts once its target runs");
+    let created = h.fake.calls().into_iter().find(|c| c.method == "create_container" && c.target == "debugger");
+    let target = h.fake.containers().into_iter().find(|c| c.name == "web" && c.state == ContainerState::Running);
+    let target = target.map(|t| t.id).unwrap_or_default();
+    assert_eq!(created.map(|c| c.detail), Some(format!("attempt=0 pid_target={target}")));
+}

@@ -387,6 +387,11 @@ impl Worker {
         self.pod.spec.as_ref().is_some_and(|s| s.containers.iter().any(|c| c.name == name))
     }
 
+    fn is_init(&self, name: &str) -> bool {
+        let inits = self.pod.spec.as_ref().and_then(|s| s.init_containers.as_ref());
+        inits.is_some_and(|inits| inits.iter().any(|c| c.name == name))
+    }
+
     /// Does what `plan` says; returns whether anything changed.
     async fn execute(&mut self, plan: &Plan, observed: &Observed) -> bool {
         let mut acted = false;
@@ -437,9 +442,10 @@ impl Worker {
             let volumes = self.make_volumes(&pod_ip).await;
             for start in &plan.start {
                 acted = true;
-                let init = !self.is_main(&start.name);
+                // Init containers run in order; an ephemeral container
+                // that waits (for its --target) holds up nothing.
                 let ok = self.start_container(start, observed, &pod_ip, &volumes).await;
-                if !ok && init {
+                if !ok && self.is_init(&start.name) {
                     break;
                 }
             }

@@ -349,7 +349,11 @@ impl Runtime for FakeRuntime {
         spec: &ContainerSpec,
         sandbox: &SandboxSpec,
     ) -> Result<String, RuntimeError> {
-        self.enter("create_container", &spec.name, format!("attempt={}", spec.attempt))?;
+        let mut detail = format!("attempt={}", spec.attempt);
+        if let Some(target) = &spec.pid_target {
+            detail.push_str(&format!(" pid_target={target}"));
+        }
+        self.enter("create_container", &spec.name, detail)?;
         let now = self.now_nanos();
         let mut state = self.lock();
         match state.sandboxes.get(sandbox_id) {
