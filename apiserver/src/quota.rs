@@ -19,7 +19,7 @@ use serde_json::{json, Value};
 use skiff_api::quota::{is_scoped, is_terminal, pod_amount, selects, Key, Side};
 use skiff_api::resources::{self, Kind};
 use skiff_api::validation::quantity::Quantity;
-use skiff_api::ApiError;
+use skiff_api::{ApiError, Reason};
 
 use crate::admission::{forbidden, Attributes};
 use crate::storage::{prefix_end, Consistency, ObjectStore};
@@ -35,6 +35,13 @@ pub(crate) struct Charge {
 /// Charges `obj`, about to be created, to its namespace's quotas, read at
 /// revision `at_least` or later (the revision a previous attempt failed
 /// at, so a retry sees the quota that beat it).
+///
+/// The quotas are read from what this member has applied, which may lag
+/// the leader: an admission charged against a stale quota only fails its
+/// compare and is charged again, but a refusal would be final. So a
+/// refusal is confirmed by a linearizable read before it is returned: a
+/// follower that has not yet applied the controller's first count, or a
+/// recount that lowered `used`, does not refuse what the quota allows.
 pub(crate) async fn charge(
     objects: &ObjectStore,
     attrs: &Attributes<'_>,
@@ -45,6 +52,18 @@ pub(crate) async fn charge(
         return Ok(Vec::new());
     }
     let consistency = if at_least > 0 { Consistency::AtLeast(at_least) } else { Consistency::Any };
+    match charge_at(objects, attrs, obj, consistency).await {
+        Err(e) if e.reason == Reason::Forbidden => charge_at(objects, attrs, obj, Consistency::Linearizable).await,
+        charged => charged,
+    }
+}
+
+async fn charge_at(
+    objects: &ObjectStore,
+    attrs: &Attributes<'_>,
+    obj: &Value,
+    consistency: Consistency,
+) -> Result<Vec<Charge>, ApiError> {
     let revision = objects.prepare_read(consistency).await?;
     let prefix = resources::of(Kind::ResourceQuota).namespace_prefix(Some(attrs.namespace));
     let page = objects.range(prefix.as_bytes(), &prefix_end(prefix.as_bytes()), revision, 0).await?;
