@@ -63,8 +63,21 @@ pub fn client_config(files: &ClientFiles) -> Result<ClientConfig, PkiError> {
 /// A rustls client configuration that accepts any server certificate
 /// (its handshake signatures still checked): only for fetching the
 /// cluster's CA, which the caller then checks against a join token's pin
-/// before trusting it or sending anything secret. Nothing else may use it.
+/// before trusting it or sending anything secret. Nothing else may use it
+/// but [`probe_config`].
 pub fn discovery_config() -> Result<ClientConfig, PkiError> {
+    any_server_config(b"h2")
+}
+
+/// A rustls client configuration for the node agent's https probes and
+/// hooks, speaking HTTP/1.1. Like the kubelet's (`InsecureSkipVerify`), it
+/// accepts any server certificate: a probe asks a pod's own server whether
+/// it is up, at the pod's IP, and sends nothing secret.
+pub fn probe_config() -> Result<ClientConfig, PkiError> {
+    any_server_config(b"http/1.1")
+}
+
+fn any_server_config(alpn: &[u8]) -> Result<ClientConfig, PkiError> {
     let provider = provider();
     let verifier = Arc::new(AnyServer { schemes: provider.signature_verification_algorithms });
     let mut config = ClientConfig::builder_with_provider(provider)
@@ -72,11 +85,12 @@ pub fn discovery_config() -> Result<ClientConfig, PkiError> {
         .dangerous()
         .with_custom_certificate_verifier(verifier)
         .with_no_client_auth();
-    config.alpn_protocols = vec![b"h2".to_vec()];
+    config.alpn_protocols = vec![alpn.to_vec()];
     Ok(config)
 }
 
-/// A verifier that takes any certificate: see [`discovery_config`].
+/// A verifier that takes any certificate: see [`discovery_config`] and
+/// [`probe_config`].
 #[derive(Debug)]
 struct AnyServer {
     schemes: rustls::crypto::WebPkiSupportedAlgorithms,
