@@ -136,6 +136,61 @@ impl Setup {
     }
 }
 
+/// Another "host" for the routes test: a network namespace this test makes,
+/// reached over a veth pair, with an address on each end. Nothing is sent
+/// to it; the namespace, the pair and any route to `pod_cidr` go on drop.
+struct PeerHost {
+    netns: String,
+    link: String,
+    pod_cidr: String,
+}
+
+impl PeerHost {
+    const HOST_ADDRESS: &'static str = "169.254.77.1";
+    const PEER_ADDRESS: &'static str = "169.254.77.2";
+
+    fn create(netns: &str, pod_cidr: &str) -> PeerHost {
+        let peer = PeerHost { netns: netns.into(), link: format!("{netns}-h"), pod_cidr: pod_cidr.into() };
+        peer.cleanup();
+        let inside = format!("{netns}-p");
+        ip(&["netns", "add", netns]);
+        ip(&["link", "add", &peer.link, "type", "veth", "peer", "name", &inside, "netns", netns]);
+        ip(&["addr", "add", &format!("{}/30", Self::HOST_ADDRESS), "dev", &peer.link]);
+        ip(&["link", "set", &peer.link, "up"]);
+        ip(&["-n", netns, "addr", "add", &format!("{}/30", Self::PEER_ADDRESS), "dev", &inside]);
+        ip(&["-n", netns, "link", "set", &inside, "up"]);
+        peer
+    }
+
+    /// What the host's routing table says about an address in the CIDR.
+    fn route_to_pods(&self) -> String {
+        let address = self.pod_cidr.replace(".0/24", ".5");
+        let out = std::process::Command::new("ip").args(["route", "get", &address]).output().unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    fn cleanup(&self) {
+        for args in [
+            vec!["route", "del", self.pod_cidr.as_str(), "proto", skiff_node::routes::PROTO],
+            vec!["link", "del", self.link.as_str()],
+            vec!["netns", "del", self.netns.as_str()],
+        ] {
+            let _ = std::process::Command::new("ip").args(&args).stderr(std::process::Stdio::null()).status();
+        }
+    }
+}
+
+impl Drop for PeerHost {
+    fn drop(&mut self) {
+        self.cleanup();
+    }
+}
+
+fn ip(args: &[&str]) {
+    let out = std::process::Command::new("ip").args(args).output().unwrap();
+    assert!(out.status.success(), "ip {}: {}", args.join(" "), String::from_utf8_lossy(&out.stderr));
+}
+
 fn tail(text: &str, lines: usize) -> String {
     let all: Vec<&str> = text.lines().collect();
     all[all.len().saturating_sub(lines)..].join("\n")
@@ -578,6 +633,35 @@ spec:
     for reason in ["Scheduled", "Created", "Started", "Unhealthy"] {
         assert!(described.contains(reason), "no {reason} event:\n{described}");
     }
+
+    // Routes to another host's pods, host-gw style: a Node whose
+    // InternalIP is on a network this host is directly on gets a route to
+    // its pod CIDR via that address. The two nodes here (127.0.0.1) share
+    // this host, whose bridges already route their CIDRs: no route.
+    let installed = || {
+        let out = std::process::Command::new("ip").args(["route", "show", "proto", skiff_node::routes::PROTO]).output();
+        String::from_utf8_lossy(&out.unwrap().stdout).into_owned()
+    };
+    assert!(!installed().contains("10.244.20"), "{}", installed());
+    let far = PeerHost::create("skiff-far", "10.244.250.0/24");
+    setup.apply(&format!(
+        r#"
+apiVersion: v1
+kind: Node
+metadata: {{name: far-away}}
+spec: {{podCIDR: {}}}
+status:
+  addresses: [{{type: InternalIP, address: {}}}, {{type: Hostname, address: far-away}}]
+"#,
+        far.pod_cidr,
+        PeerHost::PEER_ADDRESS
+    ));
+    setup.wait("a route to far-away's pods via its InternalIP", Duration::from_secs(20), || {
+        far.route_to_pods().contains(&format!("via {} dev {}", PeerHost::PEER_ADDRESS, far.link))
+    });
+    setup.kubectl(&["delete", "node", "far-away"]);
+    setup.wait("the route gone with its node", Duration::from_secs(20), || !installed().contains("10.244.250.0/24"));
+    assert!(far.route_to_pods().contains("blackhole") || far.route_to_pods().is_empty(), "{}", far.route_to_pods());
     drop(setup);
 }
 

@@ -31,6 +31,7 @@ use crate::host;
 use crate::metrics::metrics;
 use crate::pod::{PodWorkers, WorkerConfig, WorkerOutput};
 use crate::pod_objects::PodObjects;
+use crate::routes;
 use crate::runtime::Runtime;
 use crate::server::{self, PodLookup};
 use crate::static_pods::{self, ManifestDir};
@@ -74,6 +75,12 @@ pub trait NodeNetwork: Send + Sync + 'static {
     /// Configures the node's pod network for `pod_cidr`; called again
     /// only if the CIDR changes.
     fn configure(&self, pod_cidr: &str) -> Result<(), String>;
+
+    /// Whether the agent keeps routes to the pod CIDRs of nodes on other
+    /// hosts ([`crate::routes`]).
+    fn routes_to_other_hosts(&self) -> bool {
+        false
+    }
 }
 
 /// No network to set up.
@@ -202,6 +209,9 @@ pub async fn run(
     ));
 
     let informers = Informers::new(client.clone(), shutdown.clone());
+    if network.routes_to_other_hosts() {
+        shutdown.spawn(routes::run(informers.informer::<Node>(), shutdown.clone()));
+    }
     let pods = informers.informer_with::<Pod>(WatcherConfig {
         field_selector: format!("spec.nodeName={}", config.name),
         ..WatcherConfig::default()

@@ -114,7 +114,13 @@ impl CniConfig {
     }
 }
 
-async fn ip(args: &[&str]) -> Result<(), CniError> {
+/// Runs `ip ARGS`.
+pub(crate) async fn ip(args: &[&str]) -> Result<(), CniError> {
+    ip_output(args).await.map(|_| ())
+}
+
+/// Runs `ip ARGS` and returns what it printed.
+pub(crate) async fn ip_output(args: &[&str]) -> Result<String, CniError> {
     let output = tokio::process::Command::new("ip")
         .args(args)
         .stdin(std::process::Stdio::null())
@@ -122,7 +128,7 @@ async fn ip(args: &[&str]) -> Result<(), CniError> {
         .await
         .map_err(|source| CniError::Io { what: "running ip".to_string(), source })?;
     if output.status.success() {
-        return Ok(());
+        return Ok(String::from_utf8_lossy(&output.stdout).into_owned());
     }
     Err(CniError::Ip {
         args: args.join(" "),

@@ -21,6 +21,7 @@
 //!   containerd, so pods run without a registry.
 //! - [`cni`]: the node's CNI config (bridge, host-local, portmap) and the
 //!   host routes and links around it.
+//! - [`routes`]: routes to the other hosts' nodes' pod CIDRs (host-gw).
 //! - [`pod`]: the pod workers: one task per pod syncing its spec to the
 //!   runtime (sandbox, images, init/sidecar/main containers, probes,
 //!   hooks, restarts, termination) and reporting status and events.
@@ -48,6 +49,7 @@ pub mod pod;
 pub mod pod_objects;
 pub mod process;
 pub mod pty;
+pub mod routes;
 pub mod runtime;
 pub mod server;
 pub mod static_pods;

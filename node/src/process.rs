@@ -2,9 +2,10 @@
 //! images written, a private containerd started and supervised (unless
 //! `--container-runtime-endpoint` names one), image archives imported,
 //! blackhole routes for the cluster and service ranges, the CNI config
-//! once the pod CIDR is known, then the agent. On the way out containerd
-//! is stopped; containers keep running for the next start to adopt,
-//! unless `remove_pods_on_exit` asks for everything to go.
+//! once the pod CIDR is known, then the agent (with routes to other
+//! hosts' pod CIDRs). On the way out containerd is stopped; containers
+//! and routes stay for the next start to adopt, unless
+//! `remove_pods_on_exit` asks for everything to go.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -16,6 +17,7 @@ use crate::cni::{self, CniConfig};
 use crate::config::NodeConfig;
 use crate::containerd::{self, Containerd, ContainerdConfig};
 use crate::images::{self, ImageImporter};
+use crate::routes;
 use crate::runtime::cri::{self, CriRuntime};
 use crate::runtime::Runtime;
 
@@ -89,6 +91,10 @@ impl NodeNetwork for CniNetwork {
             ipam_data_dir: self.ipam_dir.clone(),
         };
         config.write(&self.conf_dir).map(|_| ()).map_err(|e| e.to_string())
+    }
+
+    fn routes_to_other_hosts(&self) -> bool {
+        true
     }
 }
 
@@ -172,6 +178,13 @@ async fn serve(
         }
         if let Err(e) = cni::delete_bridge(&cni::bridge_name(&name)).await {
             tracing::warn!(error = %e, "deleting the node's bridge");
+        }
+        // Another agent on this host puts back what it still needs at its
+        // next resync.
+        match routes::remove_all().await {
+            Ok(0) => {}
+            Ok(n) => tracing::info!(routes = n, "removed the routes to other hosts' pods on exit"),
+            Err(e) => tracing::warn!(error = %e, "removing the routes to other hosts' pods"),
         }
     }
     Ok(outcome?)
