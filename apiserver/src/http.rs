@@ -2,8 +2,14 @@
 //! and the authentication step every request on it passes first (with
 //! the authorization of paths outside the resource API).
 //!
-//! `/readyz` answers 200 only while the member knows a leader; `/metrics` is Prometheus text: the
-//! store's counters and histograms plus gauges read at scrape time.
+//! `/readyz` answers 200 only while the member knows a leader, and once
+//! it has seen the default objects in (the namespaces, priority classes
+//! and RBAC defaults every cluster has, as kube-apiserver's post-start
+//! hooks gate its readiness); `/metrics` is Prometheus text: the store's
+//! counters and histograms plus gauges read at scrape time.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 
 use axum::extract::{Request, State};
 use axum::http::{header, HeaderMap, StatusCode};
@@ -60,21 +66,33 @@ pub async fn authenticate(State(security): State<Security>, mut request: Request
     next.run(request).await
 }
 
-pub fn router(store: Store) -> Router {
+/// The probes' and metrics' view of the member.
+#[derive(Clone)]
+struct Health {
+    store: Store,
+    /// Set once this member has seen the default objects in.
+    defaults: Arc<AtomicBool>,
+}
+
+/// The probes and metrics; `defaults` is set once the default objects
+/// are in.
+pub fn router(store: Store, defaults: Arc<AtomicBool>) -> Router {
     Router::new()
         .route("/healthz", get(|| async { "ok" }))
         .route("/livez", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
-        .with_state(store)
+        .with_state(Health { store, defaults })
 }
 
-async fn readyz(State(store): State<Store>) -> impl IntoResponse {
-    let status = store.status();
-    match status.leader {
-        Some(_) => (StatusCode::OK, "ok".to_string()),
-        None => (StatusCode::SERVICE_UNAVAILABLE, "no leader\n".to_string()),
+async fn readyz(State(health): State<Health>) -> impl IntoResponse {
+    if health.store.status().leader.is_none() {
+        return (StatusCode::SERVICE_UNAVAILABLE, "no leader\n");
     }
+    if !health.defaults.load(Ordering::Acquire) {
+        return (StatusCode::SERVICE_UNAVAILABLE, "the default namespaces and roles are not created yet\n");
+    }
+    (StatusCode::OK, "ok")
 }
 
 fn gauge(registry: &Registry, name: &str, help: &str, value: i64) {
@@ -83,7 +101,7 @@ fn gauge(registry: &Registry, name: &str, help: &str, value: i64) {
     registry.register(Box::new(g)).expect("each metric is registered once");
 }
 
-async fn metrics(State(store): State<Store>) -> impl IntoResponse {
+async fn metrics(State(Health { store, .. }): State<Health>) -> impl IntoResponse {
     let s = store.status();
     let registry = Registry::new();
     gauge(&registry, "skiff_raft_term", "Current Raft term.", s.term as i64);

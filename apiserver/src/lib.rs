@@ -378,7 +378,8 @@ pub async fn start_under(
     let rest =
         axum::Router::new().fallback(rest::handle).with_state(rest::RestState { registry: registry.clone(), address });
     // Outermost first: authentication, the audit log, the fairness limits.
-    let mut app = http::router(store.clone()).merge(rest);
+    let defaults = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut app = http::router(store.clone(), defaults.clone()).merge(rest);
     if let Some(limits) = config.fairness {
         let fairness = Arc::new(fairness::Fairness::new(limits));
         app = app.layer(axum::middleware::from_fn_with_state(fairness, fairness::limit));
@@ -424,15 +425,16 @@ pub async fn start_under(
         return Err(e.into());
     }
     tracing::info!(id = store.id(), "member started");
-    shutdown.spawn(ensure_defaults(registry, shutdown.clone()));
+    shutdown.spawn(ensure_defaults(registry, defaults, shutdown.clone()));
     Ok(running)
 }
 
 /// Creates the default namespaces, the system PriorityClasses and the
 /// default roles and bindings once the
 /// cluster can take writes; every master tries, the first write wins and
-/// the others find them present.
-async fn ensure_defaults(registry: registry::Registry, shutdown: Shutdown) {
+/// the others find them present. `done` is set then (`/readyz` waits
+/// for it).
+async fn ensure_defaults(registry: registry::Registry, done: Arc<std::sync::atomic::AtomicBool>, shutdown: Shutdown) {
     let mut delay = std::time::Duration::from_millis(200);
     loop {
         let attempt = tokio::select! {
@@ -444,7 +446,10 @@ async fn ensure_defaults(registry: registry::Registry, shutdown: Shutdown) {
             () = shutdown.cancelled() => return,
         };
         match attempt {
-            Ok(()) => return,
+            Ok(()) => {
+                done.store(true, std::sync::atomic::Ordering::Release);
+                return;
+            }
             Err(e) => tracing::debug!(error = %e, "default namespaces and priority classes not created yet"),
         }
         tokio::select! {

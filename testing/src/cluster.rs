@@ -25,7 +25,7 @@ use skiff_raft_store::{Store, StoreConfig};
 use crate::port::free_port;
 
 /// The default object every master creates last at start.
-const LAST_DEFAULT_OBJECT: &str = "/registry/clusterrolebindings/system:monitoring";
+pub const LAST_DEFAULT_OBJECT: &str = "/registry/clusterrolebindings/system:monitoring";
 use crate::wait::must_eventually;
 
 /// How long members may take to agree on a leader. Generous: elections

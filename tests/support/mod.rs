@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use skiff_proto::etcdserverpb::kv_client::KvClient;
 use skiff_proto::etcdserverpb::maintenance_client::MaintenanceClient;
-use skiff_proto::etcdserverpb::StatusRequest;
+use skiff_proto::etcdserverpb::{RangeRequest, StatusRequest};
 use tonic::transport::{Channel, Endpoint};
 
 pub mod controllers;
@@ -143,7 +143,39 @@ impl Cluster {
             cluster.start(id);
         }
         cluster.must_leader().await;
+        cluster.must_have_defaults().await;
         cluster
+    }
+
+    /// Waits until every running member has applied the default objects
+    /// the masters create at start (namespaces, priority classes, RBAC's
+    /// defaults), as `/readyz` does: tests that begin sooner race them
+    /// (`namespaces "kube-system" not found`).
+    pub async fn must_have_defaults(&self) {
+        let key = skiff_testing::cluster::LAST_DEFAULT_OBJECT.as_bytes().to_vec();
+        for m in self.running() {
+            let deadline = Instant::now() + Duration::from_secs(60);
+            loop {
+                let found = async {
+                    let mut kv = KvClient::new(connect(&m.client, self.client_tls.as_ref()).await?);
+                    let mut req = tonic::Request::new(RangeRequest {
+                        key: key.clone(),
+                        serializable: true,
+                        ..Default::default()
+                    });
+                    req.set_timeout(Duration::from_secs(2));
+                    kv.range(req).await.map(|r| !r.into_inner().kvs.is_empty()).map_err(|e| e.to_string())
+                };
+                let seen = found.await;
+                if seen == Ok(true) {
+                    break;
+                }
+                if Instant::now() > deadline {
+                    panic!("member {} has no default objects after 60s ({seen:?}):\n{}", m.id, self.log_of(m.id));
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
     }
 
     /// Sends `signal` (`STOP`, `CONT`, `TERM`) to member `id`.
@@ -379,19 +411,23 @@ pub async fn status_over(
     addr: &str,
     tls: Option<&skiff_pki::Connector>,
 ) -> Result<skiff_proto::etcdserverpb::StatusResponse, String> {
-    let ch = match tls {
+    let mut c = MaintenanceClient::new(connect(addr, tls).await?);
+    let mut req = tonic::Request::new(StatusRequest {});
+    req.set_timeout(Duration::from_secs(2));
+    c.status(req).await.map(|r| r.into_inner()).map_err(|e| e.to_string())
+}
+
+/// A channel to a member's client port, over TLS with `tls` if given.
+async fn connect(addr: &str, tls: Option<&skiff_pki::Connector>) -> Result<Channel, String> {
+    match tls {
         Some(tls) => Endpoint::from_shared(format!("https://{addr}"))
             .unwrap()
             .connect_timeout(Duration::from_millis(500))
             .connect_with_connector(tls.clone())
             .await
-            .map_err(|e| e.to_string())?,
-        None => channel(addr).await.map_err(|e| e.to_string())?,
-    };
-    let mut c = MaintenanceClient::new(ch);
-    let mut req = tonic::Request::new(StatusRequest {});
-    req.set_timeout(Duration::from_secs(2));
-    c.status(req).await.map(|r| r.into_inner()).map_err(|e| e.to_string())
+            .map_err(|e| e.to_string()),
+        None => channel(addr).await.map_err(|e| e.to_string()),
+    }
 }
 
 pub async fn kv(addr: &str) -> KvClient<Channel> {
