@@ -147,15 +147,28 @@ impl Cluster {
         cluster
     }
 
-    /// Waits until every running member has applied the default objects
-    /// the masters create at start (namespaces, priority classes, RBAC's
-    /// defaults), as `/readyz` does: tests that begin sooner race them
-    /// (`namespaces "kube-system" not found`).
+    /// Waits until every running member has the default objects the
+    /// masters create at start (namespaces, priority classes, RBAC's
+    /// defaults): tests that begin sooner race them (`namespaces
+    /// "kube-system" not found`). Members serving plain HTTP are asked
+    /// `/readyz`, which waits for them (and needs no credentials, even with
+    /// etcd auth on); members serving HTTPS are read through the KV API.
     pub async fn must_have_defaults(&self) {
         let key = skiff_testing::cluster::LAST_DEFAULT_OBJECT.as_bytes().to_vec();
+        let https = self.extra_args.iter().any(|a| a == "--tls-cert-file");
         for m in self.running() {
             let deadline = Instant::now() + Duration::from_secs(60);
             loop {
+                let ready = async {
+                    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+                    let mut stream = tokio::net::TcpStream::connect(&m.http).await.map_err(|e| e.to_string())?;
+                    stream.write_all(b"GET /readyz HTTP/1.0\r\n\r\n").await.map_err(|e| e.to_string())?;
+                    let mut response = Vec::new();
+                    stream.read_to_end(&mut response).await.map_err(|e| e.to_string())?;
+                    let response = String::from_utf8_lossy(&response).into_owned();
+                    let status = response.lines().next().unwrap_or_default().to_string();
+                    Ok::<bool, String>(status.split_whitespace().nth(1) == Some("200"))
+                };
                 let found = async {
                     let mut kv = KvClient::new(connect(&m.client, self.client_tls.as_ref()).await?);
                     let mut req = tonic::Request::new(RangeRequest {
@@ -166,7 +179,13 @@ impl Cluster {
                     req.set_timeout(Duration::from_secs(2));
                     kv.range(req).await.map(|r| !r.into_inner().kvs.is_empty()).map_err(|e| e.to_string())
                 };
-                let seen = found.await;
+                let seen = if https {
+                    found.await
+                } else {
+                    tokio::time::timeout(Duration::from_secs(2), ready)
+                        .await
+                        .unwrap_or_else(|_| Err("/readyz timed out".to_string()))
+                };
                 if seen == Ok(true) {
                     break;
                 }
