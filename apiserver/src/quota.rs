@@ -13,6 +13,7 @@
 //! `skiff_api::quota`'s, shared with the controller.
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Pod, ResourceQuota};
 use serde_json::{json, Value};
@@ -53,8 +54,29 @@ pub(crate) async fn charge(
     }
     let consistency = if at_least > 0 { Consistency::AtLeast(at_least) } else { Consistency::Any };
     match charge_at(objects, attrs, obj, consistency).await {
-        Err(e) if e.reason == Reason::Forbidden => charge_at(objects, attrs, obj, Consistency::Linearizable).await,
+        Err(e) if e.reason == Reason::Forbidden => confirm(objects, attrs, obj).await,
         charged => charged,
+    }
+}
+
+/// How long a refusal's confirming read waits for a leader.
+const CONFIRM_WAIT: Duration = Duration::from_secs(5);
+
+/// Charges `obj` against a linearizable read of the quotas. That read
+/// needs the leader: during an election it waits for the next one (up
+/// to [`CONFIRM_WAIT`]), as the create's own write would, rather than
+/// answer 503 where the refusal it confirms would have been the answer.
+async fn confirm(objects: &ObjectStore, attrs: &Attributes<'_>, obj: &Value) -> Result<Vec<Charge>, ApiError> {
+    let deadline = tokio::time::Instant::now() + CONFIRM_WAIT;
+    let mut backoff = Duration::from_millis(50);
+    loop {
+        match charge_at(objects, attrs, obj, Consistency::Linearizable).await {
+            Err(e) if e.reason == Reason::ServiceUnavailable && tokio::time::Instant::now() + backoff < deadline => {
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_millis(500));
+            }
+            charged => return charged,
+        }
     }
 }
 
