@@ -99,9 +99,16 @@ pub async fn installed() -> Result<Routes, CniError> {
     cni::ip_output(&["-j", "route", "show", "proto", PROTO]).await.map(|out| parse_routes(&out))
 }
 
-/// This host's addresses.
+/// This host's addresses. None read is an error, not an empty set: every
+/// node of this host would look remote, and a route via its own address
+/// would replace its bridge's.
 pub async fn local_addresses() -> Result<HashSet<IpAddr>, CniError> {
-    cni::ip_output(&["-j", "addr", "show"]).await.map(|out| parse_addresses(&out))
+    let out = cni::ip_output(&["-j", "addr", "show"]).await?;
+    let addresses = parse_addresses(&out);
+    if addresses.is_empty() {
+        return Err(CniError::Ip { args: "-j addr show".into(), message: "no address could be read".into() });
+    }
+    Ok(addresses)
 }
 
 /// Brings this host's routes to what `nodes` want; each failure is
