@@ -264,3 +264,77 @@ async fn kubectl_defines_a_resource_and_uses_it_like_a_built_in_one() {
     assert!(String::from_utf8_lossy(&none.stderr).contains("No resources found"), "{none:?}");
     assert_eq!(ok(kubectl(&a, &["get", "gadgets", "-o", "name"])), "gadget.example.com/g1\n", "other resources stay");
 }
+
+const SCALERS: &str = r#"
+apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata: {name: scalers.example.com}
+spec:
+  group: example.com
+  scope: Namespaced
+  names: {plural: scalers, kind: Scaler}
+  versions:
+  - name: v1
+    served: true
+    storage: true
+    schema:
+      openAPIV3Schema:
+        type: object
+        properties:
+          spec:
+            type: object
+            x-kubernetes-validations:
+            - rule: self.replicas <= self.maxReplicas
+              messageExpression: "'replicas (' + string(self.replicas) + ') must not exceed maxReplicas'"
+            - rule: "!has(self.tier) || self.tier == oldSelf.tier"
+              message: tier is immutable
+              reason: FieldValueForbidden
+              fieldPath: .tier
+            properties:
+              replicas: {type: integer}
+              maxReplicas: {type: integer}
+              tier: {type: string, x-kubernetes-validations: [{rule: "self.lowerAscii() == self"}]}
+"#;
+
+fn scaler(name: &str, spec: &str) -> String {
+    format!("apiVersion: example.com/v1\nkind: Scaler\nmetadata: {{name: {name}, namespace: default}}\nspec: {spec}\n")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_meets_the_cel_rules_of_a_definition() {
+    let cluster = Cluster::spawn(1).await;
+    let leader = cluster.must_leader().await;
+    let api = cluster.members[&leader].http.clone();
+    must_ready(&api).await;
+
+    // A rule that does not compile, or calls what Skiff lacks, keeps the
+    // definition out, with the rule's place in the schema.
+    let broken = SCALERS.replace("self.replicas <= self.maxReplicas", "self.replicas <=");
+    let err = fails(kubectl_stdin(&api, &["apply", "-f", "-"], &broken));
+    assert!(
+        err.contains("spec.versions[0].schema.openAPIV3Schema.properties[spec].x-kubernetes-validations[0].rule")
+            && err.contains("compilation failed"),
+        "{err}"
+    );
+    let unsupported = SCALERS.replace("self.lowerAscii() == self", "isURL(self)");
+    let err = fails(kubectl_stdin(&api, &["apply", "-f", "-"], &unsupported));
+    assert!(err.contains("'isURL' of Kubernetes' CEL libraries is not supported"), "{err}");
+
+    ok(kubectl_stdin(&api, &["apply", "-f", "-"], SCALERS));
+    ok(kubectl(&api, &["wait", "--for", "condition=Established", "crd/scalers.example.com", "--timeout=20s"]));
+
+    // Objects are held to the rules, with their messages.
+    let err = fails(kubectl_stdin(&api, &["apply", "-f", "-"], &scaler("s1", "{replicas: 5, maxReplicas: 3}")));
+    assert!(err.contains("spec: Invalid value: \"object\": replicas (5) must not exceed maxReplicas"), "{err}");
+    let err =
+        fails(kubectl_stdin(&api, &["apply", "-f", "-"], &scaler("s1", "{replicas: 1, maxReplicas: 3, tier: Gold}")));
+    assert!(err.contains("spec.tier: Invalid value: \"string\": failed rule: self.lowerAscii() == self"), "{err}");
+    ok(kubectl_stdin(&api, &["apply", "-f", "-"], &scaler("s1", "{replicas: 1, maxReplicas: 3, tier: gold}")));
+
+    // The transition rule compares an update with what is stored.
+    ok(kubectl(&api, &["patch", "scaler", "s1", "--type", "merge", "-p", r#"{"spec":{"replicas":3}}"#]));
+    let err =
+        fails(kubectl(&api, &["patch", "scaler", "s1", "--type", "merge", "-p", r#"{"spec":{"tier":"silver"}}"#]));
+    assert!(err.contains("spec.tier: Forbidden: tier is immutable"), "{err}");
+    assert_eq!(ok(kubectl(&api, &["get", "scaler", "s1", "-o", "jsonpath={.spec.tier}/{.spec.replicas}"])), "gold/3");
+}

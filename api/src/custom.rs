@@ -14,8 +14,10 @@
 //! their status (accepted names, conditions, stored versions) is the
 //! apiserver's to write ([`status_of`]).
 //!
-//! Not done: CEL rules (`x-kubernetes-validations`), `oneOf`/`anyOf`/`allOf`/
-//! `not`, `format`, webhook conversion and the `scale` subresource.
+//! CEL rules (`x-kubernetes-validations`) are [`rules`]'.
+//!
+//! Not done: `oneOf`/`anyOf`/`allOf`/`not`, `format` checks, webhook
+//! conversion and validation ratcheting.
 
 use chrono::{DateTime, Utc};
 use serde_json::{json, Map, Value};
@@ -349,8 +351,9 @@ fn default_value(schema: &Value, value: &mut Value) {
 
 /// Every way `obj` (normalized and defaulted) breaks its version's schema,
 /// with Kubernetes' paths and messages (`spec.replicas in body must be of
-/// type integer: "string"`).
-pub fn validate(info: &ResourceInfo, obj: &Value) -> Vec<FieldError> {
+/// type integer: "string"`); `old` is the stored object on update, which
+/// transition rules compare with.
+pub fn validate(info: &ResourceInfo, obj: &Value, old: Option<&Value>) -> Vec<FieldError> {
     let schema = &custom(info).schema;
     let mut errs = Vec::new();
     let Some(m) = obj.as_object() else {
@@ -361,10 +364,14 @@ pub fn validate(info: &ResourceInfo, obj: &Value) -> Vec<FieldError> {
             continue;
         }
         if let Ok(s) = field_schema(schema, k) {
-            check(s, v, &Path::new(k), &mut errs);
+            check(s, v, old.and_then(|o| o.get(k)), &Path::new(k), &mut errs);
         }
     }
     check_required(schema, m, &Path::new(""), &mut errs);
+    if schema.get("x-kubernetes-validations").is_some() {
+        let old = old.map(rules::root_view);
+        rules::evaluate(schema, &rules::root_view(obj), old.as_ref(), &Path::new(""), &mut errs);
+    }
     errs
 }
 
@@ -400,7 +407,9 @@ fn check_required(schema: &Value, m: &Map<String, Value>, path: &Path, errs: &mu
     }
 }
 
-fn check(schema: &Value, v: &Value, path: &Path, errs: &mut Vec<FieldError>) {
+/// Checks `v` against `schema`; `old` is the value at the same place in the
+/// stored object, where an update has one.
+fn check(schema: &Value, v: &Value, old: Option<&Value>, path: &Path, errs: &mut Vec<FieldError>) {
     let p = path.as_str();
     if v.is_null() {
         if schema["nullable"] != json!(true) {
@@ -452,7 +461,8 @@ fn check(schema: &Value, v: &Value, path: &Path, errs: &mut Vec<FieldError>) {
             }
             if let Some(s) = schema.get("items").filter(|s| s.is_object()) {
                 for (i, item) in items.iter().enumerate() {
-                    check(s, item, &path.index(i), errs);
+                    let old_item = old.and_then(|o| correlated_item(schema, item, o));
+                    check(s, item, old_item, &path.index(i), errs);
                 }
             }
         }
@@ -471,13 +481,25 @@ fn check(schema: &Value, v: &Value, path: &Path, errs: &mut Vec<FieldError>) {
                     } else {
                         path.key(k)
                     };
-                    check(s, child, &child_path, errs);
+                    check(s, child, old.and_then(|o| o.get(k)), &child_path, errs);
                 }
             }
             check_required(schema, m, path, errs);
         }
         _ => {}
     }
+    rules::evaluate(schema, v, old, path, errs);
+}
+
+/// The item of the old list that `item` continues: the one with the same
+/// keys in a `map` list. Items of other lists have no identity across
+/// writes, so transition rules do not run on them.
+fn correlated_item<'a>(schema: &Value, item: &Value, old: &'a Value) -> Option<&'a Value> {
+    if schema["x-kubernetes-list-type"] != "map" {
+        return None;
+    }
+    let keys: Vec<&str> = schema["x-kubernetes-list-map-keys"].as_array()?.iter().filter_map(Value::as_str).collect();
+    old.as_array()?.iter().find(|o| keys.iter().all(|k| o.get(k) == item.get(k)))
 }
 
 fn schema_type(schema: &Value) -> &str {
@@ -750,11 +772,12 @@ fn validate_scale(scale: &Value, path: &Path, errs: &mut Vec<FieldError>) {
     }
 }
 
-/// Every `pattern` of a schema must compile.
+/// Every `pattern` and every CEL rule of a schema must compile.
 fn check_patterns(schema: &Value, path: &Path, errs: &mut Vec<FieldError>) {
     let Some(m) = schema.as_object() else {
         return;
     };
+    rules::check_definition(schema, path, errs);
     if let Some(p) = m.get("pattern").and_then(Value::as_str) {
         if let Err(e) = regex::Regex::new(p) {
             errs.push(FieldError::invalid(path.child("pattern").as_str(), &json!(p), e.to_string()));
@@ -832,6 +855,8 @@ pub fn status_of(crd: &Value, old_status: Option<&Value>, now: &str) -> Value {
         ],
     })
 }
+
+mod rules;
 
 #[cfg(test)]
 mod tests;

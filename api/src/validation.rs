@@ -153,7 +153,7 @@ pub fn validate(info: &ResourceInfo, obj: &Value, old: Option<&Value>) -> Vec<Fi
         Kind::ClusterRole => rbac::validate_role(obj, false),
         Kind::RoleBinding => rbac::validate_binding(obj, old, true),
         Kind::ClusterRoleBinding => rbac::validate_binding(obj, old, false),
-        Kind::Custom => crate::custom::validate(info, obj),
+        Kind::Custom => crate::custom::validate(info, obj, old),
     });
     errs
 }

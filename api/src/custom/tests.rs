@@ -125,7 +125,7 @@ fn schema_violations_are_reported_with_their_paths() {
             "labels": {"k": 1}, "port": true, "parts": [{"id": "one"}]
         }
     });
-    let errs = validate(&info, &bad);
+    let errs = validate(&info, &bad, None);
     let by_field = |f: &str| errs.iter().find(|e| e.field == f).unwrap_or_else(|| panic!("no error on {f}: {errs:?}"));
     assert_eq!(errs.len(), 7, "{errs:?}");
     assert!(by_field("spec.size").to_string().contains("spec.size in body should be less than or equal to 10"));
@@ -136,14 +136,14 @@ fn schema_violations_are_reported_with_their_paths() {
     assert!(by_field("spec.port").to_string().contains("must be of type integer-or-string"));
     assert!(by_field("spec.parts[0].id").to_string().contains("must be of type integer: \"string\""));
 
-    let missing = validate(&info, &json!({"metadata": {"name": "w"}, "spec": {"colour": "red"}}));
+    let missing = validate(&info, &json!({"metadata": {"name": "w"}, "spec": {"colour": "red"}}), None);
     assert_eq!(missing.len(), 1);
     assert_eq!(missing[0].field, "spec.size");
     assert_eq!(missing[0].reason(), "FieldValueRequired");
 
     let good =
         json!({"metadata": {"name": "w"}, "spec": {"size": 3, "port": "http", "tags": ["a"], "parts": [{"id": 1}]}});
-    assert_eq!(validate(&info, &good), vec![]);
+    assert_eq!(validate(&info, &good, None), vec![]);
 }
 
 #[test]
