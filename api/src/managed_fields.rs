@@ -769,7 +769,66 @@ pub fn update(kind: Kind, live: &Value, new: &Value, mut managers: Vec<Manager>,
         });
     }
     managers.retain(|m| !m.fields.is_empty());
+    cap_update_managers(&mut managers);
     managers
+}
+
+/// The most Update managers an object keeps, as Kubernetes keeps.
+pub const MAX_UPDATE_MANAGERS: usize = 10;
+
+/// Where the oldest Update managers' fields go once there are too many.
+pub const ANCIENT_CHANGES: &str = "ancient-changes";
+
+/// Keeps at most [`MAX_UPDATE_MANAGERS`] Update managers, as Kubernetes'
+/// field manager does: oldest first, each is merged into an
+/// `ancient-changes` manager of its apiVersion (the first of a version
+/// becomes that manager when a second one comes), which takes the time of
+/// the newest merged. Controllers that each touch an object once would
+/// otherwise grow its managedFields without end.
+fn cap_update_managers(managers: &mut Vec<Manager>) {
+    let mut updaters: Vec<usize> =
+        (0..managers.len()).filter(|&i| managers[i].operation == Operation::Update).collect();
+    if updaters.len() <= MAX_UPDATE_MANAGERS {
+        return;
+    }
+    let age = |m: &Manager| {
+        (m.time.clone().unwrap_or_default(), m.name.clone(), m.api_version.clone(), m.subresource.clone())
+    };
+    updaters.sort_by_key(|&i| age(&managers[i]));
+    let is_bucket =
+        |m: &Manager, version: &str| m.name == ANCIENT_CHANGES && m.subresource.is_empty() && m.api_version == version;
+    let mut first_of_version: std::collections::HashMap<String, usize> = Default::default();
+    let mut merged = std::collections::BTreeSet::new();
+    let mut left = updaters.len();
+    for i in updaters {
+        if left <= MAX_UPDATE_MANAGERS {
+            break;
+        }
+        let version = managers[i].api_version.clone();
+        let Some(&first) = first_of_version.get(&version) else {
+            first_of_version.insert(version, i);
+            continue;
+        };
+        let bucket = (0..managers.len()).find(|&b| !merged.contains(&b) && is_bucket(&managers[b], &version));
+        let (into, from) = match bucket {
+            // The manager at hand is the bucket itself: the older one goes in.
+            Some(b) if b == i => (i, first),
+            Some(b) => (b, i),
+            None => {
+                managers[first].name = ANCIENT_CHANGES.to_string();
+                managers[first].subresource.clear();
+                (first, i)
+            }
+        };
+        managers[into].fields = managers[into].fields.union(&managers[from].fields);
+        let newest = managers[into].time.clone().max(managers[from].time.clone());
+        managers[into].time = newest;
+        merged.insert(from);
+        left -= 1;
+    }
+    for i in merged.into_iter().rev() {
+        managers.remove(i);
+    }
 }
 
 /// Server-side apply of `config` by `w` to `live` (`Value::Null` when the
@@ -853,6 +912,7 @@ pub fn apply(
         m.time = Some(w.now.to_string());
     }
     managers.retain(|m| !m.fields.is_empty());
+    cap_update_managers(&mut managers);
     Ok((merged, managers))
 }
 

@@ -343,3 +343,38 @@ fn malformed_managed_fields_are_refused() {
     assert!(decode(&json!({"metadata": {"managedFields": [{"fieldsV1": {"bad": {}}}]}})).is_err());
     assert_eq!(decode(&json!({"metadata": {"managedFields": []}})), Ok(None));
 }
+
+#[test]
+fn past_ten_update_managers_the_oldest_are_merged_into_ancient_changes() {
+    let names: Vec<String> = (0..13).map(|i| format!("m{i}")).collect();
+    let times: Vec<String> = (0..13).map(|i| format!("2026-01-01T00:00:{i:02}Z")).collect();
+    let label = |i: usize| path(&["metadata", "labels", &format!("l{i}")]);
+    let mut obj = deployment(1, "nginx");
+    let creator = Writer { now: "2025-12-31T00:00:00Z", ..writer("creator") };
+    let mut managers = apply(Kind::Deployment, &Value::Null, &obj, Vec::new(), &creator, false).unwrap().1;
+    for i in 0..12 {
+        let mut next = obj.clone();
+        next["metadata"]["labels"][format!("l{i}")] = json!("x");
+        let w = Writer { now: &times[i], ..writer(&names[i]) };
+        managers = update(Kind::Deployment, &obj, &next, managers, &w);
+        obj = next;
+    }
+    let updaters: Vec<&str> =
+        managers.iter().filter(|m| m.operation == Operation::Update).map(|m| m.name.as_str()).collect();
+    assert_eq!(updaters.len(), MAX_UPDATE_MANAGERS, "{updaters:?}");
+    assert!(managers.iter().any(|m| m.name == "creator" && m.operation == Operation::Apply), "appliers stay");
+    let ancient = managers.iter().find(|m| m.name == ANCIENT_CHANGES).expect("a bucket");
+    assert_eq!(ancient.fields, [label(0), label(1), label(2)].into_iter().collect());
+    assert_eq!((ancient.api_version.as_str(), ancient.time.as_deref()), ("apps/v1", Some(times[2].as_str())));
+    assert!(!updaters.contains(&"m2") && updaters.contains(&"m3") && updaters.contains(&"m11"), "{updaters:?}");
+
+    // The next writer pushes one more into the existing bucket.
+    let mut next = obj.clone();
+    next["metadata"]["labels"]["l12"] = json!("x");
+    let w = Writer { now: &times[12], ..writer(&names[12]) };
+    let managers = update(Kind::Deployment, &obj, &next, managers, &w);
+    let ancient = managers.iter().find(|m| m.name == ANCIENT_CHANGES).unwrap();
+    assert_eq!(ancient.fields, (0..4).map(label).collect());
+    assert_eq!(managers.iter().filter(|m| m.operation == Operation::Update).count(), MAX_UPDATE_MANAGERS);
+    assert!(!managers.iter().any(|m| m.name == "m3"));
+}
