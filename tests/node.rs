@@ -412,6 +412,17 @@ async fn a_deployment_runs_in_containers_answers_across_nodes_and_serves_logs_an
     let code = terminal.type_to_end("exit 5\r").await;
     assert_eq!(code, Some(5), "{:?}", terminal.output());
 
+    // A terminal hung up: kubectl goes away mid-session, and the shell gets
+    // SIGHUP as it would from a closed terminal, instead of running on.
+    let mut terminal = Terminal::kubectl(&setup.http, &["exec", "-it", &name(a), "--", "sh"], (80, 24));
+    terminal.type_until("echo $$ > /tmp/hup; echo saved-$((6*7))\r", "saved-42").await;
+    let shell = setup.kubectl(&["exec", &name(a), "--", "cat", "/tmp/hup"]).trim().to_string();
+    assert!(shell.parse::<u32>().is_ok(), "{shell:?}");
+    let alive = || kubectl(&setup.http, &["exec", &name(a), "--", "kill", "-0", &shell]).status.success();
+    assert!(alive(), "the shell runs while kubectl does");
+    terminal.child.kill().await.unwrap();
+    setup.wait("the hung-up shell to end", Duration::from_secs(20), || !alive());
+
     // kubectl attach -it to a container's own shell (CRI Attach through
     // containerd's streaming server): what is typed reaches the
     // container's main process, resizes follow, and its exit ends it.

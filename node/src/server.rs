@@ -47,7 +47,7 @@ use tokio::sync::mpsc;
 
 use crate::logs::{self, LogOptions};
 use crate::pty::Pty;
-use crate::runtime::{ContainerState, LabelFilter, Runtime, RuntimeError, LABEL_CONTAINER_NAME, LABEL_NODE};
+use crate::runtime::{ContainerState, LabelFilter, PipedExec, Runtime, RuntimeError, LABEL_CONTAINER_NAME, LABEL_NODE};
 use crate::stats::UsageCell;
 
 /// How long an exec may run before it is cut off.
@@ -355,12 +355,12 @@ async fn exec_stream(
         Ok(id) => id,
         Err(refused) => return refused,
     };
-    let process = match s.api.runtime.exec_piped(&id, &command, tty) {
+    let exec = match s.api.runtime.exec_piped(&id, &command, tty) {
         Ok(p) => p,
         Err(e) => return runtime_error(e),
     };
     let shutdown = s.shutdown.clone();
-    upgrade.protocols(EXEC_PROTOCOLS).on_upgrade(move |socket| exec_session(socket, process, tty, shutdown))
+    upgrade.protocols(EXEC_PROTOCOLS).on_upgrade(move |socket| exec_session(socket, exec, tty, shutdown))
 }
 
 /// One channel message: the channel id, then the bytes.
@@ -415,11 +415,14 @@ struct TerminalSize {
 }
 
 /// Runs an exec with streamed stdio until it ends, or until the client
-/// goes away. Then ctr is killed and the command's stdin closes, but the
-/// command itself runs on in the container until it ends: containerd
-/// does not tie an exec's life to its client (kubelet's non-terminal exec
-/// behaves the same).
-async fn exec_session(socket: WebSocket, process: tokio::process::Command, tty: bool, shutdown: Shutdown) {
+/// goes away. Then ctr is killed and the command's stdin closes. Without a
+/// terminal the command runs on in the container until it ends, as with
+/// kubelet and containerd, which do not tie an exec's life to its client.
+/// With one, the command is sent `SIGHUP`, as a shell is when its terminal
+/// hangs up (containerd would leave it waiting on a terminal no one holds).
+async fn exec_session(socket: WebSocket, exec: PipedExec, tty: bool, shutdown: Shutdown) {
+    let PipedExec { process, hang_up } = exec;
+    let hang_up = hang_up.filter(|_| tty);
     let (mut sink, mut source) = socket.split();
     let Spawned { mut child, outputs: pipes, mut stdin, pty } = match spawn_exec(process, tty) {
         Ok(spawned) => spawned,
@@ -480,9 +483,9 @@ async fn exec_session(socket: WebSocket, process: tokio::process::Command, tty: 
                 None => break,
             },
             // The client left before the command's output ended: ctr is
-            // killed as the child is dropped.
-            _ = &mut input => return,
-            _ = shutdown.cancelled() => return,
+            // killed as the child is dropped, and a terminal hangs up.
+            _ = &mut input => return hang_up_terminal(hang_up).await,
+            _ = shutdown.cancelled() => return hang_up_terminal(hang_up).await,
         }
     }
     let code = match child.wait().await {
@@ -495,6 +498,19 @@ async fn exec_session(socket: WebSocket, process: tokio::process::Command, tty: 
     let _ = sink.send(frame(3, status.to_string().as_bytes())).await;
     let _ = sink.send(Message::Close(Some(CloseFrame { code: 1000, reason: "".into() }))).await;
     let _ = tokio::time::timeout(Duration::from_secs(5), input).await;
+}
+
+/// Sends `SIGHUP` to a terminal exec whose client went away. The command
+/// may have ended meanwhile, so a failure is only logged.
+async fn hang_up_terminal(hang_up: Option<tokio::process::Command>) {
+    let Some(mut command) = hang_up else { return };
+    command.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::piped()).kill_on_drop(true);
+    match tokio::time::timeout(Duration::from_secs(10), command.output()).await {
+        Ok(Ok(out)) if out.status.success() => {}
+        Ok(Ok(out)) => tracing::debug!(stderr = %String::from_utf8_lossy(&out.stderr), "hanging up an exec's terminal"),
+        Ok(Err(e)) => tracing::warn!(error = %e, "hanging up an exec's terminal"),
+        Err(_) => tracing::warn!("hanging up an exec's terminal took over 10 s"),
+    }
 }
 
 /// The subprotocol of the runtime's streaming server (kubelet's

@@ -22,8 +22,8 @@ use tonic::transport::{Channel, Endpoint, Uri};
 use tonic::{Code, Status};
 
 use super::{
-    ContainerSpec, ContainerState, ContainerStats, ContainerStatus, ExecResult, ImageInfo, LabelFilter, Runtime,
-    RuntimeError, RuntimeVersion, SandboxSpec, SandboxState, SandboxStatus,
+    ContainerSpec, ContainerState, ContainerStats, ContainerStatus, ExecResult, ImageInfo, LabelFilter, PipedExec,
+    Runtime, RuntimeError, RuntimeVersion, SandboxSpec, SandboxState, SandboxStatus,
 };
 
 /// How long an ordinary call may take.
@@ -536,25 +536,31 @@ impl Runtime for CriRuntime {
     /// stdin when its own ends) and exits with the command's code. With
     /// `--tty` the command gets a terminal from the shim, ctr copies it to
     /// and from its own terminal, and resizes it on `SIGWINCH`.
-    fn exec_piped(&self, id: &str, cmd: &[String], tty: bool) -> Result<tokio::process::Command, RuntimeError> {
+    fn exec_piped(&self, id: &str, cmd: &[String], tty: bool) -> Result<PipedExec, RuntimeError> {
         static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
         let socket = socket_path(&self.endpoint)?;
         let exec_id =
             format!("skiff-exec-{}-{}", std::process::id(), NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
-        let mut command = tokio::process::Command::new("ctr");
-        command.arg("--address").arg(socket).args([
-            "--namespace",
-            crate::images::K8S_NAMESPACE,
-            "tasks",
-            "exec",
-            "--exec-id",
-            &exec_id,
-        ]);
+        let ctr = |subcommand: &str| {
+            let mut command = tokio::process::Command::new("ctr");
+            command.arg("--address").arg(&socket).args([
+                "--namespace",
+                crate::images::K8S_NAMESPACE,
+                "tasks",
+                subcommand,
+                "--exec-id",
+                &exec_id,
+            ]);
+            command
+        };
+        let mut process = ctr("exec");
         if tty {
-            command.arg("--tty");
+            process.arg("--tty");
         }
-        command.arg(id).args(cmd);
-        Ok(command)
+        process.arg(id).args(cmd);
+        let mut hang_up = ctr("kill");
+        hang_up.args(["--signal", "SIGHUP", id]);
+        Ok(PipedExec { process, hang_up: Some(hang_up) })
     }
 
     async fn attach_url(&self, id: &str, stdin: bool, tty: bool) -> Result<String, RuntimeError> {

@@ -249,6 +249,16 @@ pub struct ContainerStatus {
     pub log_path: String,
 }
 
+/// An exec with streamed stdio, as [`Runtime::exec_piped`] makes it.
+pub struct PipedExec {
+    /// The process to spawn: its stdio is the command's.
+    pub process: tokio::process::Command,
+    /// What sends `SIGHUP` to the command in the container, for when its
+    /// terminal's client hangs up: killing the process above does not
+    /// reach the command, which the runtime runs on its own.
+    pub hang_up: Option<tokio::process::Command>,
+}
+
 /// What `ExecSync` returns.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ExecResult {
@@ -345,7 +355,7 @@ pub trait Runtime: Send + Sync + 'static {
     /// which CRI's `ExecSync` cannot take. With `tty` the command gets a
     /// terminal in the container, and the process expects a terminal of
     /// its own as stdio (see [`crate::pty`]), whose size it passes on.
-    fn exec_piped(&self, _id: &str, _cmd: &[String], _tty: bool) -> Result<tokio::process::Command, RuntimeError> {
+    fn exec_piped(&self, _id: &str, _cmd: &[String], _tty: bool) -> Result<PipedExec, RuntimeError> {
         Err(RuntimeError::Unavailable("this runtime cannot run a command with stdin".to_string()))
     }
     /// Where to join a running container's own stdio (CRI `Attach`): a
