@@ -70,8 +70,13 @@ spec:
     schema: {openAPIV3Schema: {type: object, properties: {spec: {type: object, x-kubernetes-preserve-unknown-fields: true}}}}
 "#;
 
+/// A namespaced `example.com/v1` object of `kind` in `default`.
+fn object(kind: &str, name: &str, spec: &str) -> String {
+    format!("apiVersion: example.com/v1\nkind: {kind}\nmetadata: {{name: {name}, namespace: default}}\nspec: {spec}\n")
+}
+
 fn widget(name: &str, spec: &str) -> String {
-    format!("apiVersion: example.com/v1\nkind: Widget\nmetadata: {{name: {name}, namespace: default}}\nspec: {spec}\n")
+    object("Widget", name, spec)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -297,7 +302,7 @@ spec:
 "#;
 
 fn scaler(name: &str, spec: &str) -> String {
-    format!("apiVersion: example.com/v1\nkind: Scaler\nmetadata: {{name: {name}, namespace: default}}\nspec: {spec}\n")
+    object("Scaler", name, spec)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
