@@ -293,6 +293,7 @@ async fn a_member_that_missed_the_purged_log_catches_up_from_a_snapshot() {
     let leader = cluster.must_leader().await;
     let lagging = cluster.members.keys().copied().find(|id| *id != leader).unwrap();
     cluster.kill(lagging);
+    let lagging_at = cluster.gauge(leader, "skiff_raft_last_log_index").expect("the leader serves /metrics");
     let mut kv = kv(&cluster.members[&leader].client).await;
     let mut last = 0;
     for i in 0..400 {
@@ -310,6 +311,19 @@ async fn a_member_that_missed_the_purged_log_catches_up_from_a_snapshot() {
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     while !has_snapshot(&leader_snapshots) {
         assert!(std::time::Instant::now() < deadline, "leader built no snapshot:\n{}", cluster.log_of(leader));
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // A snapshot on disk is not enough: the leader purges its log after
+    // building one, and only entries it no longer has must come as a
+    // snapshot. Restarted before the purge, the member once caught up from
+    // the entries themselves.
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while cluster.gauge(leader, "skiff_raft_purged_index").unwrap_or(0) <= lagging_at {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the leader kept entries {lagging_at}.. in its log:\n{}",
+            cluster.log_of(leader)
+        );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     cluster.start(lagging);
