@@ -14,7 +14,7 @@
 //! their status (accepted names, conditions, stored versions) is the
 //! apiserver's to write ([`status_of`]).
 //!
-//! CEL rules (`x-kubernetes-validations`) are [`rules`]'.
+//! CEL rules (`x-kubernetes-validations`) are checked and run by the `rules` module.
 //!
 //! Not done: `oneOf`/`anyOf`/`allOf`/`not`, `format` checks, webhook
 //! conversion and validation ratcheting.
