@@ -127,12 +127,22 @@ impl Setup {
     }
 
     fn wait_phase(&self, pod: &str, phase: &str, within: Duration) -> Value {
-        let mut last = Value::Null;
-        self.wait(&format!("pod {pod} {phase}"), within, || {
-            last = self.pod(pod);
-            last["status"]["phase"] == phase
-        });
-        last
+        let deadline = Instant::now() + within;
+        loop {
+            let last = self.pod(pod);
+            if last["status"]["phase"] == phase {
+                return last;
+            }
+            if Instant::now() > deadline {
+                // The wait's own failure, with the node agents' logs.
+                let selector = format!("involvedObject.name={pod}");
+                let events = kubectl(&self.http, &["get", "events", "--field-selector", &selector]);
+                let events = String::from_utf8_lossy(&events.stdout);
+                let what = format!("pod {pod} {phase}; its status: {}\nits events:\n{events}", last["status"]);
+                self.wait(&what, Duration::ZERO, || false);
+            }
+            std::thread::sleep(Duration::from_millis(300));
+        }
     }
 }
 
@@ -804,6 +814,131 @@ spec:
     setup.kubectl(&["delete", "pod", "graceful", "--wait=true"]);
     assert!(started.elapsed() < Duration::from_secs(9), "deleted in {:?}", started.elapsed());
     assert_eq!(std::fs::read_to_string(&log).unwrap(), "started\nprestop\nterm\n");
+    drop(setup);
+}
+
+/// The value of `field` in a `/proc/<pid>/status` dump.
+fn proc_status_field<'a>(status: &'a str, field: &str) -> &'a str {
+    status.lines().find_map(|l| l.strip_prefix(field)?.strip_prefix(':')).map_or("", str::trim)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn security_contexts_hold_in_the_container_and_debug_node_reaches_the_host() {
+    if !is_root() {
+        eprintln!("skipped: needs root for containerd, runc and bridges");
+        return;
+    }
+    let _serial = SERIAL.lock().await;
+    let setup = Setup::new(216, &[&[]]).await;
+    setup.apply(&format!(
+        r#"
+apiVersion: v1
+kind: Pod
+metadata: {{name: confined}}
+spec:
+  restartPolicy: Never
+  securityContext: {{runAsUser: 1000, runAsGroup: 3000, fsGroup: 2000, supplementalGroups: [4000]}}
+  volumes: [{{name: data, emptyDir: {{}}}}]
+  containers:
+  - name: c
+    image: {BUSYBOX}
+    imagePullPolicy: Never
+    command: ["sh", "-c", "id; stat -c '%g %a' /data; touch /data/f && stat -c '%g' /data/f; touch /f 2>/dev/null || echo read-only; cat /proc/self/status"]
+    volumeMounts: [{{name: data, mountPath: /data}}]
+    securityContext:
+      readOnlyRootFilesystem: true
+      allowPrivilegeEscalation: false
+      capabilities: {{drop: [ALL]}}
+      seccompProfile: {{type: RuntimeDefault}}
+---
+apiVersion: v1
+kind: Pod
+metadata: {{name: plain}}
+spec:
+  restartPolicy: Never
+  containers: [{{name: c, image: {BUSYBOX}, imagePullPolicy: Never, command: ["cat", "/proc/self/status"]}}]
+---
+apiVersion: v1
+kind: Pod
+metadata: {{name: nonroot}}
+spec:
+  containers:
+  - {{name: c, image: {BUSYBOX}, imagePullPolicy: Never, command: ["sleep", "3600"], securityContext: {{runAsNonRoot: true}}}}
+"#
+    ));
+
+    // Users, groups, the fsGroup on the volume, a read-only root, no
+    // capabilities, no_new_privs and a seccomp filter, from inside.
+    setup.wait_phase("confined", "Succeeded", Duration::from_secs(60));
+    let logs = setup.kubectl(&["logs", "confined"]);
+    let mut lines = logs.lines();
+    let id = lines.next().unwrap_or_default();
+    assert!(id.starts_with("uid=1000 gid=3000 groups="), "{logs}");
+    let groups: Vec<&str> = id.rsplit('=').next().unwrap_or_default().split(',').collect();
+    assert!(groups.contains(&"2000") && groups.contains(&"4000"), "{logs}");
+    assert_eq!(lines.next(), Some("2000 2777"), "the emptyDir: group fsGroup, writable by all, setgid\n{logs}");
+    assert_eq!(lines.next(), Some("2000"), "a file made in it has the fsGroup\n{logs}");
+    assert_eq!(lines.next(), Some("read-only"), "{logs}");
+    assert_eq!(proc_status_field(&logs, "CapEff"), "0000000000000000", "{logs}");
+    assert_eq!(proc_status_field(&logs, "NoNewPrivs"), "1", "{logs}");
+    assert_eq!(proc_status_field(&logs, "Seccomp"), "2", "a filter is loaded\n{logs}");
+    // Without a securityContext: root with the runtime's default set, no filter.
+    setup.wait_phase("plain", "Succeeded", Duration::from_secs(60));
+    let plain = setup.kubectl(&["logs", "plain"]);
+    assert_eq!(proc_status_field(&plain, "Uid").split_whitespace().next(), Some("0"), "{plain}");
+    let default_caps = proc_status_field(&plain, "CapEff").to_string();
+    assert!(!default_caps.is_empty() && default_caps != "0000000000000000", "{plain}");
+    assert_eq!(proc_status_field(&plain, "Seccomp"), "0", "{plain}");
+
+    // runAsNonRoot with an image that runs as root: never created.
+    let mut waiting = Value::Null;
+    setup.wait("nonroot refused", Duration::from_secs(60), || {
+        waiting = setup.pod("nonroot")["status"]["containerStatuses"][0]["state"]["waiting"].clone();
+        waiting["reason"] == "CreateContainerConfigError"
+    });
+    let message = waiting["message"].as_str().unwrap_or_default();
+    assert!(
+        message.starts_with("container has runAsNonRoot and image will run as root (pod: \"nonroot_default("),
+        "{waiting}"
+    );
+
+    // `kubectl debug node/`: a privileged pod in the host's PID, IPC and
+    // network namespaces with the host's root at /host. It sees this test's
+    // process and reads a file this test wrote.
+    let mark = setup.cluster.root.path().join("debug-mark");
+    std::fs::write(&mark, "from the host\n").unwrap();
+    let script = format!(
+        "cat /host{}; test -d /proc/{} && echo host-pids; grep CapEff /proc/self/status",
+        mark.display(),
+        std::process::id()
+    );
+    let image = format!("--image={BUSYBOX}");
+    let out = setup.kubectl(&[
+        "debug",
+        "node/node-0",
+        &image,
+        "--image-pull-policy=Never",
+        "--profile=sysadmin",
+        "--",
+        "sh",
+        "-c",
+        &script,
+    ]);
+    let debugger = out
+        .split_whitespace()
+        .find(|w| w.starts_with("node-debugger-node-0-"))
+        .unwrap_or_else(|| panic!("no debug pod named in {out:?}"))
+        .to_string();
+    let pod = setup.wait_phase(&debugger, "Succeeded", Duration::from_secs(60));
+    assert_eq!(pod["spec"]["hostPID"], true, "{pod}");
+    let logs = setup.kubectl(&["logs", &debugger]);
+    let mut lines = logs.lines();
+    assert_eq!(lines.next(), Some("from the host"), "{logs}");
+    assert_eq!(lines.next(), Some("host-pids"), "{logs}");
+    let own = std::fs::read_to_string("/proc/self/status").unwrap();
+    let every = proc_status_field(&own, "CapBnd");
+    assert_eq!(proc_status_field(&logs, "CapEff"), every, "privileged: every capability the host has\n{logs}");
+    assert_ne!(every, default_caps);
     drop(setup);
 }
 

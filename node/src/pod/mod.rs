@@ -22,6 +22,7 @@
 pub mod backoff;
 pub mod plan;
 pub mod probe;
+pub mod security;
 pub mod spec;
 pub mod status;
 pub mod volumes;
@@ -51,6 +52,9 @@ pub struct WorkerConfig {
     pub pod_log_dir: PathBuf,
     /// Per-pod directories: `<pods_dir>/<uid>/volumes/...`.
     pub pods_dir: PathBuf,
+    /// Where `seccompProfile.type: Localhost` profiles are found (the
+    /// kubelet's `<root-dir>/seccomp`).
+    pub seccomp_dir: PathBuf,
     /// The node's IP (status.hostIP, hostNetwork pods' IP).
     pub host_ip: String,
     /// Cluster DNS servers for dnsPolicy ClusterFirst.
@@ -86,6 +90,7 @@ impl Default for WorkerConfig {
             node_name: "node".to_string(),
             pod_log_dir: PathBuf::from("/var/log/pods"),
             pods_dir: PathBuf::from("/var/lib/skiff/pods"),
+            seccomp_dir: PathBuf::from("/var/lib/skiff/seccomp"),
             host_ip: "127.0.0.1".to_string(),
             cluster_dns: Vec::new(),
             cluster_domain: "cluster.local".to_string(),

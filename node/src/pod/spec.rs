@@ -85,6 +85,43 @@ pub enum ConfigError {
     /// A subPath leaves the volume.
     #[error("invalid subPath \"{0}\": must be a relative path inside the volume")]
     SubPath(String),
+    /// The image's user could not be read from the runtime.
+    #[error("failed to read the user of image \"{image}\": {reason}")]
+    ImageUser {
+        /// The image.
+        image: String,
+        /// Why.
+        reason: String,
+    },
+    /// `runAsNonRoot` with `runAsUser: 0`.
+    #[error("container's runAsUser breaks non-root policy (pod: \"{pod}\", container: {container})")]
+    RunAsUserIsRoot {
+        /// The pod, as the kubelet names it: `name_namespace(uid)`.
+        pod: String,
+        /// The container's name.
+        container: String,
+    },
+    /// `runAsNonRoot` and an image whose user is root (or none).
+    #[error("container has runAsNonRoot and image will run as root (pod: \"{pod}\", container: {container})")]
+    ImageRunsAsRoot {
+        /// The pod, as the kubelet names it.
+        pod: String,
+        /// The container's name.
+        container: String,
+    },
+    /// `runAsNonRoot` and an image whose user is a name, not a uid.
+    #[error(
+        "container has runAsNonRoot and image has non-numeric user ({user}), cannot verify user is non-root \
+         (pod: \"{pod}\", container: {container})"
+    )]
+    NonNumericImageUser {
+        /// The image's user.
+        user: String,
+        /// The pod, as the kubelet names it.
+        pod: String,
+        /// The container's name.
+        container: String,
+    },
 }
 /// A pod's ephemeral containers (`kubectl debug`) as containers: the
 /// same fields, less `targetContainerName` ([`pid_target`] reads it).
@@ -142,7 +179,12 @@ pub fn sandbox_spec(config: &WorkerConfig, pod: &Pod, attempt: u32) -> SandboxSp
     let spec = pod.spec.clone().unwrap_or_default();
     let mut labels = pod.metadata.labels.clone().unwrap_or_default();
     labels.extend(pod_labels(config, pod));
-    let mut hostname = spec.hostname.clone().unwrap_or_else(|| name.to_string());
+    // A pod on the host's network has the host's name (the runtime cannot
+    // set one without a UTS namespace of its own), as the kubelet leaves it.
+    let mut hostname = match spec.host_network {
+        Some(true) => String::new(),
+        _ => spec.hostname.clone().unwrap_or_else(|| name.to_string()),
+    };
     hostname.truncate(63);
     let port_mappings = spec
         .containers
@@ -175,6 +217,9 @@ pub fn sandbox_spec(config: &WorkerConfig, pod: &Pod, attempt: u32) -> SandboxSp
         cgroup_parent: format!("{}/{qos}pod{uid}", config.cgroup_root.trim_end_matches('/')),
         host_network: spec.host_network.unwrap_or(false),
         share_process_namespace: spec.share_process_namespace.unwrap_or(false),
+        host_pid: spec.host_pid.unwrap_or(false),
+        host_ipc: spec.host_ipc.unwrap_or(false),
+        privileged: super::security::has_privileged_container(pod),
     }
 }
 
@@ -273,6 +318,7 @@ pub fn container_spec(
         // The target's runtime id is known only where it runs: the worker
         // sets it.
         pid_target: None,
+        security: super::security::security_spec(inputs.config, pod, container),
     })
 }
 

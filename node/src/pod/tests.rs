@@ -756,6 +756,14 @@ fn the_sandbox_spec_has_labels_log_directory_dns_and_host_ports() {
     assert_eq!(s.port_mappings.len(), 1);
     assert_eq!((s.port_mappings[0].container_port, s.port_mappings[0].host_port), (80, 8080));
     assert_eq!(s.cgroup_parent, "/kubepods/poduid-p", "Guaranteed pods sit right under the root");
+    let on_host =
+        must_pod("h", json!({"hostNetwork": true, "hostname": "x", "hostPID": true, "containers": [container("web")]}));
+    let h = spec::sandbox_spec(&config, &on_host, 0);
+    assert_eq!(
+        (h.hostname.as_str(), h.host_network, h.host_pid, h.host_ipc),
+        ("", true, true, false),
+        "the host's name"
+    );
 
     let host = WorkerConfig { host_dns: parse_resolv_conf("nameserver 9.9.9.9\nsearch home\n"), ..config.clone() };
     let default_policy = must_pod("d", json!({"dnsPolicy": "Default", "containers": [container("web")]}));

@@ -100,14 +100,27 @@ pub fn materialize(
     let mut volumes = Volumes::default();
     let mut errors = Vec::new();
     let root = pod_dir(config, pod).join("volumes");
+    let fs_group = pod.spec.as_ref().and_then(|s| s.security_context.as_ref()).and_then(|s| s.fs_group);
     for volume in pod.spec.iter().flat_map(|s| s.volumes.iter().flatten()) {
         let name = volume.name.clone();
         let result = if let Some(empty) = &volume.empty_dir {
             let dir = root.join("kubernetes.io~empty-dir").join(&name);
             let memory = empty.medium.as_deref() == Some("Memory");
+            let new = !dir.exists();
             make_dir(&name, &dir).and_then(|()| {
                 if memory && config.memory_medium_tmpfs {
                     mount_tmpfs(&name, &dir)?;
+                }
+                // Any user the pod runs as may write it, as the kubelet
+                // makes it; what the containers write there is theirs, so
+                // the fsGroup is set once, on the new directory (setgid:
+                // what is made in it inherits the group).
+                if new {
+                    let io_error = |source| VolumeError::Io { volume: name.clone(), path: dir.clone(), source };
+                    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)).map_err(io_error)?;
+                    if let Some(gid) = fs_group {
+                        set_ownership(&name, &dir, gid, false)?;
+                    }
                 }
                 Ok((dir, false))
             })
@@ -155,6 +168,10 @@ pub fn materialize(
                 Ok(mode) => {
                     let dir = root.join(plugin).join(&name);
                     write_files(&name, &dir, &files, mode.unwrap_or(0o644))
+                        .and_then(|()| match fs_group {
+                            Some(gid) => set_ownership(&name, &dir, gid, true),
+                            None => Ok(()),
+                        })
                         .map(|()| (dir, plugin != "kubernetes.io~unsupported"))
                 }
                 Err(source) => Err(VolumeError::Source { volume: name.clone(), source }),
@@ -351,6 +368,35 @@ fn write_files(volume: &str, dir: &Path, files: &Files, default_mode: i32) -> Re
         }
         let mode = mode.unwrap_or(default_mode) as u32 & 0o777;
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).map_err(io_error)?;
+    }
+    Ok(())
+}
+
+/// The pod's `fsGroup` on everything in a volume, as the kubelet sets it:
+/// group `gid`, readable by the group (and writable unless `readonly`),
+/// directories searchable and setgid.
+fn set_ownership(volume: &str, dir: &Path, gid: i64, readonly: bool) -> Result<(), VolumeError> {
+    let io_error = |path: &Path| {
+        let path = path.to_path_buf();
+        move |source| VolumeError::Io { volume: volume.to_string(), path, source }
+    };
+    let gid = u32::try_from(gid).map_err(|_| io_error(dir)(io::Error::other(format!("fsGroup {gid} is not a gid"))))?;
+    let mut pending = vec![dir.to_path_buf()];
+    while let Some(path) = pending.pop() {
+        let meta = std::fs::symlink_metadata(&path).map_err(io_error(&path))?;
+        if meta.file_type().is_symlink() {
+            continue;
+        }
+        std::os::unix::fs::lchown(&path, None, Some(gid)).map_err(io_error(&path))?;
+        let mut mask = if readonly { 0o440 } else { 0o660 };
+        if meta.is_dir() {
+            mask |= 0o2110;
+            for entry in std::fs::read_dir(&path).map_err(io_error(&path))? {
+                pending.push(entry.map_err(io_error(&path))?.path());
+            }
+        }
+        let mode = meta.permissions().mode() & 0o7777 | mask;
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).map_err(io_error(&path))?;
     }
     Ok(())
 }

@@ -22,6 +22,7 @@ use tokio::time::Instant;
 use super::backoff::Backoff;
 use super::plan::{is_terminal, plan, started, Memory, Plan, Start};
 use super::probe::{self, ProbeKind, ProbeState};
+use super::security;
 use super::spec::{self, pod_identity, ContainerInputs};
 use super::status::{pod_status, Observed, WorkerView};
 use super::volumes::{self, Volumes};
@@ -601,10 +602,22 @@ impl Worker {
             mounts,
             attempt: start.attempt,
         };
-        let container_spec = match spec::container_spec(&self.pod, &c, inputs) {
+        let mut container_spec = match spec::container_spec(&self.pod, &c, inputs) {
             Ok(s) => ContainerSpec { pid_target, ..s },
             Err(e) => return self.config_error(&c.name, e).await,
         };
+        let image = match runtime.image_status(&container_spec.image).await {
+            Ok(Some(image)) => image,
+            failed => {
+                let reason = failed.err().map_or_else(|| "the image is gone".to_string(), |e| e.to_string());
+                let e = spec::ConfigError::ImageUser { image: container_spec.image.clone(), reason };
+                return self.config_error(&c.name, e).await;
+            }
+        };
+        if let Err(e) = security::verify_run_as_non_root(&self.pod, &c, &image) {
+            return self.config_error(&c.name, e).await;
+        }
+        security::with_image_user(&mut container_spec.security, &image);
         let now = Instant::now();
         if let Some(since) = start.restart_since {
             self.backoff.next(&c.name, since);

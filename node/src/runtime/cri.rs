@@ -23,7 +23,7 @@ use tonic::{Code, Status};
 
 use super::{
     ContainerSpec, ContainerState, ContainerStats, ContainerStatus, ExecResult, ImageInfo, LabelFilter, PipedExec,
-    Runtime, RuntimeError, RuntimeVersion, SandboxSpec, SandboxState, SandboxStatus,
+    Runtime, RuntimeError, RuntimeVersion, SandboxSpec, SandboxState, SandboxStatus, Seccomp, SecuritySpec,
 };
 
 /// How long an ordinary call may take.
@@ -192,21 +192,22 @@ fn protocol(name: &str) -> cri::Protocol {
 }
 
 /// The namespaces a pod's sandbox and containers share: the pod's own
-/// network (or the host's), one IPC namespace for the pod, and a PID
-/// namespace per container unless the pod shares one
-/// (`shareProcessNamespace`) or the container joins another's (`pid_target`,
-/// a container's runtime id).
+/// network and IPC (or the host's), and a PID namespace per container
+/// unless the pod shares the host's (`hostPID`) or one of its own
+/// (`shareProcessNamespace`), or the container joins another's
+/// (`pid_target`, a container's runtime id).
 fn namespace_options(sandbox: &SandboxSpec, pid_target: Option<&str>) -> cri::NamespaceOption {
-    let network = if sandbox.host_network { cri::NamespaceMode::Node } else { cri::NamespaceMode::Pod };
+    let host_or_pod = |host: bool| if host { cri::NamespaceMode::Node } else { cri::NamespaceMode::Pod };
     let pid = match pid_target {
         Some(_) => cri::NamespaceMode::Target,
+        None if sandbox.host_pid => cri::NamespaceMode::Node,
         None if sandbox.share_process_namespace => cri::NamespaceMode::Pod,
         None => cri::NamespaceMode::Container,
     };
     cri::NamespaceOption {
-        network: network as i32,
+        network: host_or_pod(sandbox.host_network) as i32,
         pid: pid as i32,
-        ipc: cri::NamespaceMode::Pod as i32,
+        ipc: host_or_pod(sandbox.host_ipc) as i32,
         target_id: pid_target.unwrap_or_default().to_string(),
     }
 }
@@ -243,7 +244,7 @@ pub(crate) fn sandbox_config(spec: &SandboxSpec) -> cri::PodSandboxConfig {
             cgroup_parent: spec.cgroup_parent.clone(),
             security_context: Some(cri::LinuxSandboxSecurityContext {
                 namespace_options: Some(namespace_options(spec, None)),
-                privileged: false,
+                privileged: spec.privileged,
             }),
             sysctls: Default::default(),
         }),
@@ -286,12 +287,41 @@ pub(crate) fn container_config(spec: &ContainerSpec, sandbox: &SandboxSpec) -> c
                 memory_limit_in_bytes: spec.resources.memory_limit_in_bytes,
                 oom_score_adj: 0,
             }),
-            security_context: Some(cri::LinuxContainerSecurityContext {
-                privileged: false,
-                namespace_options: Some(namespace_options(sandbox, spec.pid_target.as_deref())),
-                readonly_rootfs: false,
-            }),
+            security_context: Some(security_context(
+                &spec.security,
+                namespace_options(sandbox, spec.pid_target.as_deref()),
+            )),
         }),
+    }
+}
+
+/// CRI's security context of a container, as the kubelet fills it.
+fn security_context(security: &SecuritySpec, namespaces: cri::NamespaceOption) -> cri::LinuxContainerSecurityContext {
+    let (profile, path) = match &security.seccomp {
+        Seccomp::Unconfined => ((cri::security_profile::ProfileType::Unconfined, String::new()), "unconfined".into()),
+        Seccomp::RuntimeDefault => {
+            ((cri::security_profile::ProfileType::RuntimeDefault, String::new()), "runtime/default".into())
+        }
+        Seccomp::Localhost(file) => {
+            ((cri::security_profile::ProfileType::Localhost, file.clone()), format!("localhost/{file}"))
+        }
+    };
+    let id = |v: Option<i64>| v.map(|value| cri::Int64Value { value });
+    cri::LinuxContainerSecurityContext {
+        capabilities: Some(cri::Capability {
+            add_capabilities: security.add_capabilities.clone(),
+            drop_capabilities: security.drop_capabilities.clone(),
+        }),
+        privileged: security.privileged,
+        namespace_options: Some(namespaces),
+        run_as_user: id(security.run_as_user),
+        run_as_username: security.run_as_username.clone(),
+        run_as_group: id(security.run_as_group),
+        readonly_rootfs: security.readonly_rootfs,
+        supplemental_groups: security.supplemental_groups.clone(),
+        seccomp_profile_path: path,
+        no_new_privs: security.no_new_privs,
+        seccomp: Some(cri::SecurityProfile { profile_type: profile.0 as i32, localhost_ref: profile.1 }),
     }
 }
 
@@ -350,7 +380,13 @@ pub(crate) fn container_status(status: cri::ContainerStatus, sandbox_id: String)
 }
 
 fn image_info(image: cri::Image) -> ImageInfo {
-    ImageInfo { id: image.id, repo_tags: image.repo_tags, size: image.size }
+    ImageInfo {
+        id: image.id,
+        repo_tags: image.repo_tags,
+        size: image.size,
+        uid: image.uid.map(|u| u.value),
+        username: image.username,
+    }
 }
 
 fn value(v: Option<cri::UInt64Value>) -> u64 {
@@ -674,8 +710,7 @@ mod tests {
             labels: BTreeMap::from([("a".to_string(), "b".to_string())]),
             annotations: BTreeMap::new(),
             cgroup_parent: "/skiff/podu1".into(),
-            host_network: false,
-            share_process_namespace: false,
+            ..SandboxSpec::default()
         }
     }
 
@@ -743,6 +778,73 @@ mod tests {
         for sandbox in [sandbox(), shared] {
             assert_eq!(pid(&debugger, &sandbox), (cri::NamespaceMode::Target as i32, "c-web".to_string()));
         }
+    }
+
+    #[test]
+    fn host_namespaces_and_privilege_reach_the_sandbox_and_its_containers() {
+        let host = SandboxSpec { host_pid: true, host_ipc: true, privileged: true, ..sandbox() };
+        let context = sandbox_config(&host).linux.unwrap().security_context.unwrap();
+        assert!(context.privileged);
+        let namespaces = context.namespace_options.unwrap();
+        assert_eq!(
+            (namespaces.pid, namespaces.ipc),
+            (cri::NamespaceMode::Node as i32, cri::NamespaceMode::Node as i32)
+        );
+        let container = container_config(&ContainerSpec::default(), &host);
+        let namespaces = container.linux.unwrap().security_context.unwrap().namespace_options.unwrap();
+        assert_eq!(
+            (namespaces.pid, namespaces.ipc),
+            (cri::NamespaceMode::Node as i32, cri::NamespaceMode::Node as i32)
+        );
+        let plain = sandbox_config(&sandbox()).linux.unwrap().security_context.unwrap();
+        assert!(!plain.privileged);
+        assert_eq!(plain.namespace_options.unwrap().ipc, cri::NamespaceMode::Pod as i32);
+    }
+
+    #[test]
+    fn a_containers_security_spec_becomes_cris_security_context() {
+        let spec = ContainerSpec {
+            security: SecuritySpec {
+                run_as_user: Some(1000),
+                run_as_group: Some(3000),
+                supplemental_groups: vec![2000],
+                readonly_rootfs: true,
+                no_new_privs: true,
+                add_capabilities: vec!["NET_ADMIN".into()],
+                drop_capabilities: vec!["ALL".into()],
+                seccomp: Seccomp::RuntimeDefault,
+                ..SecuritySpec::default()
+            },
+            ..Default::default()
+        };
+        let context = container_config(&spec, &sandbox()).linux.unwrap().security_context.unwrap();
+        assert_eq!(context.run_as_user.map(|u| u.value), Some(1000));
+        assert_eq!(context.run_as_group.map(|g| g.value), Some(3000));
+        assert_eq!(context.supplemental_groups, vec![2000]);
+        assert!(context.readonly_rootfs && context.no_new_privs && !context.privileged);
+        let capabilities = context.capabilities.unwrap();
+        assert_eq!(
+            (capabilities.add_capabilities, capabilities.drop_capabilities),
+            (vec!["NET_ADMIN".to_string()], vec!["ALL".to_string()])
+        );
+        let seccomp = context.seccomp.unwrap();
+        assert_eq!(seccomp.profile_type, cri::security_profile::ProfileType::RuntimeDefault as i32);
+        assert_eq!(context.seccomp_profile_path, "runtime/default");
+
+        let unset = container_config(&ContainerSpec::default(), &sandbox()).linux.unwrap().security_context.unwrap();
+        assert_eq!(unset.run_as_user, None, "no uid: the image's user");
+        assert_eq!(unset.seccomp.unwrap().profile_type, cri::security_profile::ProfileType::Unconfined as i32);
+        assert_eq!(unset.seccomp_profile_path, "unconfined");
+        let local = ContainerSpec {
+            security: SecuritySpec {
+                seccomp: Seccomp::Localhost("/d/seccomp/a.json".into()),
+                ..SecuritySpec::default()
+            },
+            ..Default::default()
+        };
+        let context = container_config(&local, &sandbox()).linux.unwrap().security_context.unwrap();
+        assert_eq!(context.seccomp.unwrap().localhost_ref, "/d/seccomp/a.json");
+        assert_eq!(context.seccomp_profile_path, "localhost//d/seccomp/a.json");
     }
 
     #[test]

@@ -246,7 +246,14 @@ impl FakeRuntime {
 
 fn image_info(image: &str) -> ImageInfo {
     let digest: u64 = image.bytes().fold(1469598103934665603u64, |h, b| (h ^ b as u64).wrapping_mul(1099511628211));
-    ImageInfo { id: format!("sha256:{digest:016x}"), repo_tags: vec![image.to_string()], size: 1 << 20 }
+    // Every fake image names no user: it runs as root.
+    ImageInfo {
+        id: format!("sha256:{digest:016x}"),
+        repo_tags: vec![image.to_string()],
+        size: 1 << 20,
+        uid: None,
+        username: String::new(),
+    }
 }
 
 fn finish(status: &mut ContainerStatus, now: i64, exit: &Exit) {

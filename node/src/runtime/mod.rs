@@ -111,6 +111,54 @@ pub struct SandboxSpec {
     pub host_network: bool,
     /// One PID namespace for the whole pod (`spec.shareProcessNamespace`).
     pub share_process_namespace: bool,
+    /// Share the host's PID namespace (`spec.hostPID`).
+    pub host_pid: bool,
+    /// Share the host's IPC namespace (`spec.hostIPC`).
+    pub host_ipc: bool,
+    /// Some container of the pod is privileged: the runtime refuses a
+    /// privileged container in a sandbox not made for one.
+    pub privileged: bool,
+}
+
+/// Which seccomp filter a container runs under.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum Seccomp {
+    /// None (the kubelet's default without `--seccomp-default`).
+    #[default]
+    Unconfined,
+    /// The runtime's default filter.
+    RuntimeDefault,
+    /// A profile file on the node, by absolute path.
+    Localhost(String),
+}
+
+/// A container's Linux security settings, the pod's and the container's
+/// `securityContext` merged (CRI `LinuxContainerSecurityContext`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SecuritySpec {
+    /// All capabilities, every device, no seccomp filter.
+    pub privileged: bool,
+    /// The uid of its processes.
+    pub run_as_user: Option<i64>,
+    /// The image's user, by name, when neither the pod nor the image
+    /// gives a uid (resolved in the image's `/etc/passwd` by the runtime).
+    pub run_as_username: String,
+    /// The gid of its processes.
+    pub run_as_group: Option<i64>,
+    /// More groups for its first process (the pod's `supplementalGroups`
+    /// and `fsGroup`).
+    pub supplemental_groups: Vec<i64>,
+    /// Mount its root filesystem read-only.
+    pub readonly_rootfs: bool,
+    /// Set `no_new_privs` (`allowPrivilegeEscalation: false`).
+    pub no_new_privs: bool,
+    /// Capabilities added to the runtime's default set, as the pod names
+    /// them (`NET_ADMIN`).
+    pub add_capabilities: Vec<String>,
+    /// Capabilities dropped (`ALL` for every one).
+    pub drop_capabilities: Vec<String>,
+    /// Its seccomp filter.
+    pub seccomp: Seccomp,
 }
 
 /// A bind mount into a container.
@@ -171,6 +219,8 @@ pub struct ContainerSpec {
     /// Join this running container's PID namespace: an ephemeral
     /// container's `targetContainerName` (`kubectl debug --target`).
     pub pid_target: Option<String>,
+    /// Users, groups, capabilities, seccomp, read-only root.
+    pub security: SecuritySpec,
 }
 
 /// Whether a sandbox is up.
@@ -279,6 +329,11 @@ pub struct ImageInfo {
     pub repo_tags: Vec<String>,
     /// Its size in bytes.
     pub size: u64,
+    /// The uid its config's `User` names, if numeric (none if it names no
+    /// user: root).
+    pub uid: Option<i64>,
+    /// The user name its config's `User` names, if not numeric.
+    pub username: String,
 }
 
 /// A container's resource figures (CRI `ContainerStats`).
