@@ -939,6 +939,26 @@ spec:
     let every = proc_status_field(&own, "CapBnd");
     assert_eq!(proc_status_field(&logs, "CapEff"), every, "privileged: every capability the host has\n{logs}");
     assert_ne!(every, default_caps);
+
+    // `kubectl debug --copy-to`: a copy of the pod with a debug container
+    // beside its own, sharing its processes.
+    setup.kubectl(&[
+        "debug",
+        "plain",
+        "--copy-to=plain-copy",
+        "--share-processes",
+        &image,
+        "--image-pull-policy=Never",
+        "--container=dbg",
+        "--profile=general",
+        "--",
+        "echo",
+        "copied",
+    ]);
+    let copy = setup.wait_phase("plain-copy", "Succeeded", Duration::from_secs(60));
+    assert_eq!(copy["spec"]["shareProcessNamespace"], true, "{copy}");
+    assert_eq!(copy["spec"]["containers"].as_array().map(Vec::len), Some(2), "{copy}");
+    assert_eq!(setup.kubectl(&["logs", "plain-copy", "-c", "dbg"]), "copied\n");
     drop(setup);
 }
 
