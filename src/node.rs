@@ -67,6 +67,11 @@ pub struct NodeArgs {
     /// How often CPU usage is sampled for the rates `kubectl top` shows.
     #[arg(long, default_value = "10s", value_parser = parse_duration)]
     pub housekeeping_interval: Duration,
+    /// Sysctls pods may set beyond the safe ones, comma-separated: names,
+    /// or prefixes ending in `*` (`net.core.*`). Only namespaced ones can
+    /// be allowed.
+    #[arg(long, value_delimiter = ',')]
+    pub allowed_unsafe_sysctls: Vec<String>,
     /// DNS servers for pods with dnsPolicy ClusterFirst, comma-separated.
     #[arg(long, value_delimiter = ',')]
     pub cluster_dns: Vec<String>,
@@ -165,6 +170,7 @@ impl NodeArgs {
         node.lease_renew_interval = self.node_lease_renew_interval;
         node.status_update_frequency = self.node_status_update_frequency;
         node.housekeeping_interval = self.housekeeping_interval;
+        node.allowed_unsafe_sysctls = self.allowed_unsafe_sysctls;
         node.cluster_dns = self.cluster_dns;
         node.cluster_domain = self.cluster_domain;
         if node.lease_renew_interval.is_zero()

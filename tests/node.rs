@@ -864,6 +864,21 @@ metadata: {{name: nonroot}}
 spec:
   containers:
   - {{name: c, image: {BUSYBOX}, imagePullPolicy: Never, command: ["sleep", "3600"], securityContext: {{runAsNonRoot: true}}}}
+---
+apiVersion: v1
+kind: Pod
+metadata: {{name: tuned}}
+spec:
+  restartPolicy: Never
+  securityContext: {{sysctls: [{{name: net.ipv4.ip_local_port_range, value: "40000 50000"}}]}}
+  containers: [{{name: c, image: {BUSYBOX}, imagePullPolicy: Never, command: ["cat", "/proc/sys/net/ipv4/ip_local_port_range"]}}]
+---
+apiVersion: v1
+kind: Pod
+metadata: {{name: untuned}}
+spec:
+  securityContext: {{sysctls: [{{name: kernel.msgmax, value: "65536"}}]}}
+  containers: [{{name: c, image: {BUSYBOX}, imagePullPolicy: Never, command: ["sleep", "3600"]}}]
 "#
     ));
 
@@ -889,6 +904,15 @@ spec:
     let default_caps = proc_status_field(&plain, "CapEff").to_string();
     assert!(!default_caps.is_empty() && default_caps != "0000000000000000", "{plain}");
     assert_eq!(proc_status_field(&plain, "Seccomp"), "0", "{plain}");
+
+    // A safe sysctl is set in the pod's own network namespace; an unsafe
+    // one gets the pod refused, as the kubelet refuses it.
+    setup.wait_phase("tuned", "Succeeded", Duration::from_secs(60));
+    let range = setup.kubectl(&["logs", "tuned"]);
+    assert_eq!(range.split_whitespace().collect::<Vec<_>>(), ["40000", "50000"], "{range}");
+    let untuned = setup.wait_phase("untuned", "Failed", Duration::from_secs(60));
+    assert_eq!(untuned["status"]["reason"], "SysctlForbidden", "{untuned}");
+    assert_eq!(untuned["status"]["message"], "Pod was rejected: forbidden sysctl: \"kernel.msgmax\" not allowlisted");
 
     // runAsNonRoot with an image that runs as root: never created.
     let mut waiting = Value::Null;

@@ -426,6 +426,7 @@ fn worker_config(config: &NodeConfig) -> WorkerConfig {
         pod_log_dir: config.pod_log_dir(),
         pods_dir: config.pods_dir(),
         seccomp_dir: config.data_dir.join("seccomp"),
+        allowed_unsafe_sysctls: config.allowed_unsafe_sysctls.clone(),
         host_ip: config.node_ip.clone(),
         cluster_dns: config.cluster_dns.clone(),
         cluster_domain: config.cluster_domain.clone(),

@@ -41,6 +41,9 @@ pub struct NodeConfig {
     /// How often CPU usage is sampled for `/stats/summary`'s rates
     /// (`kubectl top`), as cAdvisor's housekeeping.
     pub housekeeping_interval: Duration,
+    /// Sysctls pods may set beyond the safe ones: names, or prefixes
+    /// ending in `*` (the kubelet's `--allowed-unsafe-sysctls`).
+    pub allowed_unsafe_sysctls: Vec<String>,
     /// Labels added to the Node at registration (`--node-labels`).
     pub node_labels: BTreeMap<String, String>,
     /// Taints the Node registers with (`--register-with-taints`).
@@ -77,6 +80,7 @@ impl NodeConfig {
             lease_duration: Duration::from_secs(40),
             status_update_frequency: Duration::from_secs(10),
             housekeeping_interval: Duration::from_secs(10),
+            allowed_unsafe_sysctls: Vec::new(),
             node_labels: BTreeMap::new(),
             register_with_taints: Vec::new(),
             system_reserved: BTreeMap::new(),

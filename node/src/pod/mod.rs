@@ -55,6 +55,9 @@ pub struct WorkerConfig {
     /// Where `seccompProfile.type: Localhost` profiles are found (the
     /// kubelet's `<root-dir>/seccomp`).
     pub seccomp_dir: PathBuf,
+    /// Sysctls allowed beyond the safe ones: names, or prefixes ending in
+    /// `*` (`--allowed-unsafe-sysctls`).
+    pub allowed_unsafe_sysctls: Vec<String>,
     /// The node's IP (status.hostIP, hostNetwork pods' IP).
     pub host_ip: String,
     /// Cluster DNS servers for dnsPolicy ClusterFirst.
@@ -91,6 +94,7 @@ impl Default for WorkerConfig {
             pod_log_dir: PathBuf::from("/var/log/pods"),
             pods_dir: PathBuf::from("/var/lib/skiff/pods"),
             seccomp_dir: PathBuf::from("/var/lib/skiff/seccomp"),
+            allowed_unsafe_sysctls: Vec::new(),
             host_ip: "127.0.0.1".to_string(),
             cluster_dns: Vec::new(),
             cluster_domain: "cluster.local".to_string(),

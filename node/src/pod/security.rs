@@ -3,7 +3,10 @@
 //! seccomp), the container's own (privileged, capabilities, read-only
 //! root, `allowPrivilegeEscalation`), the pod's groups (`fsGroup`,
 //! `supplementalGroups`), and the `runAsNonRoot` check against the image's
-//! user that the kubelet makes before it creates the container.
+//! user that the kubelet makes before it creates the container; and the
+//! pod's sysctls, which the kubelet admits only when they are safe (or
+//! allowed by `--allowed-unsafe-sysctls`) and namespaced apart from the
+//! host's.
 
 use k8s_openapi::api::core::v1::{Container, Pod, SeccompProfile};
 
@@ -95,6 +98,66 @@ pub fn verify_run_as_non_root(pod: &Pod, container: &Container, image: &ImageInf
         }
         _ => Err(ConfigError::ImageRunsAsRoot { pod: pod_name, container: container_name }),
     }
+}
+
+/// The sysctls the kubelet allows any pod: namespaced, and unable to hurt
+/// other pods or the node.
+const SAFE_SYSCTLS: &[&str] = &[
+    "kernel.shm_rmid_forced",
+    "net.ipv4.ip_local_port_range",
+    "net.ipv4.tcp_syncookies",
+    "net.ipv4.ping_group_range",
+    "net.ipv4.ip_unprivileged_port_start",
+    "net.ipv4.ip_local_reserved_ports",
+    "net.ipv4.tcp_keepalive_time",
+    "net.ipv4.tcp_fin_timeout",
+    "net.ipv4.tcp_keepalive_intvl",
+    "net.ipv4.tcp_keepalive_probes",
+];
+
+/// Sysctls of the IPC namespace: the host's with `hostIPC`.
+fn is_ipc_sysctl(name: &str) -> bool {
+    matches!(name, "kernel.sem" | "kernel.shmall" | "kernel.shmmax" | "kernel.shmmni" | "kernel.shm_rmid_forced")
+        || name.starts_with("kernel.msg")
+        || name.starts_with("fs.mqueue.")
+}
+
+/// Why the node refuses the pod's sysctls, in the kubelet's words
+/// (`Pod was rejected: ...`, reason `SysctlForbidden`); `allowed_unsafe`
+/// holds names, or prefixes ending in `*`.
+pub fn forbidden_sysctl(pod: &Pod, allowed_unsafe: &[String]) -> Option<String> {
+    let spec = pod.spec.as_ref()?;
+    let sysctls = spec.security_context.as_ref()?.sysctls.as_ref()?;
+    for sysctl in sysctls {
+        // Either separator is accepted, as the kubelet accepts it.
+        let name = sysctl.name.replace('/', ".");
+        let allowed = SAFE_SYSCTLS.contains(&name.as_str())
+            || allowed_unsafe.iter().any(|pattern| match pattern.strip_suffix('*') {
+                Some(prefix) => name.starts_with(prefix),
+                None => *pattern == name,
+            });
+        if !allowed {
+            return Some(format!("forbidden sysctl: \"{}\" not allowlisted", sysctl.name));
+        }
+        if is_ipc_sysctl(&name) {
+            if spec.host_ipc == Some(true) {
+                return Some(format!("sysctl \"{}\" not allowed with host ipc enabled", sysctl.name));
+            }
+        } else if name.starts_with("net.") {
+            if spec.host_network == Some(true) {
+                return Some(format!("sysctl \"{}\" not allowed with host net enabled", sysctl.name));
+            }
+        } else {
+            return Some(format!("forbidden sysctl: \"{}\" not namespaced", sysctl.name));
+        }
+    }
+    None
+}
+
+/// The pod's sysctls, for its sandbox, by their dotted names.
+pub fn sysctls(pod: &Pod) -> std::collections::BTreeMap<String, String> {
+    let listed = pod.spec.as_ref().and_then(|s| s.security_context.as_ref()).and_then(|s| s.sysctls.as_ref());
+    listed.into_iter().flatten().map(|s| (s.name.replace('/', "."), s.value.clone())).collect()
 }
 
 #[cfg(test)]
@@ -227,5 +290,42 @@ mod tests {
         assert!(verify_run_as_non_root(&p, &first(&p), &root_image).is_err());
         let p = pod(serde_json::json!({"containers": [{"name": "c"}]}));
         assert_eq!(verify_run_as_non_root(&p, &first(&p), &root_image), Ok(()));
+    }
+
+    #[test]
+    fn safe_sysctls_pass_and_others_need_the_flag_and_a_namespace() {
+        let with = |extra: serde_json::Value, sysctls: serde_json::Value| {
+            let mut spec = serde_json::json!({"securityContext": {"sysctls": sysctls}, "containers": [{"name": "c"}]});
+            spec.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+            pod(spec)
+        };
+        let none: &[String] = &[];
+        let safe = with(
+            serde_json::json!({}),
+            serde_json::json!([{"name": "net.ipv4.ip_local_port_range", "value": "40000 50000"}]),
+        );
+        assert_eq!(forbidden_sysctl(&safe, none), None);
+        assert_eq!(sysctls(&safe).get("net.ipv4.ip_local_port_range").map(String::as_str), Some("40000 50000"));
+        let unsafe_ = with(serde_json::json!({}), serde_json::json!([{"name": "kernel.msgmax", "value": "65536"}]));
+        assert_eq!(
+            forbidden_sysctl(&unsafe_, none).as_deref(),
+            Some("forbidden sysctl: \"kernel.msgmax\" not allowlisted")
+        );
+        assert_eq!(forbidden_sysctl(&unsafe_, &["kernel.msg*".to_string()]), None);
+        assert_eq!(forbidden_sysctl(&unsafe_, &["kernel.msgmax".to_string()]), None);
+        let host_ipc =
+            with(serde_json::json!({"hostIPC": true}), serde_json::json!([{"name": "kernel.msgmax", "value": "1"}]));
+        assert!(forbidden_sysctl(&host_ipc, &["kernel.msgmax".to_string()]).unwrap().contains("host ipc"));
+        let host_net = with(
+            serde_json::json!({"hostNetwork": true}),
+            serde_json::json!([{"name": "net.ipv4.tcp_syncookies", "value": "1"}]),
+        );
+        assert!(forbidden_sysctl(&host_net, none).unwrap().contains("host net"));
+        let global = with(serde_json::json!({}), serde_json::json!([{"name": "vm.swappiness", "value": "1"}]));
+        assert!(forbidden_sysctl(&global, &["vm.*".to_string()]).unwrap().contains("not namespaced"));
+        let slashed =
+            with(serde_json::json!({}), serde_json::json!([{"name": "net/ipv4/tcp_syncookies", "value": "0"}]));
+        assert_eq!(forbidden_sysctl(&slashed, none), None);
+        assert_eq!(sysctls(&slashed).get("net.ipv4.tcp_syncookies").map(String::as_str), Some("0"));
     }
 }

@@ -220,6 +220,7 @@ pub fn sandbox_spec(config: &WorkerConfig, pod: &Pod, attempt: u32) -> SandboxSp
         host_pid: spec.host_pid.unwrap_or(false),
         host_ipc: spec.host_ipc.unwrap_or(false),
         privileged: super::security::has_privileged_container(pod),
+        sysctls: super::security::sysctls(pod),
     }
 }
 

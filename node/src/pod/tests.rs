@@ -1114,3 +1114,23 @@ async fn a_debug_container_waits_for_its_target_without_holding_up_the_targets_r
     let target = target.map(|t| t.id).unwrap_or_default();
     assert_eq!(created.map(|c| c.detail), Some(format!("attempt=0 pid_target={target}")));
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_pod_with_an_unsafe_sysctl_is_rejected_and_a_safe_one_reaches_the_sandbox() {
+    let mut h = Harness::new();
+    h.fake.add_image("app:1");
+    let sysctl = |name: &str| json!({"securityContext": {"sysctls": [{"name": name, "value": "1"}]}, "containers": [container("web")]});
+    h.workers.update(Arc::new(must_pod("unsafe", sysctl("kernel.msgmax"))));
+    h.workers.update(Arc::new(must_pod("safe", sysctl("net.ipv4.tcp_syncookies"))));
+    h.run_for(Duration::from_secs(5)).await;
+
+    let rejected = h.status("unsafe");
+    assert_eq!(rejected.phase.as_deref(), Some("Failed"));
+    assert_eq!(rejected.reason.as_deref(), Some("SysctlForbidden"));
+    let message = "Pod was rejected: forbidden sysctl: \"kernel.msgmax\" not allowlisted";
+    assert_eq!(rejected.message.as_deref(), Some(message));
+    assert!(h.has_event("SysctlForbidden", message));
+    let sandboxes = h.fake.call_names().iter().filter(|c| c.starts_with("run_sandbox")).count();
+    assert_eq!(sandboxes, 1, "only the safe pod gets a sandbox: {:?}", h.fake.call_names());
+    assert_eq!(h.status("safe").phase.as_deref(), Some("Running"));
+}

@@ -127,6 +127,9 @@ pub(crate) struct Worker {
     resync_now: bool,
     /// When the volumes were last written.
     volumes_made: Option<Instant>,
+    /// The node refused the pod (its status says why): nothing more is
+    /// done for it but its teardown.
+    rejected: bool,
 }
 
 fn lock_pending(m: &Mutex<Pending>) -> std::sync::MutexGuard<'_, Pending> {
@@ -169,6 +172,7 @@ impl Worker {
             next_backoff: None,
             resync_now: false,
             volumes_made: None,
+            rejected: false,
         }
     }
 
@@ -345,6 +349,15 @@ impl Worker {
     }
 
     async fn sync(&mut self) {
+        if self.rejected {
+            return;
+        }
+        if !is_terminal(&self.pod) {
+            let allowed = &self.shared.config.allowed_unsafe_sysctls;
+            if let Some(why) = security::forbidden_sysctl(&self.pod, allowed) {
+                return self.reject("SysctlForbidden", &why).await;
+            }
+        }
         let now = Instant::now();
         let observed = match self.observe().await {
             Ok(o) => o,
@@ -382,6 +395,22 @@ impl Worker {
         let initialized =
             plan.initialized || plan.create_sandbox.is_none() && plan.start.iter().any(|s| self.is_main(&s.name));
         self.publish(&observed, initialized).await;
+    }
+
+    /// Refuses the pod as the kubelet's admission does: the pod fails with
+    /// `reason` and nothing of it is made.
+    async fn reject(&mut self, reason: &str, why: &str) {
+        let message = format!("Pod was rejected: {why}");
+        self.event("Warning", reason, message.clone()).await;
+        let status = PodStatus {
+            phase: Some("Failed".to_string()),
+            reason: Some(reason.to_string()),
+            message: Some(message),
+            ..PodStatus::default()
+        };
+        self.last_status = Some(status.clone());
+        self.send(WorkerOutput::Status { key: self.key.clone(), uid: self.uid.clone(), status }).await;
+        self.rejected = true;
     }
 
     fn is_main(&self, name: &str) -> bool {

@@ -246,7 +246,7 @@ pub(crate) fn sandbox_config(spec: &SandboxSpec) -> cri::PodSandboxConfig {
                 namespace_options: Some(namespace_options(spec, None)),
                 privileged: spec.privileged,
             }),
-            sysctls: Default::default(),
+            sysctls: to_map(&spec.sysctls),
         }),
     }
 }

@@ -118,6 +118,8 @@ pub struct SandboxSpec {
     /// Some container of the pod is privileged: the runtime refuses a
     /// privileged container in a sandbox not made for one.
     pub privileged: bool,
+    /// Namespaced kernel parameters (`securityContext.sysctls`), by dotted name.
+    pub sysctls: BTreeMap<String, String>,
 }
 
 /// Which seccomp filter a container runs under.
