@@ -302,34 +302,18 @@ async fn a_member_that_missed_the_purged_log_catches_up_from_a_snapshot() {
         last = kv.put(put).await.unwrap().into_inner().header.unwrap().revision;
     }
     // The leader has snapshotted and purged the entries the lagging member lacks.
-    let leader_snapshots = cluster.members[&leader].data_dir.join("snapshots");
-    let has_snapshot = |dir: &std::path::Path| {
-        std::fs::read_dir(dir)
-            .map(|d| d.flatten().any(|e| e.path().extension().is_some_and(|x| x == "snap")))
-            .unwrap_or(false)
-    };
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while !has_snapshot(&leader_snapshots) {
+    while !cluster.has_snapshot(leader) {
         assert!(std::time::Instant::now() < deadline, "leader built no snapshot:\n{}", cluster.log_of(leader));
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    // A snapshot on disk is not enough: the leader purges its log after
-    // building one, and only entries it no longer has must come as a
-    // snapshot. Restarted before the purge, the member once caught up from
-    // the entries themselves.
-    let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    while cluster.gauge(leader, "skiff_raft_purged_index").unwrap_or(0) <= lagging_at {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the leader kept entries {lagging_at}.. in its log:\n{}",
-            cluster.log_of(leader)
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    // Restarted before the purge, the member once caught up from the
+    // entries themselves.
+    cluster.must_purge_past(leader, lagging_at, Duration::from_secs(20)).await;
     cluster.start(lagging);
     let addr = cluster.members[&lagging].client.clone();
     cluster.must_catch_up(lagging, last, Duration::from_secs(30)).await;
-    assert!(has_snapshot(&cluster.members[&lagging].data_dir.join("snapshots")), "caught up without a snapshot");
+    assert!(cluster.has_snapshot(lagging), "caught up without a snapshot");
     // Its local (serializable) reads see every key.
     assert_eq!(local_count(&addr, "/snap/").await, 400);
     // Writes keep flowing to it after the install.

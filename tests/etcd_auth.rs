@@ -186,26 +186,10 @@ async fn auth_survives_snapshot_catch_up_and_a_restart_of_every_member() {
             PutRequest { key: format!("/snap/{i:04}").into_bytes(), value: vec![b'x'; 256], ..Default::default() };
         last = kv.put(with_token(put, &token)).await.unwrap().into_inner().header.unwrap().revision;
     }
-    let has_snapshot = |dir: &std::path::Path| {
-        std::fs::read_dir(dir)
-            .map(|d| d.flatten().any(|e| e.path().extension().is_some_and(|x| x == "snap")))
-            .unwrap_or(false)
-    };
-    // A snapshot on disk is not enough: the leader purges its log after
-    // building one, and only once the entries the lagging member lacks are
-    // gone must it send a snapshot rather than the entries.
-    let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    while cluster.gauge(leader, "skiff_raft_purged_index").unwrap_or(0) <= lagging_at {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the leader kept entries {lagging_at}.. in its log:\n{}",
-            cluster.log_of(leader)
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    cluster.must_purge_past(leader, lagging_at, Duration::from_secs(20)).await;
     cluster.start(lagging);
     cluster.must_catch_up(lagging, last, Duration::from_secs(30)).await;
-    assert!(has_snapshot(&cluster.members[&lagging].data_dir.join("snapshots")), "caught up without a snapshot");
+    assert!(cluster.has_snapshot(lagging), "caught up without a snapshot");
     let lagging_ep = cluster.members[&lagging].client.clone();
     must_enforce(&cluster, &lagging_ep);
 

@@ -317,6 +317,29 @@ impl Cluster {
         std::fs::read_to_string(&self.members[&id].log).unwrap_or_default()
     }
 
+    /// Whether member `id` holds a packed snapshot (`snapshots/*.snap`).
+    pub fn has_snapshot(&self, id: u64) -> bool {
+        std::fs::read_dir(self.members[&id].data_dir.join("snapshots"))
+            .map(|d| d.flatten().any(|e| e.path().extension().is_some_and(|x| x == "snap")))
+            .unwrap_or(false)
+    }
+
+    /// Waits until `leader` has purged its log past `index`. A snapshot on
+    /// disk is not enough: the leader purges its log after building one,
+    /// and only once the entries a member lacks are gone must that member
+    /// catch up from a snapshot rather than from the entries.
+    pub async fn must_purge_past(&self, leader: u64, index: i64, within: Duration) {
+        let deadline = Instant::now() + within;
+        while self.gauge(leader, "skiff_raft_purged_index").unwrap_or(0) <= index {
+            assert!(
+                Instant::now() < deadline,
+                "the leader kept entries {index}.. in its log:\n{}",
+                self.log_of(leader)
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
     /// The leader as the running members agree on it (and itself running).
     pub async fn must_leader(&self) -> u64 {
         let deadline = Instant::now() + Duration::from_secs(30);
