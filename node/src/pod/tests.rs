@@ -939,11 +939,16 @@ async fn failed_runtime_calls_are_reported_and_retried() {
     h.fake.add_image("app:1");
     h.fake.fail_next("run_sandbox", crate::runtime::RuntimeError::Unavailable("socket gone".into()));
     h.workers.update(Arc::new(must_pod("p", json!({"containers": [container("web")]}))));
-    h.run_for(Duration::from_secs(3)).await;
+    let sandboxes = |h: &Harness| h.fake.call_names().iter().filter(|c| c.starts_with("run_sandbox")).count();
+    h.run_for(Duration::from_secs(8)).await;
     assert!(h.has_event(
         "FailedCreatePodSandBox",
         "Failed to create pod sandbox: container runtime unavailable: socket gone"
     ));
+    // Tried again after the pod worker's 10 s back-off, not every sync.
+    assert_eq!(sandboxes(&h), 1, "{:?}", h.fake.call_names());
+    h.run_for(Duration::from_secs(4)).await;
+    assert_eq!(sandboxes(&h), 2);
     assert_eq!(h.status("p").phase.as_deref(), Some("Running"));
 
     h.fake.fail_next("create_container", crate::runtime::RuntimeError::Failed("no such binary".into()));

@@ -130,6 +130,9 @@ pub(crate) struct Worker {
     /// The node refused the pod (its status says why): nothing more is
     /// done for it but its teardown.
     rejected: bool,
+    /// A sandbox failed to be made: no new one before this, as the
+    /// kubelet's pod worker waits out its back-off period after an error.
+    sandbox_retry_at: Option<Instant>,
 }
 
 fn lock_pending(m: &Mutex<Pending>) -> std::sync::MutexGuard<'_, Pending> {
@@ -173,6 +176,7 @@ impl Worker {
             resync_now: false,
             volumes_made: None,
             rejected: false,
+            sandbox_retry_at: None,
         }
     }
 
@@ -460,9 +464,12 @@ impl Worker {
             }
         }
         if let Some(attempt) = plan.create_sandbox {
-            acted = true;
+            if let Some(at) = self.sandbox_retry_at.filter(|at| *at > Instant::now()) {
+                self.next_backoff = Some(self.next_backoff.map_or(at, |b| b.min(at)));
+                return acted;
+            }
             self.create_sandbox(observed, attempt).await;
-            return acted;
+            return true;
         }
         if !plan.start.is_empty() {
             if observed.sandbox().is_none() {
@@ -533,8 +540,12 @@ impl Worker {
             tracing::warn!(pod = %self.key.name, error = %e, "creating the pod's log directory failed");
         }
         match runtime.run_sandbox(&spec).await {
-            Ok(_) => self.resync_now = true,
+            Ok(_) => {
+                self.sandbox_retry_at = None;
+                self.resync_now = true;
+            }
             Err(e) => {
+                self.sandbox_retry_at = Some(Instant::now() + self.shared.config.backoff_initial);
                 self.event("Warning", "FailedCreatePodSandBox", format!("Failed to create pod sandbox: {e}")).await;
             }
         }
