@@ -683,6 +683,16 @@ status:
     setup.kubectl(&["delete", "node", "far-away"]);
     setup.wait("the route gone with its node", Duration::from_secs(20), || !installed().contains("10.244.250.0/24"));
     assert!(far.route_to_pods().contains("blackhole") || far.route_to_pods().is_empty(), "{}", far.route_to_pods());
+
+    // `kubectl drain`: cordoned, and its pods deleted through the typed
+    // client (DeleteOptions in protobuf) until none is left on it. The
+    // web pods shun each other's nodes, so the replacement waits.
+    let drained = setup.kubectl(&["drain", "node-1", "--ignore-daemonsets", "--delete-emptydir-data", "--timeout=60s"]);
+    assert!(drained.contains("node/node-1 drained"), "{drained}");
+    assert_eq!(setup.json(&["get", "node", "node-1"])["spec"]["unschedulable"], true);
+    let on_drained: Vec<Value> =
+        setup.pods("app=web").into_iter().filter(|p| p["spec"]["nodeName"] == "node-1").collect();
+    assert!(on_drained.is_empty(), "{on_drained:?}");
     drop(setup);
 }
 

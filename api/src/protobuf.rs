@@ -206,16 +206,25 @@ impl Envelope {
     }
 }
 
-/// The message of a top-level `apiVersion`/`kind` (one whose field 1 is `metadata`).
+/// The meta/v1 message client-go sends as a request body in any group's
+/// version (a DELETE's options: `kubectl drain`, `kubectl delete` through
+/// the typed clients), as Kubernetes registers it in every one.
+const DELETE_OPTIONS: &str = "k8s.io.apimachinery.pkg.apis.meta.v1.DeleteOptions";
+
+/// The message of a top-level `apiVersion`/`kind` (one whose field 1 is
+/// `metadata`, or `DeleteOptions`).
 fn message_for(api_version: &str, kind: &str) -> Result<MessageDescriptor, ProtobufError> {
     let unsupported =
         || ProtobufError::UnsupportedKind { api_version: api_version.to_string(), kind: kind.to_string() };
     let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
-    let package = GROUPS.iter().find(|(g, _)| *g == group).map(|(_, p)| *p).ok_or_else(unsupported)?;
     let ident = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_alphanumeric());
     if !ident(version) || !ident(kind) {
         return Err(unsupported());
     }
+    if kind == "DeleteOptions" && (group == "meta.k8s.io" || GROUPS.iter().any(|(g, _)| *g == group)) {
+        return pool()?.get_message_by_name(DELETE_OPTIONS).ok_or_else(unsupported);
+    }
+    let package = GROUPS.iter().find(|(g, _)| *g == group).map(|(_, p)| *p).ok_or_else(unsupported)?;
     let desc =
         pool()?.get_message_by_name(&format!("k8s.io.api.{package}.{version}.{kind}")).ok_or_else(unsupported)?;
     match desc.get_field(1) {

@@ -470,6 +470,28 @@ fn protobuf_errors_name_the_problem() {
 }
 
 #[test]
+fn protobuf_delete_options_decode_in_any_served_group_version() {
+    // What kubectl drain sends with each DELETE: gracePeriodSeconds,
+    // preconditions (uid), propagationPolicy and dryRun.
+    let options = [int(1, 30), msg(2, &[string(1, "u-1"), string(2, "42")]), string(4, "Foreground"), string(5, "All")];
+    for api_version in ["v1", "apps/v1", "meta.k8s.io/v1"] {
+        let decoded = decode(&body(api_version, "DeleteOptions", &options)).unwrap();
+        assert_eq!(
+            decoded,
+            json!({
+                "apiVersion": api_version, "kind": "DeleteOptions",
+                "gracePeriodSeconds": 30,
+                "preconditions": {"uid": "u-1", "resourceVersion": "42"},
+                "propagationPolicy": "Foreground",
+                "dryRun": ["All"],
+            }),
+            "{api_version}"
+        );
+    }
+    assert!(!supports("example.com/v1", "DeleteOptions"));
+}
+
+#[test]
 fn protobuf_every_prefix_of_a_real_body_is_handled() {
     for (_, body, _) in KUBECTL_PAIRS {
         for end in 0..body.len() {
