@@ -17,7 +17,7 @@
 use std::io::Write;
 
 use k8s_openapi::api::{
-    apps, authentication, authorization, autoscaling, batch, coordination, core, discovery, rbac, scheduling,
+    apps, authentication, authorization, autoscaling, batch, coordination, core, discovery, policy, rbac, scheduling,
 };
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1 as crds;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1 as meta;
@@ -60,6 +60,7 @@ fn main() {
         core::v1::ResourceQuota,
         core::v1::LimitRange,
         scheduling::v1::PriorityClass,
+        policy::v1::PodDisruptionBudget,
         crds::CustomResourceDefinition,
         rbac::v1::Role,
         rbac::v1::ClusterRole,
@@ -67,6 +68,7 @@ fn main() {
         rbac::v1::ClusterRoleBinding,
         autoscaling::v1::Scale,
         core::v1::Binding,
+        policy::v1::Eviction,
         authentication::v1::TokenRequest,
         authorization::v1::SelfSubjectAccessReview,
         authorization::v1::SelfSubjectRulesReview,

@@ -71,6 +71,7 @@ pub fn apply(info: &ResourceInfo, obj: &mut Value) {
             }
         }
         Kind::ConfigMap
+        | Kind::PodDisruptionBudget
         | Kind::ServiceAccount
         | Kind::Event
         | Kind::Lease

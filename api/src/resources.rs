@@ -30,6 +30,7 @@ pub enum Kind {
     ResourceQuota,
     LimitRange,
     PriorityClass,
+    PodDisruptionBudget,
     CustomResourceDefinition,
     Role,
     ClusterRole,
@@ -151,7 +152,7 @@ const ALL: &[&str] = &["all"];
 /// The group of Role, ClusterRole and their bindings.
 pub const RBAC: &str = "rbac.authorization.k8s.io";
 
-static CATALOG: [ResourceInfo; 25] = [
+static CATALOG: [ResourceInfo; 26] = [
     info(Kind::Namespace, "", "Namespace", "namespaces", "namespace", &["ns"], false, &["status", "finalize"], &[]),
     info(
         Kind::Pod,
@@ -161,7 +162,7 @@ static CATALOG: [ResourceInfo; 25] = [
         "pod",
         &["po"],
         true,
-        &["status", "binding", "log", "exec", "attach", "portforward", "ephemeralcontainers"],
+        &["status", "binding", "eviction", "log", "exec", "attach", "portforward", "ephemeralcontainers"],
         ALL,
     ),
     info(Kind::Node, "", "Node", "nodes", "node", &["no"], false, &["status"], &[]),
@@ -240,6 +241,17 @@ static CATALOG: [ResourceInfo; 25] = [
         &["pc"],
         false,
         &[],
+        &[],
+    ),
+    info(
+        Kind::PodDisruptionBudget,
+        "policy",
+        "PodDisruptionBudget",
+        "poddisruptionbudgets",
+        "poddisruptionbudget",
+        &["pdb"],
+        true,
+        &["status"],
         &[],
     ),
     info(
@@ -324,6 +336,7 @@ mod tests {
         assert_eq!(lookup("endpointslices.discovery.k8s.io").unwrap().kind, "EndpointSlice");
         assert_eq!(lookup("pc").unwrap().api_version(), "scheduling.k8s.io/v1");
         assert!(!lookup("priorityclasses").unwrap().namespaced);
+        assert_eq!(lookup("pdb").unwrap().api_version(), "policy/v1");
         assert!(lookup("deployments.batch").is_none());
         assert!(lookup("widgets").is_none());
     }

@@ -928,6 +928,7 @@ pub fn supported_fields(kind: Kind) -> &'static [&'static str] {
         | Kind::ResourceQuota
         | Kind::LimitRange
         | Kind::PriorityClass
+        | Kind::PodDisruptionBudget
         | Kind::CustomResourceDefinition
         | Kind::Role
         | Kind::ClusterRole
@@ -1037,6 +1038,7 @@ pub fn object_fields(kind: Kind, obj: &Value) -> Fields {
         | Kind::ResourceQuota
         | Kind::LimitRange
         | Kind::PriorityClass
+        | Kind::PodDisruptionBudget
         | Kind::CustomResourceDefinition
         | Kind::Role
         | Kind::ClusterRole

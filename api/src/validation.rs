@@ -40,6 +40,7 @@ mod names;
 mod object;
 mod other;
 mod pod;
+pub mod policy;
 pub mod quantity;
 mod rbac;
 pub mod scheduling;
@@ -71,7 +72,7 @@ pub fn normalize(info: &ResourceInfo, obj: &Value) -> Result<Value, FieldError> 
     }
     use k8s_openapi::api::{
         apps::v1 as apps, batch::v1 as batch, coordination::v1 as coordination, core::v1 as core,
-        discovery::v1 as discovery, rbac::v1 as rbac, scheduling::v1 as scheduling,
+        discovery::v1 as discovery, policy::v1 as policy, rbac::v1 as rbac, scheduling::v1 as scheduling,
     };
     use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1 as crds;
     let mut out = match info.kind_id {
@@ -94,6 +95,7 @@ pub fn normalize(info: &ResourceInfo, obj: &Value) -> Result<Value, FieldError> 
         Kind::CronJob => roundtrip::<batch::CronJob>(input),
         Kind::ResourceQuota => roundtrip::<core::ResourceQuota>(input),
         Kind::LimitRange => roundtrip::<core::LimitRange>(input),
+        Kind::PodDisruptionBudget => roundtrip::<policy::PodDisruptionBudget>(input),
         Kind::CustomResourceDefinition => roundtrip::<crds::CustomResourceDefinition>(input),
         Kind::Role => roundtrip::<rbac::Role>(input),
         Kind::ClusterRole => roundtrip::<rbac::ClusterRole>(input),
@@ -146,6 +148,7 @@ pub fn validate(info: &ResourceInfo, obj: &Value, old: Option<&Value>) -> Vec<Fi
         Kind::ResourceQuota => other::validate_resource_quota(obj),
         Kind::LimitRange => other::validate_limit_range(obj),
         Kind::PriorityClass => scheduling::validate_priority_class(obj, old),
+        Kind::PodDisruptionBudget => policy::validate_pod_disruption_budget(obj),
         Kind::Event => other::validate_event(obj),
         Kind::ServiceAccount => Vec::new(),
         Kind::CustomResourceDefinition => crate::custom::validate_definition(obj, old),

@@ -326,6 +326,9 @@ impl Resources for ResourceService {
             let created = match r.subresource.as_str() {
                 "" => registry.create(&ctx, info, &ns, obj, r.dry_run).await,
                 "binding" if info.has_subresource("binding") => registry.bind(&ctx, &ns, &r.name, &obj).await,
+                "eviction" if info.has_subresource("eviction") => {
+                    registry.evict(&ctx, &ns, &r.name, &obj, r.dry_run).await
+                }
                 "token" if info.has_subresource("token") => registry.request_token(&ctx, &ns, &r.name, &obj).await,
                 other => {
                     Err(ApiError::method_not_allowed(format!("create is not supported on {}/{other}", info.plural)))

@@ -11,7 +11,10 @@
 //! finalization) is its [`strategy`](crate::strategy)'s, asked at fixed
 //! points of each write. Reads follow Kubernetes' resourceVersion rules.
 //! Both the gRPC resource API and the REST API call these methods, so the
-//! two encodings share one behaviour.
+//! two encodings share one behaviour. `pods/eviction`, the delete that
+//! asks PodDisruptionBudgets first, is in [`eviction`].
+
+mod eviction;
 
 use std::collections::BTreeSet;
 
@@ -145,6 +148,25 @@ pub struct DeleteOptions {
     pub dry_run: bool,
 }
 
+impl DeleteOptions {
+    /// The options of a `meta/v1` DeleteOptions body (a delete's, or an
+    /// Eviction's `deleteOptions`); anything else reads as none.
+    pub fn from_body(body: &Value) -> DeleteOptions {
+        let text = |v: &Value| v.as_str().filter(|s| !s.is_empty()).map(str::to_string);
+        let policy = text(&body["propagationPolicy"]).or_else(|| match body["orphanDependents"].as_bool() {
+            Some(true) => Some("Orphan".into()),
+            _ => None,
+        });
+        DeleteOptions {
+            uid: text(&body["preconditions"]["uid"]),
+            resource_version: text(&body["preconditions"]["resourceVersion"]),
+            propagation_policy: policy,
+            grace_period_seconds: body["gracePeriodSeconds"].as_i64(),
+            dry_run: body["dryRun"].as_array().is_some_and(|a| a.iter().any(|v| v == "All")),
+        }
+    }
+}
+
 /// What a delete did.
 #[derive(Clone, Debug)]
 pub enum Deleted {
@@ -189,12 +211,12 @@ impl PatchType {
 }
 
 /// Refuses an update or patch of a subresource the resource lacks (404)
-/// or that is only ever created (`binding`, `token`: 405).
+/// or that is only ever created (`binding`, `token`, `eviction`: 405).
 fn updatable_subresource(info: &ResourceInfo, name: &str, subresource: &str) -> Result<(), ApiError> {
     if !subresource.is_empty() && !info.has_subresource(subresource) {
         return Err(ApiError::not_found(info, &format!("{name}/{subresource}")));
     }
-    if matches!(subresource, "binding" | "token") {
+    if matches!(subresource, "binding" | "token" | "eviction") {
         return Err(ApiError::method_not_allowed(format!("{}/{subresource} can only be created", info.plural)));
     }
     Ok(())
@@ -1249,6 +1271,20 @@ impl Registry {
     ) -> Result<Deleted, ApiError> {
         let ns = self.scope(info, namespace)?;
         self.authorize(ctx, "delete", info, "", ns.unwrap_or(""), name)?;
+        self.delete_unchecked(ctx, info, ns.unwrap_or(""), name, opts).await
+    }
+
+    /// A delete the caller has authorized (an eviction is allowed by
+    /// `pods/eviction`, not by `delete` on pods).
+    async fn delete_unchecked(
+        &self,
+        ctx: &Context,
+        info: &'static ResourceInfo,
+        namespace: &str,
+        name: &str,
+        opts: &DeleteOptions,
+    ) -> Result<Deleted, ApiError> {
+        let ns = self.scope(info, namespace)?;
         let strategy = strategy::of(info.kind_id);
         let key = info.key(ns, name);
         let policy = opts.propagation_policy.as_deref().unwrap_or("");

@@ -12,6 +12,7 @@ pub const CONTROLLERS: &[&str] = &[
     "cronjob",
     "daemonset",
     "deployment",
+    "disruption",
     "endpoint",
     "endpointslice",
     "garbagecollector",

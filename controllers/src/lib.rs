@@ -59,6 +59,8 @@
 //!   affinity, rolling or on-delete updates.
 //! - [`resourcequota`]: ResourceQuotas: `status.used` summed from the
 //!   namespace's objects.
+//! - [`disruption`]: PodDisruptionBudgets: healthy, desired and expected
+//!   pods, and how many more may be evicted.
 
 #![forbid(unsafe_code)]
 
@@ -67,6 +69,7 @@ pub mod config;
 pub mod cronjob;
 pub mod daemonset;
 pub mod deployment;
+pub mod disruption;
 pub mod endpoints;
 pub mod endpointslice;
 pub mod execute;

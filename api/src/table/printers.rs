@@ -233,6 +233,14 @@ static PRIORITY_CLASS: [Column; 5] = [
     col("PreemptionPolicy", "string", "preemptionPolicy is the Policy for preempting pods with lower priority. One of Never, PreemptLowerPriority. Defaults to PreemptLowerPriority if unset."),
 ];
 
+static POD_DISRUPTION_BUDGET: [Column; 5] = [
+    NAME,
+    col("Min Available", "string", "The minimum number or percentage of available pods this budget requires."),
+    col("Max Unavailable", "string", "The maximum number or percentage of unavailable pods this budget requires."),
+    col("Allowed Disruptions", "integer", "The number of disruptions that are currently allowed."),
+    AGE,
+];
+
 static ROLE_BINDING: [Column; 6] = [
     NAME,
     col("Role", "string", "RoleRef can reference a Role in the current namespace or a ClusterRole in the global namespace. If the RoleRef cannot be resolved, the Authorizer must return an error. This field is immutable."),
@@ -268,6 +276,7 @@ pub fn columns(info: &ResourceInfo) -> &'static [Column] {
         Kind::ResourceQuota => &RESOURCE_QUOTA,
         Kind::LimitRange => &DEFAULT,
         Kind::PriorityClass => &PRIORITY_CLASS,
+        Kind::PodDisruptionBudget => &POD_DISRUPTION_BUDGET,
         Kind::CustomResourceDefinition | Kind::Role | Kind::ClusterRole => &DEFAULT,
         Kind::RoleBinding | Kind::ClusterRoleBinding => &ROLE_BINDING,
         Kind::Custom => info.custom.map_or(&DEFAULT[..], |c| &c.columns[..]),
@@ -413,6 +422,21 @@ pub fn cells(info: &ResourceInfo, obj: &Value, now: DateTime<Utc>) -> Vec<Value>
             age,
             obj.pointer("/preemptionPolicy").and_then(Value::as_str).unwrap_or("<unset>").into(),
         ],
+        Kind::PodDisruptionBudget => {
+            // An int-or-string, printed as given; N/A when unset.
+            let bound = |pointer: &str| match obj.pointer(pointer) {
+                Some(Value::Number(n)) => n.to_string(),
+                Some(Value::String(s)) => s.clone(),
+                _ => "N/A".to_string(),
+            };
+            vec![
+                name,
+                bound("/spec/minAvailable").into(),
+                bound("/spec/maxUnavailable").into(),
+                obj.pointer("/status/disruptionsAllowed").and_then(Value::as_i64).unwrap_or(0).into(),
+                age,
+            ]
+        }
         Kind::CustomResourceDefinition | Kind::Role | Kind::ClusterRole => vec![name, created_at(obj).into()],
         Kind::RoleBinding | Kind::ClusterRoleBinding => role_binding_cells(obj, name, age),
         Kind::Custom => crate::custom::cells(info, obj, now),

@@ -686,3 +686,19 @@ fn render_of_no_rows_is_empty_and_bad_tables_do_not_panic() {
     let options = RenderOptions { namespace_column: true, show_labels: true, ..Default::default() };
     assert_eq!(render(&odd, options), "NAMESPACE   NAME   LABELS\n            a\n\n");
 }
+
+#[test]
+fn disruption_budgets_show_their_bounds_and_allowed_disruptions() {
+    let pdb = json!({
+        "metadata": {"name": "web", "creationTimestamp": ago(90)},
+        "spec": {"minAvailable": "50%"}, "status": {"disruptionsAllowed": 2},
+    });
+    assert_eq!(
+        cells_of(Kind::PodDisruptionBudget, &pdb),
+        vec![json!("web"), json!("50%"), json!("N/A"), json!(2), json!("90s")]
+    );
+    let fresh = json!({"metadata": {"name": "api", "creationTimestamp": ago(90)}, "spec": {"maxUnavailable": 1}});
+    assert_eq!(cells_of(Kind::PodDisruptionBudget, &fresh)[1..4], [json!("N/A"), json!("1"), json!(0)]);
+    let names: Vec<&str> = columns(of(Kind::PodDisruptionBudget)).iter().map(|c| c.name).collect();
+    assert_eq!(names, ["Name", "Min Available", "Max Unavailable", "Allowed Disruptions", "Age"]);
+}

@@ -301,7 +301,7 @@ fn int_or_percent(v: &Value) -> Option<i64> {
     }
 }
 
-fn positive_int_or_percent(v: &Value, path: &Path) -> Vec<FieldError> {
+pub(crate) fn positive_int_or_percent(v: &Value, path: &Path) -> Vec<FieldError> {
     match v {
         Value::String(s) => invalid_each(path, s, is_percent(s)),
         Value::Number(n) if n.as_i64().is_none_or(|n| n < 0) => vec![FieldError::invalid(path, v, IS_NEGATIVE)],
@@ -309,7 +309,7 @@ fn positive_int_or_percent(v: &Value, path: &Path) -> Vec<FieldError> {
     }
 }
 
-fn not_more_than_100_percent(v: &Value, path: &Path) -> Option<FieldError> {
+pub(crate) fn not_more_than_100_percent(v: &Value, path: &Path) -> Option<FieldError> {
     match v {
         Value::String(s) if s.ends_with('%') && int_or_percent(v).is_some_and(|n| n > 100) => {
             Some(FieldError::invalid(path, v, "must not be greater than 100%"))

@@ -182,6 +182,12 @@ fn samples() -> Vec<(Kind, Value)> {
                    "spec": {"limits": [{"type": "Container", "max": {"cpu": "2"}, "min": {"cpu": "100m"}}]}}),
         ),
         (Kind::PriorityClass, json!({"metadata": {"name": "high"}, "value": 1000, "description": "batch"})),
+        (
+            Kind::PodDisruptionBudget,
+            json!({"metadata": {"name": "web", "namespace": "default"},
+                   "spec": {"minAvailable": "50%", "selector": {"matchLabels": {"app": "web"}},
+                            "unhealthyPodEvictionPolicy": "AlwaysAllow"}}),
+        ),
         (Kind::PriorityClass, json!({"metadata": {"name": "system-node-critical"}, "value": 2000001000})),
         (
             Kind::ClusterRole,
@@ -1409,4 +1415,42 @@ fn rbac_bindings_refer_to_a_role_they_never_change() {
     let edit = json!({"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "edit"});
     let errs = update_errors(Kind::RoleBinding, binding(view, json!([])), binding(edit, json!([])));
     assert_eq!(error_at(&errs, "roleRef").detail, "cannot change roleRef");
+}
+
+fn budget(spec: Value) -> Value {
+    json!({"metadata": {"name": "web", "namespace": "default"}, "spec": spec})
+}
+
+#[test]
+fn a_disruption_budget_names_one_bound_of_a_valid_size() {
+    assert_valid(Kind::PodDisruptionBudget, budget(json!({"maxUnavailable": 1, "selector": {}})));
+    assert_valid(Kind::PodDisruptionBudget, budget(json!({"minAvailable": 0})));
+    let both = errors(Kind::PodDisruptionBudget, budget(json!({"minAvailable": 1, "maxUnavailable": 1})));
+    assert!(error_at(&both, "spec").to_string().contains("minAvailable and maxUnavailable cannot be both set"));
+    let negative = errors(Kind::PodDisruptionBudget, budget(json!({"minAvailable": -1})));
+    assert!(error_at(&negative, "spec.minAvailable").to_string().contains("must be greater than or equal to 0"));
+    let over = errors(Kind::PodDisruptionBudget, budget(json!({"maxUnavailable": "150%"})));
+    assert!(error_at(&over, "spec.maxUnavailable").to_string().contains("must not be greater than 100%"));
+    let word = errors(Kind::PodDisruptionBudget, budget(json!({"maxUnavailable": "half"})));
+    assert!(error_at(&word, "spec.maxUnavailable").to_string().contains("a valid percent string"));
+    let policy = errors(
+        Kind::PodDisruptionBudget,
+        budget(json!({"minAvailable": 1, "unhealthyPodEvictionPolicy": "Sometimes"})),
+    );
+    assert!(matches!(error_at(&policy, "spec.unhealthyPodEvictionPolicy").kind, FieldErrorKind::NotSupported { .. }));
+    let selector = errors(
+        Kind::PodDisruptionBudget,
+        budget(json!({"minAvailable": 1, "selector": {"matchExpressions": [{"key": "app", "operator": "In"}]}})),
+    );
+    error_at(&selector, "spec.selector.matchExpressions[0].values");
+    let mut status = budget(json!({"minAvailable": 1}));
+    status["status"] = json!({"disruptionsAllowed": -1, "currentHealthy": 0, "desiredHealthy": 0, "expectedPods": 0});
+    error_at(&errors(Kind::PodDisruptionBudget, status), "status.disruptionsAllowed");
+}
+
+#[test]
+fn a_disruption_budget_may_change_its_spec() {
+    let old = budget(json!({"minAvailable": 1, "selector": {"matchLabels": {"app": "web"}}}));
+    let new = budget(json!({"maxUnavailable": "25%", "selector": {"matchLabels": {"app": "api"}}}));
+    assert!(update_errors(Kind::PodDisruptionBudget, old, new).is_empty());
 }

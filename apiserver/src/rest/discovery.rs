@@ -81,6 +81,7 @@ pub(super) fn subresource_kind(info: &ResourceInfo, sub: &str) -> (String, Strin
     match sub {
         "scale" => ("autoscaling".into(), "v1".into(), "Scale".into()),
         "binding" => (String::new(), "v1".into(), "Binding".into()),
+        "eviction" => ("policy".into(), "v1".into(), "Eviction".into()),
         "token" => ("authentication.k8s.io".into(), "v1".into(), "TokenRequest".into()),
         "exec" => (String::new(), "v1".into(), "PodExecOptions".into()),
         "attach" => (String::new(), "v1".into(), "PodAttachOptions".into()),
@@ -91,7 +92,7 @@ pub(super) fn subresource_kind(info: &ResourceInfo, sub: &str) -> (String, Strin
 
 fn subresource_verbs(sub: &str) -> Vec<&'static str> {
     match sub {
-        "binding" | "token" => vec!["create"],
+        "binding" | "token" | "eviction" => vec!["create"],
         "log" => vec!["get"],
         "exec" | "attach" | "portforward" => vec!["create", "get"],
         "finalize" => vec!["update"],

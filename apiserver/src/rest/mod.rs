@@ -780,6 +780,10 @@ impl Request<'_> {
                 let request = decode_body(self.headers, &body)?;
                 Ok(value_response(StatusCode::CREATED, &registry.request_token(&ctx, ns, name, &request).await?))
             }
+            ("create", Some(name), Some("eviction")) if info.has_subresource("eviction") => {
+                let eviction = decode_body(self.headers, &body)?;
+                Ok(value_response(StatusCode::CREATED, &registry.evict(&ctx, ns, name, &eviction, self.dry_run()?).await?))
+            }
             ("create", Some(name), Some("binding")) if info.has_subresource("binding") => {
                 let binding = decode_body(self.headers, &body)?;
                 Ok(value_response(StatusCode::CREATED, &registry.bind(&ctx, ns, name, &binding).await?))
@@ -873,27 +877,21 @@ impl Request<'_> {
 
     fn delete_options(&self, body: &Bytes) -> Result<DeleteOptions, ApiError> {
         let b: Value = if body.is_empty() { json!({}) } else { decode_body(self.headers, body)? };
-        let text = |v: &Value| v.as_str().filter(|s| !s.is_empty()).map(str::to_string);
-        let grace = match self.param("gracePeriodSeconds") {
-            "" => b["gracePeriodSeconds"].as_i64(),
-            g => {
-                Some(g.parse::<i64>().map_err(|_| ApiError::bad_request(format!("invalid gracePeriodSeconds {g:?}")))?)
+        let mut opts = DeleteOptions::from_body(&b);
+        let g = self.param("gracePeriodSeconds");
+        if !g.is_empty() {
+            let parsed = g.parse::<i64>().map_err(|_| ApiError::bad_request(format!("invalid gracePeriodSeconds {g:?}")))?;
+            opts.grace_period_seconds = Some(parsed);
+        }
+        opts.dry_run |= self.dry_run()?;
+        // The body's propagationPolicy, then the query's, then orphanDependents.
+        if b["propagationPolicy"].as_str().is_none_or(str::is_empty) {
+            let param = self.param("propagationPolicy");
+            if !param.is_empty() {
+                opts.propagation_policy = Some(param.to_string());
             }
-        };
-        let dry_run = self.dry_run()? || b["dryRun"].as_array().is_some_and(|a| a.iter().any(|v| v == "All"));
-        let policy = text(&b["propagationPolicy"])
-            .or_else(|| Some(self.param("propagationPolicy").to_string()).filter(|s| !s.is_empty()));
-        let policy = policy.or_else(|| match b["orphanDependents"].as_bool() {
-            Some(true) => Some("Orphan".into()),
-            _ => None,
-        });
-        Ok(DeleteOptions {
-            uid: text(&b["preconditions"]["uid"]),
-            resource_version: text(&b["preconditions"]["resourceVersion"]),
-            propagation_policy: policy,
-            grace_period_seconds: grace,
-            dry_run,
-        })
+        }
+        Ok(opts)
     }
 
     async fn list(&self, ctx: &Context) -> Result<Response, ApiError> {

@@ -27,7 +27,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::LazyLock;
 
 use k8s_openapi::api::{
-    apps, authentication, authorization, autoscaling, batch, coordination, core, discovery, rbac, scheduling,
+    apps, authentication, authorization, autoscaling, batch, coordination, core, discovery, policy, rbac, scheduling,
 };
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1 as crds;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1 as meta;
@@ -260,6 +260,7 @@ fn served_kind(kind: Kind) -> Named {
         Kind::ResourceQuota => named::<core::v1::ResourceQuota>(),
         Kind::LimitRange => named::<core::v1::LimitRange>(),
         Kind::PriorityClass => named::<scheduling::v1::PriorityClass>(),
+        Kind::PodDisruptionBudget => named::<policy::v1::PodDisruptionBudget>(),
         Kind::CustomResourceDefinition => named::<crds::CustomResourceDefinition>(),
         Kind::Role => named::<rbac::v1::Role>(),
         Kind::ClusterRole => named::<rbac::v1::ClusterRole>(),
@@ -274,6 +275,7 @@ fn other_kinds() -> Vec<Named> {
     vec![
         named::<autoscaling::v1::Scale>(),
         named::<core::v1::Binding>(),
+        named::<policy::v1::Eviction>(),
         named::<authentication::v1::TokenRequest>(),
         named::<authorization::v1::SelfSubjectAccessReview>(),
         named::<authorization::v1::SelfSubjectRulesReview>(),
@@ -759,6 +761,7 @@ fn resource_operations(prefix: &str, info: &ResourceInfo, kind: &Named, ops: &mu
         let sub_kind = match k.as_str() {
             "Scale" => named::<autoscaling::v1::Scale>(),
             "Binding" => named::<core::v1::Binding>(),
+            "Eviction" => named::<policy::v1::Eviction>(),
             "TokenRequest" => named::<authentication::v1::TokenRequest>(),
             _ => kind.clone(),
         };
@@ -767,6 +770,7 @@ fn resource_operations(prefix: &str, info: &ResourceInfo, kind: &Named, ops: &mu
             "status" => "Status",
             "scale" => "Scale",
             "binding" => "Binding",
+            "eviction" => "Eviction",
             "token" => "Token",
             "log" => "Log",
             "ephemeralcontainers" => "EphemeralContainers",
@@ -774,7 +778,7 @@ fn resource_operations(prefix: &str, info: &ResourceInfo, kind: &Named, ops: &mu
         };
         let schema = sub_kind.schema.as_str();
         match *sub {
-            "binding" | "token" => {
+            "binding" | "token" | "eviction" => {
                 ops.push(make(&path, Action::Post, "create", suffix, &sub_kind, true, schema, &params))
             }
             "finalize" => ops.push(make(&path, Action::Put, "replace", suffix, &sub_kind, true, schema, &params)),

@@ -148,9 +148,12 @@ pub fn of(kind: Kind) -> &'static dyn Strategy {
         Kind::Node => &node::Node,
         Kind::Service => &service::Service,
         Kind::Job => &job::Job,
-        Kind::ReplicationController | Kind::ReplicaSet | Kind::Deployment | Kind::DaemonSet | Kind::CronJob => {
-            &workload::Workload
-        }
+        Kind::ReplicationController
+        | Kind::ReplicaSet
+        | Kind::Deployment
+        | Kind::DaemonSet
+        | Kind::CronJob
+        | Kind::PodDisruptionBudget => &workload::Workload,
         Kind::Endpoints
         | Kind::EndpointSlice
         | Kind::ConfigMap
@@ -210,7 +213,8 @@ mod tests {
                 Kind::Deployment,
                 Kind::DaemonSet,
                 Kind::Job,
-                Kind::CronJob
+                Kind::CronJob,
+                Kind::PodDisruptionBudget
             ]
         );
     }

@@ -13,11 +13,13 @@
 //! - `workloads`: ReplicaSets, ReplicationControllers, Deployments.
 //! - `batch`: Jobs, CronJobs, DaemonSets.
 //! - `network`: Endpoints, EndpointSlices; ResourceQuota usage.
+//! - `disruption`: PodDisruptionBudgets.
 //! - `cluster`: namespaces, garbage collection, service accounts, pod GC,
 //!   node IPAM, node lifecycle.
 
 mod batch;
 mod cluster;
+mod disruption;
 mod dynamic;
 mod network;
 mod workloads;
@@ -142,6 +144,7 @@ fn start(name: &'static str, ctx: &Arc<Context>, shutdown: &Shutdown) -> bool {
         "endpoint" => network::endpoints(ctx, shutdown),
         "endpointslice" => network::endpoint_slices(ctx, shutdown),
         "resourcequota" => network::resource_quotas(ctx, shutdown),
+        "disruption" => disruption::disruption(ctx, shutdown),
         _ => return false,
     }
     true
