@@ -215,7 +215,14 @@ impl Registry {
         let pod = stored.decode()?;
         let judged_version = stored.mod_revision;
         // Admission (a node evicts only its own pods) before any budget is charged.
-        let attrs = Attributes { user: &ctx.user, verb: "create", resource: pods, subresource: "eviction", namespace: ns, name };
+        let attrs = Attributes {
+            user: &ctx.user,
+            verb: "create",
+            resource: pods,
+            subresource: "eviction",
+            namespace: ns,
+            name,
+        };
         self.security.admit(&attrs, &mut eviction.clone(), Some(&pod))?;
         let ignore = can_ignore_budgets(&pod);
         if !ignore {
@@ -224,11 +231,9 @@ impl Registry {
                 [] => {}
                 [budget] if unhealthy_may_go(&pod, budget) => {}
                 [budget] => self.charge_budget(ctx, ns, budget, name, opts.dry_run).await?,
-                _ => {
-                    return Err(ApiError::internal(
-                        "This pod has more than one PodDisruptionBudget, which the eviction subresource does not support.",
-                    ))
-                }
+                _ => return Err(ApiError::internal(
+                    "This pod has more than one PodDisruptionBudget, which the eviction subresource does not support.",
+                )),
             }
         }
         // A pod that did not count as healthy must not have become so in
@@ -243,9 +248,18 @@ impl Registry {
             let precondition = opts.resource_version.as_deref().and_then(|rv| rv.parse().ok());
             let now = Utc::now();
             let marked = self
-                .read_modify_write(ctx, pods, Some(ns), name, precondition, false, "update", "status", Record::Skip, |p| {
-                    Ok(with_disruption_target(p, now).unwrap_or_else(|| p.clone()))
-                })
+                .read_modify_write(
+                    ctx,
+                    pods,
+                    Some(ns),
+                    name,
+                    precondition,
+                    false,
+                    "update",
+                    "status",
+                    Record::Skip,
+                    |p| Ok(with_disruption_target(p, now).unwrap_or_else(|| p.clone())),
+                )
                 .await?;
             if opts.resource_version.is_some() {
                 opts.resource_version = meta::resource_version(&marked).map(str::to_string);
@@ -283,9 +297,18 @@ impl Registry {
         let info = resources::of(Kind::PodDisruptionBudget);
         let name = meta::name(budget).unwrap_or_default();
         let now = Utc::now();
-        self.read_modify_write(ctx, info, Some(namespace), name, None, dry_run, "update", "status", Record::Skip, |b| {
-            charge(b, pod, dry_run, now)
-        })
+        self.read_modify_write(
+            ctx,
+            info,
+            Some(namespace),
+            name,
+            None,
+            dry_run,
+            "update",
+            "status",
+            Record::Skip,
+            |b| charge(b, pod, dry_run, now),
+        )
         .await?;
         Ok(())
     }

@@ -782,7 +782,10 @@ impl Request<'_> {
             }
             ("create", Some(name), Some("eviction")) if info.has_subresource("eviction") => {
                 let eviction = decode_body(self.headers, &body)?;
-                Ok(value_response(StatusCode::CREATED, &registry.evict(&ctx, ns, name, &eviction, self.dry_run()?).await?))
+                Ok(value_response(
+                    StatusCode::CREATED,
+                    &registry.evict(&ctx, ns, name, &eviction, self.dry_run()?).await?,
+                ))
             }
             ("create", Some(name), Some("binding")) if info.has_subresource("binding") => {
                 let binding = decode_body(self.headers, &body)?;
@@ -880,7 +883,8 @@ impl Request<'_> {
         let mut opts = DeleteOptions::from_body(&b);
         let g = self.param("gracePeriodSeconds");
         if !g.is_empty() {
-            let parsed = g.parse::<i64>().map_err(|_| ApiError::bad_request(format!("invalid gracePeriodSeconds {g:?}")))?;
+            let parsed =
+                g.parse::<i64>().map_err(|_| ApiError::bad_request(format!("invalid gracePeriodSeconds {g:?}")))?;
             opts.grace_period_seconds = Some(parsed);
         }
         opts.dry_run |= self.dry_run()?;
