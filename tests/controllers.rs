@@ -509,3 +509,91 @@ async fn a_node_whose_lease_stops_goes_not_ready_is_tainted_and_loses_its_pods()
     s.must_eventually("the pod is evicted", Duration::from_secs(30), || (s.count(&["get", "pods"]) == 0).then_some(()))
         .await;
 }
+
+/// POSTs an Eviction of `pod` in `default` with kubectl's raw client.
+fn evict(s: &Setup, pod: &str) -> std::process::Output {
+    let eviction =
+        format!("{{\"apiVersion\": \"policy/v1\", \"kind\": \"Eviction\", \"metadata\": {{\"name\": \"{pod}\"}}}}");
+    let path = format!("/api/v1/namespaces/default/pods/{pod}/eviction");
+    kubectl_stdin(&s.http, &["create", "--raw", &path, "-f", "-"], &eviction)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_disruption_budget_holds_evictions_and_a_drain_to_what_it_allows() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    // While `hold` is set, new pods stay Pending, so a replacement cannot
+    // restore the budget behind the test's back.
+    let hold = Arc::new(AtomicBool::new(false));
+    let held = hold.clone();
+    let s = Setup::new(move |_| if held.load(Ordering::SeqCst) { PodFate::Pending } else { PodFate::Ready }, &[]).await;
+    s.apply(&node("n1"));
+    // Every pod on n1, replacements too, so the drain has pods to evict.
+    let web = deployment("default", 3, "nginx").replace("      containers:", "      nodeName: n1\n      containers:");
+    s.apply(&web);
+    s.kubectl(&["rollout", "status", "deployment/web", "--timeout=60s"]);
+    let (census, watching) = census(s.client(), "default").await;
+
+    assert_eq!(
+        s.kubectl(&["create", "pdb", "web", "--selector=app=web", "--min-available=2"]),
+        "poddisruptionbudget.policy/web created\n"
+    );
+    let allowed = || s.kubectl(&["get", "pdb", "web", "-o", "jsonpath={.status.disruptionsAllowed}"]);
+    s.must_eventually("the controller allows one disruption", Duration::from_secs(30), || {
+        (allowed() == "1").then_some(())
+    })
+    .await;
+    let table = s.kubectl(&["get", "pdb"]);
+    assert!(table.starts_with("NAME   MIN AVAILABLE   MAX UNAVAILABLE   ALLOWED DISRUPTIONS   AGE"), "{table}");
+    assert!(table.contains("web    2               N/A               1"), "{table}");
+    let status: Value = serde_json::from_str(&s.kubectl(&["get", "pdb", "web", "-o", "json"])).unwrap();
+    let status = &status["status"];
+    assert_eq!(
+        (&status["currentHealthy"], &status["desiredHealthy"], &status["expectedPods"]),
+        (&json!(3), &json!(2), &json!(3))
+    );
+    assert_eq!(status["conditions"][0]["reason"], "SufficientPods");
+    census.lock().unwrap().counting_ready = true;
+
+    // One eviction is allowed; the next is refused while the first pod's
+    // replacement is not Ready (the budget was charged at once).
+    hold.store(true, Ordering::SeqCst);
+    let pods = s.kubectl(&["get", "pods", "-l", "app=web", "-o", "jsonpath={.items[*].metadata.name}"]);
+    let pods: Vec<&str> = pods.split_whitespace().collect();
+    assert_eq!(pods.len(), 3);
+    ok(evict(&s, pods[0]));
+    let refused = evict(&s, pods[1]);
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        !refused.status.success()
+            && stderr.contains("(TooManyRequests)")
+            && stderr.contains("Cannot evict pod as it would violate the pod's disruption budget."),
+        "{stderr}\n{}",
+        String::from_utf8_lossy(&refused.stdout)
+    );
+    // A bad eviction is a clear error and evicts nothing.
+    let wrong = format!("/api/v1/namespaces/default/pods/{}/eviction", pods[1]);
+    let body = "{\"apiVersion\": \"policy/v1\", \"kind\": \"Eviction\", \"metadata\": {\"name\": \"other\"}}";
+    let mismatch = kubectl_stdin(&s.http, &["create", "--raw", &wrong, "-f", "-"], body);
+    assert!(String::from_utf8_lossy(&mismatch.stderr).contains("name in URL does not match name in Eviction object"));
+    let missing = evict(&s, "no-such-pod");
+    assert!(String::from_utf8_lossy(&missing.stderr).contains("(NotFound)"));
+
+    // kubectl drain evicts through the subresource and waits out the budget.
+    hold.store(false, Ordering::SeqCst);
+    // A change brings the held replacement before the stand-in kubelet again.
+    s.kubectl(&["annotate", "pods", "-l", "app=web", "released=yes"]);
+    s.must_eventually("the replacement is counted", Duration::from_secs(30), || (allowed() == "1").then_some(())).await;
+    let listed = s.kubectl(&["get", "pods", "-l", "app=web", "-o", "jsonpath={.items[*].metadata.name}"]);
+    let drain = kubectl(&s.http, &["drain", "n1", "--timeout=90s"]);
+    let (out, err) = (String::from_utf8_lossy(&drain.stdout), String::from_utf8_lossy(&drain.stderr));
+    assert!(drain.status.success(), "drain failed:\n{out}\n{err}");
+    assert!(out.contains("node/n1 drained"), "{out}");
+    assert!(err.contains("Cannot evict pod as it would violate the pod's disruption budget"), "{err}");
+    let left = s.kubectl(&["get", "pods", "-l", "app=web", "-o", "jsonpath={.items[*].metadata.name}"]);
+    for pod in listed.split_whitespace() {
+        assert!(!left.split_whitespace().any(|p| p == pod), "{pod} was drained: {left}");
+    }
+    watching.abort();
+    let fewest = census.lock().unwrap().fewest_ready;
+    assert!(fewest.is_some_and(|f| f >= 2), "the budget kept 2 pods Ready throughout: {fewest:?}");
+}

@@ -55,7 +55,8 @@ pub type Scales<'a> = dyn Fn(&str, &OwnerReference) -> Option<Scale> + 'a;
 /// The pods of `pods` (the budget's namespace) that `budget` selects.
 pub fn selected<'a>(budget: &PodDisruptionBudget, pods: &'a [Pod]) -> Vec<&'a Pod> {
     let Some(selector) = budget.spec.as_ref().and_then(|s| s.selector.as_ref()) else { return Vec::new() };
-    let Ok(selector) = serde_json::to_value(selector).map_err(|_| ()).and_then(|v| LabelSelector::from_api(&v).map_err(|_| ()))
+    let Ok(selector) =
+        serde_json::to_value(selector).map_err(|_| ()).and_then(|v| LabelSelector::from_api(&v).map_err(|_| ()))
     else {
         return Vec::new();
     };
@@ -96,7 +97,11 @@ pub fn reconcile(budget: &PodDisruptionBudget, pods: &[Pod], scales: &Scales<'_>
             status(budget, healthy, counts.desired, counts.expected, disrupted, now)
         }
         Err(why) => {
-            events.push(("Warning", "CalculateExpectedPodCountFailed", format!("Failed to calculate the number of expected pods: {why}")));
+            events.push((
+                "Warning",
+                "CalculateExpectedPodCountFailed",
+                format!("Failed to calculate the number of expected pods: {why}"),
+            ));
             fail_safe(budget, &why, now)
         }
     };

@@ -98,7 +98,10 @@ fn a_pod_whose_controller_has_no_scale_fails_safe_and_unmanaged_pods_are_reporte
     let status = written(&out);
     assert_eq!(status.disruptions_allowed, 0);
     assert_eq!(condition(&status), ("False".into(), "SyncFailed".into()));
-    assert!(out.actions.iter().any(|a| matches!(a, Action::Event { reason, .. } if reason == "CalculateExpectedPodCountFailed")));
+    assert!(out
+        .actions
+        .iter()
+        .any(|a| matches!(a, Action::Event { reason, .. } if reason == "CalculateExpectedPodCountFailed")));
 
     let pods = vec![pod("a", true, "rs-a"), pod("loose", true, "")];
     let out = reconcile(&budget(selecting(json!({"maxUnavailable": 1})), json!({})), &pods, &scales, now());

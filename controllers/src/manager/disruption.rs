@@ -32,7 +32,8 @@ impl Scales {
     fn of(&self, namespace: &str, owner: &OwnerReference) -> Option<Scale> {
         match (owner.api_version.as_str(), owner.kind.as_str()) {
             ("apps/v1", "ReplicaSet") => {
-                let rs = self.replica_sets.get_named(namespace, &owner.name).filter(|rs| same_uid(&rs.metadata, owner))?;
+                let rs =
+                    self.replica_sets.get_named(namespace, &owner.name).filter(|rs| same_uid(&rs.metadata, owner))?;
                 if let Some(up) = controller_of(&rs.metadata).filter(|o| o.kind == "Deployment") {
                     let d = self.deployments.get_named(namespace, &up.name).filter(|d| same_uid(&d.metadata, up))?;
                     let replicas = d.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1);
@@ -41,7 +42,8 @@ impl Scales {
                 Some(Scale { uid: owner.uid.clone(), replicas: rs.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1) })
             }
             ("v1", "ReplicationController") => {
-                let rc = self.controllers.get_named(namespace, &owner.name).filter(|rc| same_uid(&rc.metadata, owner))?;
+                let rc =
+                    self.controllers.get_named(namespace, &owner.name).filter(|rc| same_uid(&rc.metadata, owner))?;
                 Some(Scale { uid: owner.uid.clone(), replicas: rc.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1) })
             }
             _ => None,
@@ -82,8 +84,11 @@ pub(super) fn disruption(ctx: &Arc<Context>, shutdown: &Shutdown) {
         .watches(&deployments, move |d: &Deployment| budgets_of_namespace(&b3, &d.metadata))
         .watches(&controllers, move |c: &ReplicationController| budgets_of_namespace(&b4, &c.metadata));
     export_queue_depth("disruption", controller.metrics(), shutdown);
-    let scales =
-        Scales { replica_sets: replica_sets.store(), deployments: deployments.store(), controllers: controllers.store() };
+    let scales = Scales {
+        replica_sets: replica_sets.store(),
+        deployments: deployments.store(),
+        controllers: controllers.store(),
+    };
     let shared = Arc::new(Shared { ctx: ctx.clone(), pods: pods.store(), scales });
     let reconcile = |request: Request<PodDisruptionBudget>, shared: Arc<Shared>| async move {
         let Some(budget) = request.object else { return Ok::<_, ExecuteError>(ReconcileAction::AwaitChange) };
