@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::apps::v1::ReplicaSet;
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod, ReplicationController, Service};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use serde_json::{json, Value};
 use skiff_api::resources::{self, Kind};
 use skiff_api::{meta, Reason};
@@ -32,7 +33,7 @@ use crate::algorithm::{self, FitError, Profile};
 use crate::cache::{is_terminal, Cache};
 use crate::config::SchedulerConfig;
 use crate::metrics::metrics;
-use crate::preemption::{self, Preemption};
+use crate::preemption::{self, Budget, Preemption};
 use crate::queue::{ClusterEvent, QueuedPod, SchedulingQueue};
 use crate::selector::Selector;
 
@@ -99,6 +100,8 @@ async fn leading(client: Client, config: SchedulerConfig, shutdown: Shutdown) {
     let namespaces = informers.informer::<Namespace>();
     let (services, replica_sets) = (informers.informer::<Service>(), informers.informer::<ReplicaSet>());
     let replication_controllers = informers.informer::<ReplicationController>();
+    // Read only when preempting, so no change feed.
+    let budgets = informers.informer::<PodDisruptionBudget>();
     let changes = Changes {
         nodes: nodes.subscribe(),
         pods: pods.subscribe(),
@@ -114,6 +117,7 @@ async fn leading(client: Client, config: SchedulerConfig, shutdown: Shutdown) {
         services: services.store(),
         replica_sets: replica_sets.store(),
         replication_controllers: replication_controllers.store(),
+        budgets: budgets.store(),
     };
     let ready = async {
         futures::join!(
@@ -123,6 +127,7 @@ async fn leading(client: Client, config: SchedulerConfig, shutdown: Shutdown) {
             stores.services.wait_until_ready(),
             stores.replica_sets.wait_until_ready(),
             stores.replication_controllers.wait_until_ready(),
+            stores.budgets.wait_until_ready(),
         )
     };
     tokio::select! {
@@ -141,6 +146,7 @@ struct Stores {
     services: Store<Service>,
     replica_sets: Store<ReplicaSet>,
     replication_controllers: Store<ReplicationController>,
+    budgets: Store<PodDisruptionBudget>,
 }
 
 /// The informers' change feeds the loop takes in.
@@ -391,7 +397,11 @@ impl Scheduler {
                 metrics().attempts.with_label_values(&["unschedulable"]).inc();
                 let cluster = self.cache.cluster();
                 let preemption = match preempts(&pod) {
-                    true => preemption::preempt(&info, cluster, &self.profile, &fit),
+                    true => {
+                        let budgets: Vec<Budget> =
+                            self.stores.budgets.list().iter().filter_map(|b| Budget::new(b)).collect();
+                        preemption::preempt(&info, cluster, &self.profile, &fit, &budgets)
+                    }
                     false => None,
                 };
                 // A pending pod holding room is not on the node to evict;

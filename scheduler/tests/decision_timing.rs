@@ -176,7 +176,7 @@ fn decision_time_at_5000_nodes_and_50000_pods() {
     let fit = schedule(&big, &cluster, &profile, &mut 0).expect_err("fits nowhere");
     let filter_all = t.elapsed();
     let t = Instant::now();
-    let preemption = preempt(&big, &cluster, &profile, &fit).expect("a node frees up");
+    let preemption = preempt(&big, &cluster, &profile, &fit, &[]).expect("a node frees up");
     println!(
         "preemption: failed decision over all nodes {filter_all:?}, preempt {:?} ({} victims on {})",
         t.elapsed(),
