@@ -181,9 +181,17 @@ fn root_field(kind: Kind, name: &str) -> Field {
         (Node, "spec") => typed(Ty::NodeSpec),
         (Pod, "status") => typed(Ty::PodStatus),
         (Node, "status") => typed(Ty::NodeStatus),
-        (Namespace | Service | Deployment | ReplicaSet | ReplicationController | DaemonSet | Job, "status") => {
-            typed(Ty::ConditionsStatus)
-        }
+        (
+            Namespace
+            | Service
+            | Deployment
+            | ReplicaSet
+            | ReplicationController
+            | DaemonSet
+            | Job
+            | PodDisruptionBudget,
+            "status",
+        ) => typed(Ty::ConditionsStatus),
         (ServiceAccount, "secrets") => map_list(Ty::Any, &["name"]),
         _ => PLAIN,
     }

@@ -57,11 +57,15 @@ fn the_field_set_keys_list_maps_defaults_missing_key_fields_and_keeps_atomic_str
 }
 
 #[test]
-fn job_conditions_and_pod_host_ips_are_keyed_as_strategic_merge_keys_them() {
+fn job_and_budget_conditions_and_pod_host_ips_are_keyed_as_strategic_merge_keys_them() {
     let job = json!({"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "j"},
         "status": {"conditions": [{"type": "Complete", "status": "True"}]}});
     let condition = path(&["status", "conditions"]).child(PathElement::key(&[("type", &json!("Complete"))]));
     assert!(field_set(Kind::Job, &job).contains(&condition.child(PathElement::field("status"))));
+    let pdb = json!({"apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": {"name": "b"},
+        "status": {"conditions": [{"type": "DisruptionAllowed", "status": "True"}]}});
+    let allowed = path(&["status", "conditions"]).child(PathElement::key(&[("type", &json!("DisruptionAllowed"))]));
+    assert!(field_set(Kind::PodDisruptionBudget, &pdb).contains(&allowed.child(PathElement::field("status"))));
     let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
         "status": {"hostIPs": [{"ip": "10.0.0.1"}]}});
     let host_ip = path(&["status", "hostIPs"]).child(PathElement::key(&[("ip", &json!("10.0.0.1"))]));
