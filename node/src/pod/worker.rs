@@ -28,7 +28,7 @@ use super::status::{pod_status, Observed, WorkerView};
 use super::volumes::{self, Volumes};
 use super::{Pending, Shared, WorkerOutput};
 use crate::runtime::{
-    ContainerSpec, ContainerState, ContainerStatus, LabelFilter, RuntimeError, SandboxState, LABEL_POD_UID,
+    ContainerSpec, ContainerState, ContainerStatus, ImageInfo, LabelFilter, RuntimeError, SandboxState, LABEL_POD_UID,
 };
 
 /// The kubelet's floor for the grace left after a preStop hook.
@@ -552,8 +552,9 @@ impl Worker {
     }
 
     /// Pulls the image as the container's policy says; `Err` is the
-    /// waiting reason and message.
-    async fn ensure_image(&mut self, c: &Container) -> Result<(), (String, String)> {
+    /// waiting reason and message. `Ok` carries the image's status when it
+    /// was already present (the start needs its user), `None` after a pull.
+    async fn ensure_image(&mut self, c: &Container) -> Result<Option<ImageInfo>, (String, String)> {
         let image = c.image.clone().unwrap_or_default();
         let runtime = self.shared.runtime.clone();
         let policy = c.image_pull_policy.clone().unwrap_or_else(|| {
@@ -561,9 +562,10 @@ impl Worker {
             if image.contains('@') || tag.is_some_and(|t| t != "latest") { "IfNotPresent" } else { "Always" }
                 .to_string()
         });
-        let present = runtime.image_status(&image).await.ok().flatten().is_some();
+        let status = runtime.image_status(&image).await.ok().flatten();
+        let present = status.is_some();
         match policy.as_str() {
-            "Never" if present => return Ok(()),
+            "Never" if present => return Ok(status),
             "Never" => {
                 let message = format!("Container image \"{image}\" is not present with pull policy of Never");
                 self.event("Warning", "ErrImageNeverPull", message.clone()).await;
@@ -571,7 +573,7 @@ impl Worker {
             }
             "IfNotPresent" if present => {
                 self.event("Normal", "Pulled", format!("Container image \"{image}\" already present on machine")).await;
-                return Ok(());
+                return Ok(status);
             }
             _ => {}
         }
@@ -591,7 +593,7 @@ impl Worker {
                 self.image_backoff.reset(&image);
                 let took = Instant::now().duration_since(now);
                 self.event("Normal", "Pulled", format!("Successfully pulled image \"{image}\" in {took:?}")).await;
-                Ok(())
+                Ok(None)
             }
             Err(e) => {
                 self.image_backoff.next(&image, now);
@@ -631,10 +633,13 @@ impl Worker {
             }
             Err(e) => return self.config_error(&c.name, e).await,
         };
-        if let Err(waiting) = self.ensure_image(&c).await {
-            self.waiting.insert(c.name.clone(), waiting);
-            return false;
-        }
+        let known_image = match self.ensure_image(&c).await {
+            Ok(known) => known,
+            Err(waiting) => {
+                self.waiting.insert(c.name.clone(), waiting);
+                return false;
+            }
+        };
         let inputs = ContainerInputs {
             config: &self.shared.config,
             resources: self.shared.resources.as_ref(),
@@ -646,7 +651,13 @@ impl Worker {
             Ok(s) => ContainerSpec { pid_target, ..s },
             Err(e) => return self.config_error(&c.name, e).await,
         };
-        let image = match runtime.image_status(&container_spec.image).await {
+        // The image's user: known from the pull policy's check, else
+        // asked for once the pull is done.
+        let image = match known_image {
+            Some(image) => Ok(Some(image)),
+            None => runtime.image_status(&container_spec.image).await,
+        };
+        let image = match image {
             Ok(Some(image)) => image,
             failed => {
                 let reason = failed.err().map_or_else(|| "the image is gone".to_string(), |e| e.to_string());
