@@ -412,6 +412,10 @@ async fn the_audit_log_records_requests_and_one_user_cannot_starve_another() {
     let client = cluster.members[&1].client.clone();
     assert!(skiffctl(&["--server", &client, "get", "configmap", "audited"]).contains("audited"));
     skiffctl(&["--server", &client, "delete", "secret", "hidden"]);
+    // And so is the etcd API: a put, and a read of a future revision (OutOfRange).
+    assert!(cluster.etcdctl(&client, &["put", "audited-key", "v"]).status.success());
+    let future = cluster.etcdctl(&client, &["get", "audited-key", "--rev=999999999"]);
+    assert!(String::from_utf8_lossy(&future.stderr).contains("future revision"), "{future:?}");
 
     // flood: three requests that each wait ~3 s for a revision that never
     // comes; with a share of 2, the third is refused after its queue wait.
@@ -524,6 +528,19 @@ async fn the_audit_log_records_requests_and_one_user_cannot_starve_another() {
     let deleted = over_grpc("/skiff.resource.Resources/Delete");
     assert_eq!((&deleted["verb"], &deleted["objectRef"]["name"]), (&"delete".into(), &"hidden".into()), "{deleted}");
     assert_eq!(deleted["responseStatus"]["code"], 200);
+    let put = over_grpc("/etcdserverpb.KV/Put");
+    assert_eq!(
+        (&put["verb"], &put["level"], &put["responseStatus"]["code"]),
+        (&"post".into(), &"Metadata".into(), &200.into())
+    );
+    assert_eq!(put["user"]["username"], "system:unsecured-client-port");
+    assert!(put.get("objectRef").is_none() && put["userAgent"].as_str().is_some_and(|a| a.contains("grpc")), "{put}");
+    let ranges: Vec<&serde_json::Value> =
+        events.iter().filter(|e| e["requestURI"] == "/etcdserverpb.KV/Range").collect();
+    assert!(
+        ranges.iter().any(|e| e["responseStatus"]["code"] == 410),
+        "the future revision is OutOfRange: {ranges:#?}"
+    );
 }
 
 #[test]

@@ -373,7 +373,7 @@ pub async fn start_under(
                 encryption_config: config.encryption_provider_config.clone(),
             },
         ));
-    let client = serve::serve(listeners.client, routes, tls.client, shutdown.clone());
+    let client = serve::serve(listeners.client, routes, tls.client, audit.clone(), shutdown.clone());
     let address = listeners.http.local_addr().map(|a| a.to_string()).unwrap_or_default();
     let rest =
         axum::Router::new().fallback(rest::handle).with_state(rest::RestState { registry: registry.clone(), address });

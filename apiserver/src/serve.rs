@@ -22,6 +22,16 @@
 //! members (`system:skiff-peers`) too, and the resource API authenticates
 //! and authorizes each request itself, the certificate's identity handed to
 //! it as a [`ClientCertificate`] extension.
+//!
+//! With an audit log, the calls no service audits itself (the etcd API,
+//! Skiff's key history and control calls) are logged here, as requests on
+//! a non-resource path: the gRPC method is the path, the connection's
+//! certificate the user (the unsecured client port's superuser where
+//! certificates are not checked, as the resource API has it), and the outcome
+//! the `grpc-status` the response starts with (a handler's error; 200 for
+//! a response that starts well). Calls refused for want of a certificate
+//! are not logged, as 401s are not. Without an audit log nothing here
+//! changes: no allocation or task per call.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -30,6 +40,7 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
+use futures::future::Either;
 use futures::stream::{FuturesUnordered, StreamExt};
 use futures::task::AtomicWaker;
 use hyper_util::rt::{TokioIo, TokioTimer};
@@ -39,7 +50,9 @@ use tonic::codegen::Service;
 use tonic::service::Routes;
 
 use crate::admission::{ClientCertificate, UserInfo};
+use crate::audit::{AuditLog, Call};
 use crate::rbac::bootstrap::MASTERS;
+use crate::request_info::RequestInfo;
 
 type Request = Pin<Box<dyn Future<Output = ()> + Send>>;
 
@@ -55,15 +68,22 @@ pub struct ClientTls {
 /// cancelled, then lets every connection finish the requests it has
 /// (HTTP/2 GOAWAY) before returning. Each connection's task is a task of a
 /// child of `shutdown`, so whoever stops `shutdown` also waits for the
-/// connections.
-pub async fn serve(listener: TcpListener, routes: Routes, tls: Option<ClientTls>, shutdown: Shutdown) {
+/// connections. `audit` logs the calls the services do not log themselves.
+pub async fn serve(
+    listener: TcpListener,
+    routes: Routes,
+    tls: Option<ClientTls>,
+    audit: Option<AuditLog>,
+    shutdown: Shutdown,
+) {
     let routes = routes.prepare();
     let connections = shutdown.child();
-    while let Some((stream, _)) = crate::tls::accept(&listener, &shutdown).await {
+    while let Some((stream, remote)) = crate::tls::accept(&listener, &shutdown).await {
         let routes = routes.clone();
         let stop = connections.clone();
+        let audit = audit.clone().map(|log| Audit { log, remote });
         let Some(tls) = &tls else {
-            connections.spawn(connection(stream, routes, None, stop));
+            connections.spawn(connection(stream, routes, None, audit, stop));
             continue;
         };
         let acceptor = tokio_rustls::TlsAcceptor::from(tls.current.borrow().clone());
@@ -72,7 +92,7 @@ pub async fn serve(listener: TcpListener, routes: Routes, tls: Option<ClientTls>
             match skiff_pki::transport::accept(&acceptor, stream).await {
                 Ok((stream, who)) => {
                     let who = checked.then(|| who.map(ClientCertificate::from));
-                    connection(stream, routes, who, stop).await
+                    connection(stream, routes, who, audit, stop).await
                 }
                 Err(e) => tracing::debug!(error = %e, "TLS handshake on the client listener failed"),
             }
@@ -91,12 +111,20 @@ fn connection<I>(
     io: I,
     routes: Routes,
     who: Option<Option<ClientCertificate>>,
+    audit: Option<Audit>,
     stop: Shutdown,
 ) -> Pin<Box<dyn Future<Output = ()> + Send>>
 where
     I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + Unpin + 'static,
 {
-    let service = hyper::service::service_fn(move |r: hyper::Request<hyper::body::Incoming>| answer(&routes, &who, r));
+    let service = hyper::service::service_fn(move |r: hyper::Request<hyper::body::Incoming>| {
+        let call = audit.as_ref().and_then(|a| a.begin(&who, &r));
+        let answer = answer(&routes, &who, r);
+        match call {
+            None => Either::Left(answer),
+            Some(call) => Either::Right(Audited { answer, call: Some(call), finishing: None, answered: None }),
+        }
+    });
     let spawner = Spawner::default();
     let conn = hyper::server::conn::http2::Builder::new(spawner.clone())
         .timer(TokioTimer::new())
@@ -117,6 +145,86 @@ where
 }
 
 type RoutesFuture = <Routes as Service<hyper::Request<tonic::body::BoxBody>>>::Future;
+
+/// The audit log and the connection's peer.
+#[derive(Clone)]
+struct Audit {
+    log: AuditLog,
+    remote: std::net::SocketAddr,
+}
+
+/// gRPC methods that stream for as long as the client wants, logged as
+/// watches (once their response has started).
+const LONG_RUNNING: [&str; 3] =
+    ["/etcdserverpb.Watch/Watch", "/etcdserverpb.Lease/LeaseKeepAlive", "/v3electionpb.Election/Observe"];
+
+impl Audit {
+    /// The audit event of a call the services do not log themselves, if
+    /// the policy logs it. `who` as in [`admit`].
+    fn begin<B>(&self, who: &Option<Option<ClientCertificate>>, r: &hyper::Request<B>) -> Option<Call> {
+        let path = r.uri().path();
+        if path.starts_with("/skiff.resource.Resources/") || path.starts_with("/skiff.bootstrap.Bootstrap/") {
+            return None;
+        }
+        let user = match who {
+            // Refused for want of a certificate: a 401, not logged.
+            Some(None) => return None,
+            Some(Some(cert)) => cert.0.clone(),
+            None => crate::admission::unsecured_client_port(),
+        };
+        let verb = if LONG_RUNNING.contains(&path) { "watch" } else { "post" };
+        let info = RequestInfo { verb: verb.to_string(), path: path.to_string(), ..Default::default() };
+        let agent = r.headers().get(hyper::header::USER_AGENT).and_then(|v| v.to_str().ok());
+        self.log.begin(&user, info, Some(self.remote), agent, || None, &Default::default())
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// An answer whose audit event is written (queued) before it is
+    /// handed back, so a full audit queue slows calls rather than losing
+    /// their events.
+    struct Audited<F> {
+        #[pin]
+        answer: F,
+        call: Option<Call>,
+        finishing: Option<Pin<Box<dyn Future<Output = ()> + Send>>>,
+        answered: Option<Answer>,
+    }
+}
+
+impl<F: Future<Output = Answer>> Future for Audited<F> {
+    type Output = Answer;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Answer> {
+        let mut this = self.project();
+        if this.answered.is_none() {
+            let Poll::Ready(answered) = this.answer.as_mut().poll(cx) else { return Poll::Pending };
+            if let Some(call) = this.call.take() {
+                *this.finishing = Some(Box::pin(call.finish(outcome(&answered), None)));
+            }
+            *this.answered = Some(answered);
+        }
+        if let Some(finishing) = this.finishing.as_mut() {
+            if finishing.as_mut().poll(cx).is_pending() {
+                return Poll::Pending;
+            }
+            *this.finishing = None;
+        }
+        Poll::Ready(this.answered.take().expect("answered above"))
+    }
+}
+
+/// The HTTP status code an audit event records for a gRPC answer: the
+/// `grpc-status` a response starts with, mapped as the resource API maps
+/// its errors; 200 for one that starts without (its status follows in
+/// the trailers).
+fn outcome(answered: &Answer) -> u16 {
+    let Ok(response) = answered else { return 500 };
+    match response.headers().get("grpc-status").and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<i32>().ok()) {
+        None | Some(0) => 200,
+        Some(code) => skiff_api::Reason::from_grpc_code(code).code(),
+    }
+}
 
 /// One request's answer: refused by [`admit`], or routed to its service
 /// (with the caller's certificate), in either case within its deadline.
@@ -360,5 +468,33 @@ mod tests {
             assert_eq!(timeout_of(bad), None, "{bad:?}");
         }
         assert_eq!(grpc_timeout(&hyper::HeaderMap::new()), None);
+    }
+
+    #[test]
+    fn an_audited_call_records_the_status_its_response_starts_with() {
+        let ok: Answer = Ok(hyper::Response::new(tonic::body::empty_body()));
+        assert_eq!(outcome(&ok), 200);
+        let future = Ok(tonic::Status::out_of_range("required revision is a future revision").into_http());
+        assert_eq!(outcome(&future), 410);
+        assert_eq!(outcome(&Ok(tonic::Status::permission_denied("no").into_http())), 403);
+        let failed: Answer = Err("broken".into());
+        assert_eq!(outcome(&failed), 500);
+    }
+
+    #[test]
+    fn calls_the_resource_api_audits_itself_and_refused_callers_are_not_logged_here() {
+        let dir = tempfile::tempdir().unwrap();
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        rt.block_on(async {
+            let config = crate::audit::AuditConfig { path: dir.path().join("audit.log"), policy_file: None };
+            let log = AuditLog::open(&config, &Shutdown::new()).await.unwrap();
+            let audit = Audit { log, remote: "127.0.0.1:1".parse().unwrap() };
+            let request = |path: &str| hyper::Request::builder().uri(path).body(()).unwrap();
+            let admin = Some(Some(ClientCertificate(UserInfo { name: "root".into(), groups: vec![MASTERS.into()] })));
+            assert!(audit.begin(&admin, &request("/etcdserverpb.KV/Put")).is_some());
+            assert!(audit.begin(&None, &request("/etcdserverpb.Watch/Watch")).is_some());
+            assert!(audit.begin(&admin, &request("/skiff.resource.Resources/Get")).is_none());
+            assert!(audit.begin(&Some(None), &request("/etcdserverpb.KV/Put")).is_none());
+        });
     }
 }
