@@ -575,6 +575,13 @@ async fn a_disruption_budget_holds_evictions_and_a_drain_to_what_it_allows() {
     let body = "{\"apiVersion\": \"policy/v1\", \"kind\": \"Eviction\", \"metadata\": {\"name\": \"other\"}}";
     let mismatch = kubectl_stdin(&s.http, &["create", "--raw", &wrong, "-f", "-"], body);
     assert!(String::from_utf8_lossy(&mismatch.stderr).contains("name in URL does not match name in Eviction object"));
+    let stale = format!(
+        "{{\"apiVersion\": \"policy/v1\", \"kind\": \"Eviction\", \"metadata\": {{\"name\": \"{}\"}}, \
+         \"deleteOptions\": {{\"preconditions\": {{\"uid\": \"not-this-pod\"}}}}}}",
+        pods[1]
+    );
+    let conflict = kubectl_stdin(&s.http, &["create", "--raw", &wrong, "-f", "-"], &stale);
+    assert!(String::from_utf8_lossy(&conflict.stderr).contains("(Conflict)"), "{conflict:?}");
     let missing = evict(&s, "no-such-pod");
     assert!(String::from_utf8_lossy(&missing.stderr).contains("(NotFound)"));
 

@@ -194,6 +194,25 @@ pub(crate) fn delete_options(name: &str, eviction: &Value, dry_run: bool) -> Res
     Ok(opts)
 }
 
+/// The eviction's delete preconditions (uid, resourceVersion) against the
+/// pod as read: a Conflict, as the delete would answer.
+pub(crate) fn preconditions_hold(pod: &Value, version: i64, opts: &DeleteOptions) -> Result<(), ApiError> {
+    let pods = resources::of(Kind::Pod);
+    let name = meta::name(pod).unwrap_or_default();
+    let uid = meta::uid(pod).unwrap_or_default();
+    if let Some(wanted) = opts.uid.as_deref().filter(|u| *u != uid) {
+        let why = format!("Precondition failed: UID in precondition: {wanted}, UID in object meta: {uid}");
+        return Err(ApiError::conflict(pods, name, &why));
+    }
+    if let Some(wanted) = opts.resource_version.as_deref().filter(|rv| *rv != version.to_string()) {
+        let why = format!(
+            "Precondition failed: ResourceVersion in precondition: {wanted}, ResourceVersion in object meta: {version}"
+        );
+        return Err(ApiError::conflict(pods, name, &why));
+    }
+    Ok(())
+}
+
 impl Registry {
     /// `pods/eviction` (see the module documentation).
     pub async fn evict(
@@ -224,6 +243,9 @@ impl Registry {
             name,
         };
         self.security.admit(&attrs, &mut eviction.clone(), Some(&pod))?;
+        // The delete's preconditions, checked before a budget is charged
+        // for a delete that would fail on them.
+        preconditions_hold(&pod, judged_version, &opts)?;
         let ignore = can_ignore_budgets(&pod);
         if !ignore {
             let budgets = self.budgets_selecting(ns, &pod).await?;
@@ -416,6 +438,23 @@ mod tests {
         assert_eq!((opts.grace_period_seconds, opts.uid.as_deref(), opts.dry_run), (Some(5), Some("u1"), true));
         let wrong = delete_options("web-2", &eviction, false).unwrap_err();
         assert_eq!((wrong.code(), wrong.message.as_str()), (400, "name in URL does not match name in Eviction object"));
+    }
+
+    #[test]
+    fn preconditions_that_cannot_hold_refuse_before_a_budget_is_charged() {
+        let mut p = pod("Running", true);
+        p["metadata"]["uid"] = json!("u1");
+        let with = |uid: Option<&str>, rv: Option<&str>| DeleteOptions {
+            uid: uid.map(str::to_string),
+            resource_version: rv.map(str::to_string),
+            ..Default::default()
+        };
+        assert!(preconditions_hold(&p, 7, &with(Some("u1"), Some("7"))).is_ok());
+        assert!(preconditions_hold(&p, 7, &with(None, None)).is_ok());
+        let uid = preconditions_hold(&p, 7, &with(Some("u2"), None)).unwrap_err();
+        assert_eq!(uid.code(), 409);
+        assert!(uid.message.contains("UID in precondition: u2"), "{}", uid.message);
+        assert_eq!(preconditions_hold(&p, 7, &with(None, Some("6"))).unwrap_err().code(), 409);
     }
 
     #[test]
