@@ -85,6 +85,32 @@ impl KvRecord {
     }
 }
 
+/// A stored version read in place: the value borrowed from the database's
+/// buffer (or a record), so a scan copies only the values it returns.
+#[derive(Clone, Copy, Debug, Deserialize)]
+struct RecordView<'a> {
+    create_revision: i64,
+    mod_revision: i64,
+    version: i64,
+    lease: i64,
+    #[serde(borrow)]
+    value: &'a [u8],
+    deleted: bool,
+}
+
+impl<'a> From<&'a KvRecord> for RecordView<'a> {
+    fn from(r: &'a KvRecord) -> Self {
+        RecordView {
+            create_revision: r.create_revision,
+            mod_revision: r.mod_revision,
+            version: r.version,
+            lease: r.lease,
+            value: &r.value,
+            deleted: r.deleted,
+        }
+    }
+}
+
 /// What one revision changed, as stored under `rev`.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct RevRecord {
@@ -205,6 +231,17 @@ pub fn rev_key(revision: i64) -> [u8; 8] {
 
 /// Whether `key` lies in etcd's range `[start, end)`; an empty `end` means
 /// `start` alone and `"\0"` means every key from `start` on.
+/// The revision of a `hist` key (its last eight bytes).
+fn hist_revision(raw: &[u8]) -> i64 {
+    let mut rev = [0u8; 8];
+    rev.copy_from_slice(&raw[raw.len() - 8..]);
+    u64::from_be_bytes(rev) as i64
+}
+
+/// How many versions of one key a range scan steps through before it seeks
+/// to the one it wants (RocksDB's `max_sequential_skip_in_iterations`).
+const SEQUENTIAL_VERSIONS: usize = 8;
+
 pub fn in_range(key: &[u8], start: &[u8], end: &[u8]) -> bool {
     if end.is_empty() {
         key == start
@@ -217,6 +254,11 @@ pub fn in_range(key: &[u8], start: &[u8], end: &[u8]) -> bool {
 
 fn decode<T: for<'de> Deserialize<'de>>(cf: &'static str, bytes: &[u8]) -> Result<T, EngineError> {
     bincode::deserialize(bytes).map_err(|e| EngineError::Corrupt { cf, reason: e.to_string() })
+}
+
+/// A `hist` record read in place (its value borrowed from `raw`).
+fn decode_view(raw: &[u8]) -> Result<RecordView<'_>, EngineError> {
+    bincode::deserialize(raw).map_err(|e| EngineError::Corrupt { cf: CF_HIST, reason: e.to_string() })
 }
 
 pub(crate) fn encode<T: Serialize>(value: &T) -> Vec<u8> {
@@ -315,30 +357,84 @@ impl<'a> Reader<'a> {
             }
             return Ok(out);
         }
+        self.visit_at(start, end, revision, |key, raw| {
+            out.insert(key, decode(CF_HIST, raw)?);
+            Ok(true)
+        })?;
+        Ok(out)
+    }
+
+    /// Calls `visit` with every key of the range `[start, end)` (`end`
+    /// not empty) and the raw record of its newest version at or below
+    /// `revision` (tombstones included), in key order, until it returns
+    /// false.
+    ///
+    /// The versions of a key are stored oldest first, so the scan walks
+    /// forward through them: a step is far cheaper than a seek, and most
+    /// keys have a few versions. A key with more than
+    /// [`SEQUENTIAL_VERSIONS`] at or below `revision` is jumped through
+    /// with one seek instead, as RocksDB's own iterator bounds its
+    /// sequential skips.
+    fn visit_at(
+        &self,
+        start: &[u8],
+        end: &[u8],
+        revision: i64,
+        mut visit: impl FnMut(Vec<u8>, &[u8]) -> Result<bool, EngineError>,
+    ) -> Result<(), EngineError> {
         let mut it = self.db.raw_iterator_cf_opt(cf(self.db, CF_HIST), self.opts());
         let mut seek = Vec::with_capacity(start.len() + 2);
         encode_key(start, &mut seek);
         it.seek(&seek);
+        // The newest version seen so far of the current key.
+        let mut newest = Vec::new();
         while let Some(k) = it.key() {
             let (key, _) = decode_hist_key(k)?;
             if !in_range(&key, start, end) {
                 break;
             }
-            // Newest version of this key at or below `revision`.
-            it.seek_for_prev(hist_key(&key, revision));
-            if let (Some(k2), Some(v)) = (it.key(), it.value()) {
-                if decode_hist_key(k2)?.0 == key {
-                    out.insert(key.clone(), decode(CF_HIST, v)?);
+            let prefix = k[..k.len() - 8].to_vec();
+            let of_key = |k: &[u8]| k.len() == prefix.len() + 8 && k.starts_with(&prefix);
+            let mut found = false;
+            let mut steps = 0;
+            while let (Some(k), Some(v)) = (it.key(), it.value()) {
+                if !of_key(k) || hist_revision(k) > revision {
+                    break;
                 }
-            }
-            // Past every version of this key.
-            it.seek(hist_key(&key, i64::MAX));
-            if it.key().is_some_and(|k| k == hist_key(&key, i64::MAX).as_slice()) {
+                found = true;
+                steps += 1;
+                if steps == SEQUENTIAL_VERSIONS {
+                    let mut target = prefix.clone();
+                    target.extend_from_slice(&(revision as u64).to_be_bytes());
+                    it.seek_for_prev(&target);
+                    if let (Some(k), Some(v)) = (it.key(), it.value()) {
+                        if of_key(k) {
+                            newest.clear();
+                            newest.extend_from_slice(v);
+                        }
+                    }
+                    break;
+                }
+                newest.clear();
+                newest.extend_from_slice(v);
                 it.next();
+            }
+            if found && !visit(key, &newest)? {
+                return Ok(());
+            }
+            // Past this key's remaining versions (newer than `revision`,
+            // or left behind by the jump).
+            if it.key().is_some_and(of_key) {
+                let mut past = prefix.clone();
+                past.extend_from_slice(&u64::MAX.to_be_bytes());
+                it.seek(&past);
+                if it.key().is_some_and(|k| k == past.as_slice()) {
+                    it.next();
+                }
             }
         }
         it.status()?;
-        Ok(out)
+        Ok(())
     }
 
     /// etcd's Range, served from this view.
@@ -346,8 +442,16 @@ impl<'a> Reader<'a> {
         let current = self.revision()?;
         let compacted = self.compacted()?;
         let at = resolve_revision(req.revision, current, compacted)?;
-        let found = self.scan_at(&req.key, &req.range_end, at)?;
-        Ok(finish_range(req, found.into_iter()))
+        if req.range_end.is_empty() {
+            let found = self.scan_at(&req.key, &req.range_end, at)?;
+            return Ok(finish_range(req, found.into_iter()));
+        }
+        let mut result = RangeBuilder::new(req);
+        self.visit_at(&req.key, &req.range_end, at, |key, raw| {
+            result.add(key, decode_view(raw)?);
+            Ok(true)
+        })?;
+        Ok(result.finish())
     }
 
     /// etcd's HashKV: a digest of every stored version of every key up to
@@ -546,52 +650,107 @@ pub fn resolve_revision(requested: i64, current: i64, compacted: i64) -> Result<
 /// Turns the newest records of the keys in range into etcd's response:
 /// count of live keys, then the mod/create filters, sort and limit.
 fn finish_range(req: &RangeRequest, found: impl Iterator<Item = (Vec<u8>, KvRecord)>) -> RangeResult {
-    let live: Vec<KeyValue> = found.filter(|(_, r)| !r.deleted).map(|(k, r)| r.to_kv(&k)).collect();
-    let count = live.len() as i64;
-    if req.count_only {
-        return RangeResult { kvs: Vec::new(), more: false, count };
+    let mut result = RangeBuilder::new(req);
+    for (key, record) in found {
+        result.add(key, RecordView::from(&record));
     }
-    let mut kvs: Vec<KeyValue> = live
-        .into_iter()
-        .filter(|kv| req.min_mod_revision <= 0 || kv.mod_revision >= req.min_mod_revision)
-        .filter(|kv| req.max_mod_revision <= 0 || kv.mod_revision <= req.max_mod_revision)
-        .filter(|kv| req.min_create_revision <= 0 || kv.create_revision >= req.min_create_revision)
-        .filter(|kv| req.max_create_revision <= 0 || kv.create_revision <= req.max_create_revision)
-        .collect();
-    let order = match (req.sort_order, req.sort_target) {
-        // etcd sorts by key ascending when only a target is named.
-        (SortOrder::None, SortTarget::Key) => SortOrder::None,
-        (SortOrder::None, _) => SortOrder::Ascend,
-        (o, _) => o,
-    };
-    if order != SortOrder::None {
-        kvs.sort_by(|a, b| {
-            let ord = match req.sort_target {
-                SortTarget::Key => a.key.cmp(&b.key),
-                SortTarget::Version => a.version.cmp(&b.version),
-                SortTarget::Create => a.create_revision.cmp(&b.create_revision),
-                SortTarget::Mod => a.mod_revision.cmp(&b.mod_revision),
-                SortTarget::Value => a.value.cmp(&b.value),
-            };
-            // Ties stay in key order, as etcd's stable sort leaves them.
-            if order == SortOrder::Descend {
-                ord.reverse()
-            } else {
-                ord
-            }
+    result.finish()
+}
+
+/// etcd's Range answer, built from the range's newest records in key
+/// order: every live key is counted; those the revision filters pass are
+/// kept. When the answer is in key order only the first `limit` of them are
+/// built, so a page of a large range copies only the page.
+struct RangeBuilder<'r> {
+    req: &'r RangeRequest,
+    order: SortOrder,
+    /// The answer's order is the keys' own: nothing to sort.
+    in_key_order: bool,
+    count: i64,
+    /// Live keys the filters passed.
+    matched: i64,
+    kvs: Vec<KeyValue>,
+}
+
+impl<'r> RangeBuilder<'r> {
+    fn new(req: &'r RangeRequest) -> Self {
+        let order = match (req.sort_order, req.sort_target) {
+            // etcd sorts by key ascending when only a target is named.
+            (SortOrder::None, SortTarget::Key) => SortOrder::None,
+            (SortOrder::None, _) => SortOrder::Ascend,
+            (o, _) => o,
+        };
+        let in_key_order =
+            order == SortOrder::None || (order == SortOrder::Ascend && req.sort_target == SortTarget::Key);
+        RangeBuilder { req, order, in_key_order, count: 0, matched: 0, kvs: Vec::new() }
+    }
+
+    fn add(&mut self, key: Vec<u8>, r: RecordView<'_>) {
+        let req = self.req;
+        if r.deleted {
+            return;
+        }
+        self.count += 1;
+        if req.count_only {
+            return;
+        }
+        let passes = (req.min_mod_revision <= 0 || r.mod_revision >= req.min_mod_revision)
+            && (req.max_mod_revision <= 0 || r.mod_revision <= req.max_mod_revision)
+            && (req.min_create_revision <= 0 || r.create_revision >= req.min_create_revision)
+            && (req.max_create_revision <= 0 || r.create_revision <= req.max_create_revision);
+        if !passes {
+            return;
+        }
+        self.matched += 1;
+        if self.in_key_order && req.limit > 0 && self.matched > req.limit {
+            return;
+        }
+        // A sort by value needs the values even when only keys are returned.
+        let value = if req.keys_only && self.in_key_order { Vec::new() } else { r.value.to_vec() };
+        self.kvs.push(KeyValue {
+            key,
+            create_revision: r.create_revision,
+            mod_revision: r.mod_revision,
+            version: r.version,
+            value,
+            lease: r.lease,
         });
     }
-    let mut more = false;
-    if req.limit > 0 && kvs.len() as i64 > req.limit {
-        kvs.truncate(req.limit as usize);
-        more = true;
-    }
-    if req.keys_only {
-        for kv in &mut kvs {
-            kv.value.clear();
+
+    fn finish(self) -> RangeResult {
+        let (req, order, count) = (self.req, self.order, self.count);
+        if req.count_only {
+            return RangeResult { kvs: Vec::new(), more: false, count };
         }
+        let mut kvs = self.kvs;
+        if !self.in_key_order {
+            kvs.sort_by(|a, b| {
+                let ord = match req.sort_target {
+                    SortTarget::Key => a.key.cmp(&b.key),
+                    SortTarget::Version => a.version.cmp(&b.version),
+                    SortTarget::Create => a.create_revision.cmp(&b.create_revision),
+                    SortTarget::Mod => a.mod_revision.cmp(&b.mod_revision),
+                    SortTarget::Value => a.value.cmp(&b.value),
+                };
+                // Ties stay in key order, as etcd's stable sort leaves them.
+                if order == SortOrder::Descend {
+                    ord.reverse()
+                } else {
+                    ord
+                }
+            });
+        }
+        let more = req.limit > 0 && self.matched > req.limit;
+        if more {
+            kvs.truncate(req.limit as usize);
+        }
+        if req.keys_only {
+            for kv in &mut kvs {
+                kv.value.clear();
+            }
+        }
+        RangeResult { kvs, more, count }
     }
-    RangeResult { kvs, more, count }
 }
 
 // ---------------------------------------------------------------------------
