@@ -8,6 +8,10 @@
 //! check the watch guarantees, and check that no acknowledged object write
 //! was lost. A report (human summary + JSON) is written per run.
 //!
+//! The members run as `skiff up` runs them: TLS on every listener, mutual
+//! TLS between the Raft peers, and every client of the workload presenting
+//! the administrator's certificate.
+//!
 //! `make test` runs a short run; `make chaos` a long one. Knobs:
 //! `SKIFF_CHAOS_DURATION` (seconds of faults), `SKIFF_CHAOS_SEED` (replays
 //! a fault schedule), `SKIFF_CHAOS_MASTERS` (3 or 5), `SKIFF_CHAOS_REPORT`
@@ -37,7 +41,7 @@ use skiff_proto::etcdserverpb::{
 };
 use support::netns::Network;
 use support::*;
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::Channel;
 
 const KEYS: usize = 5;
 
@@ -49,25 +53,47 @@ fn env_u64(name: &str, default: u64) -> u64 {
     std::env::var(name).ok().and_then(|s| s.parse().ok()).unwrap_or(default)
 }
 
-/// Lazily connected channels to every member (the test's side of the bridge).
-fn channels(endpoints: &[String]) -> Vec<Channel> {
-    endpoints
-        .iter()
-        .map(|e| {
-            Endpoint::from_shared(format!("http://{e}"))
-                .unwrap()
-                .connect_timeout(Duration::from_millis(300))
-                .timeout(Duration::from_secs(2))
-                .connect_lazy()
-        })
-        .collect()
+/// The members as the workload reaches them: their client ports, over TLS
+/// as the cluster's administrator.
+#[derive(Clone)]
+struct Members {
+    endpoints: Vec<String>,
+    tls: Option<skiff_pki::Connector>,
+}
+
+impl Members {
+    fn of(cluster: &Cluster, excluded: &[u64]) -> Members {
+        let endpoints = cluster.running().filter(|m| !excluded.contains(&m.id)).map(|m| m.client.clone()).collect();
+        Members { endpoints, tls: cluster.client_tls.clone() }
+    }
+
+    /// Lazily connected channels to every member (the test's side of the bridge).
+    fn channels(&self) -> Vec<Channel> {
+        self.endpoints
+            .iter()
+            .map(|e| {
+                let endpoint = endpoint(e, self.tls.as_ref())
+                    .connect_timeout(Duration::from_millis(300))
+                    .timeout(Duration::from_secs(2));
+                match &self.tls {
+                    Some(tls) => endpoint.connect_with_connector_lazy(tls.clone()),
+                    None => endpoint.connect_lazy(),
+                }
+            })
+            .collect()
+    }
+
+    /// A resource API client of every member.
+    fn client(&self) -> skiff_client::Client {
+        skiff_client::Client::connect(&self.endpoints, None, self.tls.clone()).unwrap()
+    }
 }
 
 /// One client of the KV workload: reads, writes and compare-and-swaps on
 /// `KEYS` keys, each through a random member, every one recorded.
-async fn kv_client(id: u64, endpoints: Vec<String>, seed: u64, stop: Arc<AtomicBool>, history: Arc<Mutex<Vec<Op>>>) {
+async fn kv_client(id: u64, members: Members, seed: u64, stop: Arc<AtomicBool>, history: Arc<Mutex<Vec<Op>>>) {
     let mut rng = StdRng::seed_from_u64(seed ^ (id * 7919));
-    let chans = channels(&endpoints);
+    let chans = members.channels();
     let mut seq = 0u64;
     let mut last_seen: BTreeMap<String, Option<String>> = BTreeMap::new();
     while !stop.load(Ordering::Relaxed) {
@@ -169,9 +195,9 @@ async fn kv_client(id: u64, endpoints: Vec<String>, seed: u64, stop: Arc<AtomicB
 
 /// A watcher of `/chaos/` that resumes on another member (from the revision
 /// after the last one it saw) whenever its stream breaks.
-async fn kv_watcher(id: u64, endpoints: Vec<String>, seed: u64, stop: Arc<AtomicBool>) -> WatchLog {
+async fn kv_watcher(id: u64, members: Members, seed: u64, stop: Arc<AtomicBool>) -> WatchLog {
     let mut rng = StdRng::seed_from_u64(seed ^ (id * 104_729));
-    let chans = channels(&endpoints);
+    let chans = members.channels();
     let mut log = WatchLog {
         watcher: id,
         range: KeyRange::Prefix { prefix: "/chaos/".into() },
@@ -248,11 +274,11 @@ async fn kv_watcher(id: u64, endpoints: Vec<String>, seed: u64, stop: Arc<Atomic
 }
 
 /// Object writes through the resource API, and one resuming resource watch.
-async fn object_workload(endpoints: Vec<String>, stop: Arc<AtomicBool>) -> (Vec<ObjectWrite>, Vec<ResourceEvent>) {
+async fn object_workload(members: Members, stop: Arc<AtomicBool>) -> (Vec<ObjectWrite>, Vec<ResourceEvent>) {
     use skiff_api::resources::of;
     use skiff_api::Kind;
     use skiff_client::resources::{EventType, WatchParams};
-    let client = skiff_client::Client::new(&endpoints).unwrap();
+    let client = members.client();
     let cms = of(Kind::ConfigMap);
     let writes = Arc::new(Mutex::new(Vec::new()));
     let writer = {
@@ -322,7 +348,7 @@ async fn find_leader(cluster: &Cluster, excluded: &[u64]) -> Option<u64> {
     let mut votes: BTreeMap<u64, usize> = BTreeMap::new();
     let mut answered = Vec::new();
     for m in cluster.running().filter(|m| !excluded.contains(&m.id)) {
-        if let Ok(Ok(s)) = tokio::time::timeout(Duration::from_millis(500), status(&m.client)).await {
+        if let Ok(Ok(s)) = tokio::time::timeout(Duration::from_millis(500), cluster.status(&m.client)).await {
             answered.push(m.id);
             if s.leader != 0 {
                 *votes.entry(s.leader).or_default() += 1;
@@ -346,9 +372,7 @@ async fn must_find_leader(cluster: &Cluster, excluded: &[u64]) -> u64 {
 
 /// From a fault to the first write that succeeds through any member not in `excluded`.
 async fn time_to_write(cluster: &Cluster, excluded: &[u64], since: Instant) -> Duration {
-    let endpoints: Vec<String> =
-        cluster.running().filter(|m| !excluded.contains(&m.id)).map(|m| m.client.clone()).collect();
-    let chans = channels(&endpoints);
+    let chans = Members::of(cluster, excluded).channels();
     let deadline = since + Duration::from_secs(30);
     let mut i = 0;
     loop {
@@ -392,8 +416,7 @@ async fn add_then_remove(cluster: &mut Cluster, net: &mut Network, id: u64, via:
 
 /// etcd's MoveLeader from `leader` to `target`, with etcdctl's deadline.
 async fn move_leader(cluster: &Cluster, leader: u64, target: u64) -> Result<(), tonic::Status> {
-    let channel =
-        channel(&cluster.members[&leader].client).await.map_err(|e| tonic::Status::unavailable(e.to_string()))?;
+    let channel = cluster.channel(&cluster.members[&leader].client).await.map_err(tonic::Status::unavailable)?;
     let mut request = tonic::Request::new(MoveLeaderRequest { target_id: target });
     request.set_timeout(Duration::from_secs(5));
     MaintenanceClient::new(channel).move_leader(request).await.map(|_| ())
@@ -455,11 +478,12 @@ fn schedule(rng: &mut StdRng, n: usize, long: bool) -> Vec<Nemesis> {
 /// revision is applied everywhere and etcd's HashKV at it is equal on all.
 async fn members_hash_alike(cluster: &Cluster) {
     let leader = must_find_leader(cluster, &[]).await;
-    let revision = status(&cluster.members[&leader].client).await.expect("leader status").header.unwrap().revision;
+    let revision =
+        cluster.status(&cluster.members[&leader].client).await.expect("leader status").header.unwrap().revision;
     let mut hashes = BTreeMap::new();
     for m in cluster.running() {
         cluster.must_catch_up(m.id, revision, Duration::from_secs(60)).await;
-        let mut c = MaintenanceClient::new(channel(&m.client).await.expect("connect"));
+        let mut c = MaintenanceClient::new(cluster.channel(&m.client).await.expect("connect"));
         let reply = c.hash_kv(HashKvRequest { revision }).await.expect("hashkv").into_inner();
         assert_eq!(reply.hash_revision, revision);
         hashes.insert(m.id, reply.hash);
@@ -481,10 +505,10 @@ async fn chaos_loses_nothing_and_stays_linearizable() {
     let ids: Vec<u64> = (1..=masters).collect();
     let mut net = Network::create(&ids).expect("network namespaces (run as root with iproute2)");
     let mut next_id = masters;
-    let mut cluster = Cluster::spawn_in(&net, masters, &[]).await;
-    let endpoints: Vec<String> = cluster.members.values().map(|m| m.client.clone()).collect();
+    let mut cluster = Cluster::spawn_secure_in(&net, masters, &[]).await;
+    let members = Members::of(&cluster, &[]);
     // The default namespace exists before object writes start.
-    let client = skiff_client::Client::new(&endpoints).unwrap();
+    let client = members.client();
     let deadline = Instant::now() + Duration::from_secs(20);
     while client.get(skiff_api::resources::of(skiff_api::Kind::Namespace), "", "default").await.is_err() {
         assert!(Instant::now() < deadline, "namespace default never appeared");
@@ -494,10 +518,9 @@ async fn chaos_loses_nothing_and_stays_linearizable() {
     let stop = Arc::new(AtomicBool::new(false));
     let history = Arc::new(Mutex::new(Vec::new()));
     let clients: Vec<_> =
-        (0..6).map(|id| tokio::spawn(kv_client(id, endpoints.clone(), seed, stop.clone(), history.clone()))).collect();
-    let watchers: Vec<_> =
-        (0..2).map(|id| tokio::spawn(kv_watcher(id, endpoints.clone(), seed, stop.clone()))).collect();
-    let objects = tokio::spawn(object_workload(endpoints.clone(), stop.clone()));
+        (0..6).map(|id| tokio::spawn(kv_client(id, members.clone(), seed, stop.clone(), history.clone()))).collect();
+    let watchers: Vec<_> = (0..2).map(|id| tokio::spawn(kv_watcher(id, members.clone(), seed, stop.clone()))).collect();
+    let objects = tokio::spawn(object_workload(members.clone(), stop.clone()));
 
     let started = Instant::now();
     let origin_ns = now_ns();

@@ -1,5 +1,7 @@
 //! Real-process cluster tests: bootstrap, leader kills under load with a
 //! resuming watcher, restart and catch-up, join and removal, refusals.
+//! The members run secured as `skiff up` runs them (TLS on every port,
+//! mutual TLS between peers), so joins and snapshots cross it too.
 
 mod support;
 
@@ -8,13 +10,14 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use skiff_proto::etcdserverpb::kv_client::KvClient;
 use skiff_proto::etcdserverpb::watch_client::WatchClient;
 use skiff_proto::etcdserverpb::{watch_request, PutRequest, RangeRequest, WatchCreateRequest, WatchRequest};
 use support::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn five_members_bootstrap_and_agree_on_one_leader() {
-    let cluster = Cluster::spawn(5).await;
+    let cluster = Cluster::spawn_secure(5, &[]).await;
     let leader = cluster.must_leader().await;
     assert!((1..=5).contains(&leader));
     let out = must_succeed(cluster.etcdctl(&cluster.endpoints(), &["member", "list"]));
@@ -30,13 +33,19 @@ struct Acked {
 
 /// Writes unique keys through changing members until `stop`; a write whose
 /// outcome is unknown (error) is never retried under the same key.
-async fn writer(endpoints: Vec<String>, w: usize, stop: Arc<AtomicBool>, acked: Arc<Mutex<Vec<Acked>>>) {
+async fn writer(
+    endpoints: Vec<String>,
+    tls: Option<skiff_pki::Connector>,
+    w: usize,
+    stop: Arc<AtomicBool>,
+    acked: Arc<Mutex<Vec<Acked>>>,
+) {
     let mut seq = 0u64;
     let mut target = w;
     let mut last_rev = 0;
     while !stop.load(Ordering::Relaxed) {
         let addr = &endpoints[target % endpoints.len()];
-        let Ok(ch) = channel(addr).await else {
+        let Ok(ch) = connect(addr, tls.as_ref()).await else {
             target += 1;
             tokio::time::sleep(Duration::from_millis(50)).await;
             continue;
@@ -70,14 +79,18 @@ async fn writer(endpoints: Vec<String>, w: usize, stop: Arc<AtomicBool>, acked: 
 /// Watches `/chaos/` from revision 1, resuming from the last revision seen
 /// on another member whenever the stream breaks. Returns (revision, key) of
 /// every event.
-async fn resuming_watcher(endpoints: Vec<String>, stop: Arc<AtomicBool>) -> Vec<(i64, String)> {
+async fn resuming_watcher(
+    endpoints: Vec<String>,
+    tls: Option<skiff_pki::Connector>,
+    stop: Arc<AtomicBool>,
+) -> Vec<(i64, String)> {
     let mut events: Vec<(i64, String)> = Vec::new();
     let mut target = 0;
     while !stop.load(Ordering::Relaxed) {
         let start = events.last().map_or(1, |(r, _)| r + 1);
         let addr = &endpoints[target % endpoints.len()];
         target += 1;
-        let Ok(ch) = channel(addr).await else { continue };
+        let Ok(ch) = connect(addr, tls.as_ref()).await else { continue };
         let (tx, rx) = tokio::sync::mpsc::channel(1);
         tx.send(WatchRequest {
             request_union: Some(watch_request::RequestUnion::CreateRequest(WatchCreateRequest {
@@ -116,13 +129,14 @@ async fn resuming_watcher(endpoints: Vec<String>, stop: Arc<AtomicBool>) -> Vec<
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn leader_kills_under_load_lose_no_acknowledged_write() {
     let kills: usize = std::env::var("SKIFF_CHAOS_KILLS").ok().and_then(|s| s.parse().ok()).unwrap_or(3);
-    let mut cluster = Cluster::spawn(3).await;
+    let mut cluster = Cluster::spawn_secure(3, &[]).await;
     let endpoints: Vec<String> = cluster.running().map(|m| m.client.clone()).collect();
+    let tls = cluster.client_tls.clone();
     let stop = Arc::new(AtomicBool::new(false));
     let acked = Arc::new(Mutex::new(Vec::new()));
     let writers: Vec<_> =
-        (0..4).map(|w| tokio::spawn(writer(endpoints.clone(), w, stop.clone(), acked.clone()))).collect();
-    let watcher = tokio::spawn(resuming_watcher(endpoints.clone(), stop.clone()));
+        (0..4).map(|w| tokio::spawn(writer(endpoints.clone(), tls.clone(), w, stop.clone(), acked.clone()))).collect();
+    let watcher = tokio::spawn(resuming_watcher(endpoints.clone(), tls.clone(), stop.clone()));
 
     for _ in 0..kills {
         tokio::time::sleep(Duration::from_millis(1500)).await;
@@ -151,7 +165,7 @@ async fn leader_kills_under_load_lose_no_acknowledged_write() {
 
     // Every acknowledged write is stored at the revision it was given.
     let leader = cluster.must_leader().await;
-    let mut kv = kv(&cluster.members[&leader].client).await;
+    let mut kv = cluster.kv(&cluster.members[&leader].client).await;
     let all = kv
         .range(RangeRequest { key: b"/chaos/".to_vec(), range_end: b"/chaos0".to_vec(), ..Default::default() })
         .await
@@ -200,8 +214,8 @@ async fn leader_kills_under_load_lose_no_acknowledged_write() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn members_join_and_leave_a_running_cluster() {
-    let mut cluster = Cluster::spawn(3).await;
-    let mut kv1 = kv(&cluster.members[&1].client).await;
+    let mut cluster = Cluster::spawn_secure(3, &[]).await;
+    let mut kv1 = cluster.kv(&cluster.members[&1].client).await;
     kv1.put(PutRequest { key: b"before-join".to_vec(), value: b"x".to_vec(), ..Default::default() }).await.unwrap();
     let join = cluster.members[&1].client.clone();
     for id in [4, 5] {
@@ -232,7 +246,7 @@ async fn members_join_and_leave_a_running_cluster() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_wiped_member_is_refused_instead_of_rejoining_under_its_old_id() {
-    let mut cluster = Cluster::spawn(3).await;
+    let mut cluster = Cluster::spawn_secure(3, &[]).await;
     // Wait until member 3 has published itself.
     let deadline = std::time::Instant::now() + Duration::from_secs(20);
     loop {
@@ -246,7 +260,9 @@ async fn a_wiped_member_is_refused_instead_of_rejoining_under_its_old_id() {
     cluster.kill(3);
     cluster.wipe(3);
     let initial = cluster.initial.clone();
-    let out = cluster.run_to_exit(3, &["--initial-cluster", &initial]);
+    let flags = cluster.extra_args.clone();
+    let args: Vec<&str> = ["--initial-cluster", &initial].into_iter().chain(flags.iter().map(String::as_str)).collect();
+    let out = cluster.run_to_exit(3, &args);
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("already belongs to the running cluster"), "{err}");
@@ -260,6 +276,7 @@ async fn a_directory_that_is_not_skiffs_is_refused_untouched() {
         initial: String::new(),
         extra_args: Vec::new(),
         client_tls: None,
+        pki: None,
     };
     cluster.add_member(1);
     let dir = cluster.members[&1].data_dir.clone();
@@ -275,7 +292,7 @@ async fn a_directory_that_is_not_skiffs_is_refused_untouched() {
 }
 
 /// Keys under `prefix` (which ends in '/') in the member's own state.
-async fn local_count(addr: &str, prefix: &str) -> i64 {
+async fn local_count(cluster: &Cluster, addr: &str, prefix: &str) -> i64 {
     let end = format!("{}0", prefix.trim_end_matches('/'));
     let range = RangeRequest {
         key: prefix.as_bytes().to_vec(),
@@ -284,17 +301,17 @@ async fn local_count(addr: &str, prefix: &str) -> i64 {
         count_only: true,
         ..Default::default()
     };
-    support::kv(addr).await.range(range).await.unwrap().into_inner().count
+    cluster.kv(addr).await.range(range).await.unwrap().into_inner().count
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_member_that_missed_the_purged_log_catches_up_from_a_snapshot() {
-    let mut cluster = Cluster::spawn_with(3, &["--snapshot-count", "50"]).await;
+    let mut cluster = Cluster::spawn_secure(3, &["--snapshot-count", "50"]).await;
     let leader = cluster.must_leader().await;
     let lagging = cluster.members.keys().copied().find(|id| *id != leader).unwrap();
     cluster.kill(lagging);
     let lagging_at = cluster.gauge(leader, "skiff_raft_last_log_index").expect("the leader serves /metrics");
-    let mut kv = kv(&cluster.members[&leader].client).await;
+    let mut kv = cluster.kv(&cluster.members[&leader].client).await;
     let mut last = 0;
     for i in 0..400 {
         let put =
@@ -315,7 +332,7 @@ async fn a_member_that_missed_the_purged_log_catches_up_from_a_snapshot() {
     cluster.must_catch_up(lagging, last, Duration::from_secs(30)).await;
     assert!(cluster.has_snapshot(lagging), "caught up without a snapshot");
     // Its local (serializable) reads see every key.
-    assert_eq!(local_count(&addr, "/snap/").await, 400);
+    assert_eq!(local_count(&cluster, &addr, "/snap/").await, 400);
     // Writes keep flowing to it after the install.
     must_succeed(cluster.etcdctl(&addr, &["put", "/snap/after", "y"]));
     let out = must_succeed(cluster.etcdctl(&addr, &["get", "/snap/after", "--consistency=s"]));
@@ -340,7 +357,7 @@ async fn a_member_catches_up_on_200_mb_by_snapshot() {
     let megabytes: usize = std::env::var("SKIFF_SNAPSHOT_MB").ok().and_then(|s| s.parse().ok()).unwrap_or(200);
     // Entries carry up to 4 MiB of batched writes: a snapshot (and purge)
     // every 30 entries happens at least once during the load.
-    let mut cluster = Cluster::spawn_with(3, &["--snapshot-count", "30"]).await;
+    let mut cluster = Cluster::spawn_secure(3, &["--snapshot-count", "30"]).await;
     let leader = cluster.must_leader().await;
     let lagging = cluster.members.keys().copied().find(|id| *id != leader).unwrap();
     cluster.kill(lagging);
@@ -350,8 +367,9 @@ async fn a_member_catches_up_on_200_mb_by_snapshot() {
     let mut tasks = Vec::new();
     for w in 0..8 {
         let addr = leader_client.clone();
+        let tls = cluster.client_tls.clone();
         tasks.push(tokio::spawn(async move {
-            let mut kv = kv(&addr).await;
+            let mut kv = KvClient::new(connect(&addr, tls.as_ref()).await.unwrap());
             let mut last = 0;
             for i in (w..count).step_by(8) {
                 // Incompressible, so the state really is this large on disk.
@@ -371,7 +389,7 @@ async fn a_member_catches_up_on_200_mb_by_snapshot() {
     // snapshot point, until the leader's snapshot holds all of the data.
     let wanted = (megabytes as u64) * 1024 * 1024 * 9 / 10;
     let leader_snapshots = cluster.members[&leader].data_dir.join("snapshots");
-    let mut kv_leader = kv(&leader_client).await;
+    let mut kv_leader = cluster.kv(&leader_client).await;
     let deadline = std::time::Instant::now() + Duration::from_secs(120);
     let mut filler = 0;
     while snap_bytes(&leader_snapshots) <= wanted {
@@ -389,5 +407,5 @@ async fn a_member_catches_up_on_200_mb_by_snapshot() {
     cluster.must_catch_up(lagging, last, Duration::from_secs(180)).await;
     let installed = snap_bytes(&cluster.members[&lagging].data_dir.join("snapshots"));
     assert!(installed > wanted, "installed snapshot is only {installed} bytes");
-    assert_eq!(local_count(&addr, "/big/").await as usize, count);
+    assert_eq!(local_count(&cluster, &addr, "/big/").await as usize, count);
 }

@@ -300,11 +300,13 @@ async fn a_watch_on_a_follower_misses_nothing_and_repeats_nothing_across_leader_
 /// PATCHes `body` onto ConfigMap `default/cm` from inside member `id`'s
 /// network namespace (the only place a partitioned member can be reached
 /// from); returns the HTTP status and the body.
-fn patch_from_inside(net: &support::netns::Network, member: &Member, body: &str) -> (u16, String) {
+fn patch_from_inside(net: &support::netns::Network, cluster: &Cluster, id: u64, body: &str) -> (u16, String) {
+    let member = &cluster.members[&id];
     let out = Command::new("ip")
         .args(["netns", "exec", net.namespace(member.id), "curl", "-sS", "--max-time", "40", "-X", "PATCH"])
+        .args(cluster.pki.as_ref().expect("a secured cluster").curl_flags())
         .args(["-H", "Content-Type: application/merge-patch+json", "--data", body, "-w", "\n%{http_code}"])
-        .arg(format!("http://{}/api/v1/namespaces/default/configmaps/cm", member.http))
+        .arg(format!("https://{}/api/v1/namespaces/default/configmaps/cm", member.http))
         .output()
         .expect("curl is installed (make deps)");
     let text = stdout(&out);
@@ -320,18 +322,16 @@ fn patch_from_inside(net: &support::netns::Network, member: &Member, body: &str)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_patch_through_a_partitioned_member_is_never_answered_from_its_stale_copy() {
     let net = support::netns::Network::create(&[1, 2, 3]).expect("network namespaces (run as root with iproute2)");
-    let cluster = Cluster::spawn_in(&net, 3, &[]).await;
-    let all = cluster.endpoints();
-    must_default_namespaces(&all).await;
+    let cluster = Cluster::spawn_secure_in(&net, 3, &[]).await;
     let leader = cluster.must_leader().await;
     let stale = *cluster.members.keys().find(|id| **id != leader).unwrap();
     let cms = of(Kind::ConfigMap);
     let cm = json!({"apiVersion": "v1", "kind": "ConfigMap",
         "metadata": {"name": "cm", "namespace": "default", "labels": {"v": "a"}}});
-    let writer = Client::new(&[cluster.members[&leader].client.clone()]).unwrap();
+    let writer = cluster.resource_client(&[&cluster.members[&leader].client]);
     writer.create(cms, "default", &cm).await.unwrap();
     // A linearizable read through the member: it has applied v=a.
-    let via_stale = Client::new(&[cluster.members[&stale].client.clone()]).unwrap();
+    let via_stale = cluster.resource_client(&[&cluster.members[&stale].client]);
     assert_eq!(via_stale.get(cms, "default", "cm").await.unwrap()["metadata"]["labels"]["v"], "a");
 
     net.split(&[stale]).unwrap();
@@ -339,7 +339,7 @@ async fn a_patch_through_a_partitioned_member_is_never_answered_from_its_stale_c
     live["metadata"]["labels"]["v"] = json!("b");
     writer.update(cms, &live).await.unwrap();
 
-    let (code, body) = patch_from_inside(&net, &cluster.members[&stale], r#"{"metadata":{"labels":{"v":"a"}}}"#);
+    let (code, body) = patch_from_inside(&net, &cluster, stale, r#"{"metadata":{"labels":{"v":"a"}}}"#);
     assert!(!(200..300).contains(&code), "a cut-off member answered the patch from its stale copy: {code} {body}");
     assert_eq!(serde_json::from_str::<Value>(&body).unwrap()["kind"], "Status", "{body}");
     assert_eq!(writer.get(cms, "default", "cm").await.unwrap()["metadata"]["labels"]["v"], "b");
@@ -348,7 +348,7 @@ async fn a_patch_through_a_partitioned_member_is_never_answered_from_its_stale_c
     net.heal().unwrap();
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
-        let (code, body) = patch_from_inside(&net, &cluster.members[&stale], r#"{"metadata":{"labels":{"v":"a"}}}"#);
+        let (code, body) = patch_from_inside(&net, &cluster, stale, r#"{"metadata":{"labels":{"v":"a"}}}"#);
         if code == 200 {
             break;
         }

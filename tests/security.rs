@@ -21,6 +21,7 @@ use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
 use support::kubectl::{fails, ok};
+use support::pki::connector;
 use support::*;
 
 fn skiffctl(args: &[&str]) -> String {
@@ -659,13 +660,6 @@ async fn a_service_account_token_works_until_its_pod_or_account_is_deleted() {
     ok(admin(&["delete", "serviceaccount", "robot"]));
     let err = fails(as_unbound(&["auth", "whoami"]));
     assert!(err.contains("Unauthorized"), "{err}");
-}
-
-/// A connector trusting `pki`'s CA, presenting `pki/STEM.crt` if given.
-fn connector(pki: &Path, stem: Option<&str>) -> skiff_pki::Connector {
-    let cert = stem.map(|s| (pki.join(format!("{s}.crt")), pki.join(format!("{s}.key"))));
-    let files = skiff_pki::ClientFiles { ca: pki.join("ca.crt"), cert };
-    skiff_pki::Connector::new(std::sync::Arc::new(skiff_pki::transport::client_config(&files).unwrap()))
 }
 
 /// What a Raft message (an undecodable vote) to the peer listener at

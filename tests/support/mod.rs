@@ -17,6 +17,7 @@ pub mod controllers;
 pub mod kubectl;
 pub mod netns;
 pub mod node;
+pub mod pki;
 
 pub const SKIFF: &str = env!("CARGO_BIN_EXE_skiff");
 
@@ -100,6 +101,9 @@ pub struct Cluster {
     /// How the harness reaches the members' client ports: plaintext, or
     /// TLS with this connector (the cluster's CA and an admin certificate).
     pub client_tls: Option<skiff_pki::Connector>,
+    /// The certificates of a cluster the harness secured itself
+    /// ([`Cluster::spawn_secure`]): etcdctl and curl present them too.
+    pub pki: Option<pki::Pki>,
 }
 
 impl Cluster {
@@ -119,11 +123,42 @@ impl Cluster {
         Self::spawn_members(n, extra_args, Some(client_tls), Member::new).await
     }
 
+    /// Starts `n` founding members as `skiff up` runs them: TLS on every
+    /// listener, mutual TLS between peers, certificates checked on the
+    /// client port; the harness, etcdctl and curl present an
+    /// administrator's certificate.
+    pub async fn spawn_secure(n: u64, extra_args: &[&str]) -> Cluster {
+        let pki = pki::Pki::create(&["127.0.0.1".to_string()]);
+        Self::spawn_secured(pki, n, extra_args, Member::new).await
+    }
+
     /// Starts `n` founding members, each in its own network namespace of
     /// `net` (which must have namespaces for ids 1..=n), with `extra_args`.
     pub async fn spawn_in(net: &netns::Network, n: u64, extra_args: &[&str]) -> Cluster {
         let member = |root: &std::path::Path, id| Member::in_netns(root, id, net.namespace(id), net.address(id));
         Self::spawn_members(n, extra_args, None, member).await
+    }
+
+    /// [`Cluster::spawn_in`] with the members secured as
+    /// [`Cluster::spawn_secure`] secures them.
+    pub async fn spawn_secure_in(net: &netns::Network, n: u64, extra_args: &[&str]) -> Cluster {
+        let pki = pki::Pki::create(&net.member_addresses());
+        let member = |root: &std::path::Path, id| Member::in_netns(root, id, net.namespace(id), net.address(id));
+        Self::spawn_secured(pki, n, extra_args, member).await
+    }
+
+    async fn spawn_secured(
+        pki: pki::Pki,
+        n: u64,
+        extra_args: &[&str],
+        member: impl Fn(&std::path::Path, u64) -> Member,
+    ) -> Cluster {
+        let flags = pki.member_flags();
+        let args: Vec<&str> = flags.iter().map(String::as_str).chain(extra_args.iter().copied()).collect();
+        let admin = pki.admin();
+        let mut cluster = Self::spawn_members(n, &args, Some(admin), member).await;
+        cluster.pki = Some(pki);
+        cluster
     }
 
     /// Starts founding members 1..=n made by `member` (from the cluster's
@@ -138,7 +173,7 @@ impl Cluster {
         let members: BTreeMap<u64, Member> = (1..=n).map(|id| (id, member(root.path(), id))).collect();
         let initial = members.values().map(|m| format!("{}={}", m.id, m.peer)).collect::<Vec<_>>().join(",");
         let extra_args = extra_args.iter().map(|s| s.to_string()).collect();
-        let mut cluster = Cluster { root, members, initial, extra_args, client_tls };
+        let mut cluster = Cluster { root, members, initial, extra_args, client_tls, pki: None };
         for id in 1..=n {
             cluster.start(id);
         }
@@ -307,8 +342,12 @@ impl Cluster {
 
     /// A gauge from member `id`'s `/metrics` (None if it does not answer).
     pub fn gauge(&self, id: u64, name: &str) -> Option<i64> {
-        let url = format!("http://{}/metrics", self.members[&id].http);
-        let out = Command::new("curl").args(["-s", "--max-time", "2", &url]).output().ok()?;
+        let http = &self.members[&id].http;
+        let (url, tls) = match &self.pki {
+            Some(pki) => (format!("https://{http}/metrics"), pki.curl_flags()),
+            None => (format!("http://{http}/metrics"), Vec::new()),
+        };
+        let out = Command::new("curl").args(["-s", "--max-time", "2", &url]).args(tls).output().ok()?;
         let text = String::from_utf8_lossy(&out.stdout).into_owned();
         text.lines().find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse::<f64>().ok()).map(|v| v as i64)
     }
@@ -383,9 +422,33 @@ impl Cluster {
         }
     }
 
-    /// Runs the real etcdctl against `endpoints` with `args`.
+    /// Runs the real etcdctl against `endpoints` with `args` (as the
+    /// administrator, over TLS, in a cluster the harness secured).
     pub fn etcdctl(&self, endpoints: &str, args: &[&str]) -> Output {
-        etcdctl(endpoints, args, None)
+        let tls = self.pki.as_ref().map(pki::Pki::etcdctl_flags).unwrap_or_default();
+        let args: Vec<&str> = tls.iter().map(String::as_str).chain(args.iter().copied()).collect();
+        etcdctl(endpoints, &args, None)
+    }
+
+    /// A channel to the client port at `addr`, as the harness reaches this
+    /// cluster's members (over TLS as the administrator, if secured).
+    pub async fn channel(&self, addr: &str) -> Result<Channel, String> {
+        connect(addr, self.client_tls.as_ref()).await
+    }
+
+    /// A KV client of the member at `addr` (see [`Cluster::channel`]).
+    pub async fn kv(&self, addr: &str) -> KvClient<Channel> {
+        KvClient::new(self.channel(addr).await.unwrap())
+    }
+
+    /// The etcd status of the member at `addr`.
+    pub async fn status(&self, addr: &str) -> Result<skiff_proto::etcdserverpb::StatusResponse, String> {
+        status_over(addr, self.client_tls.as_ref()).await
+    }
+
+    /// A resource API client of `endpoints`, as the harness reaches them.
+    pub fn resource_client<S: AsRef<str>>(&self, endpoints: &[S]) -> skiff_client::Client {
+        skiff_client::Client::connect(endpoints, None, self.client_tls.clone()).unwrap()
     }
 }
 
@@ -436,12 +499,16 @@ pub fn must_succeed(o: Output) -> String {
 }
 
 pub async fn channel(addr: &str) -> Result<Channel, tonic::transport::Error> {
-    Endpoint::from_shared(format!("http://{addr}"))
+    endpoint(addr, None).connect().await
+}
+
+/// The settings of the harness's channels to a member's client port.
+pub fn endpoint(addr: &str, tls: Option<&skiff_pki::Connector>) -> Endpoint {
+    let scheme = if tls.is_some() { "https" } else { "http" };
+    Endpoint::from_shared(format!("{scheme}://{addr}"))
         .unwrap()
         .connect_timeout(Duration::from_millis(500))
         .timeout(Duration::from_secs(15))
-        .connect()
-        .await
 }
 
 pub async fn status(addr: &str) -> Result<skiff_proto::etcdserverpb::StatusResponse, String> {
@@ -460,16 +527,13 @@ pub async fn status_over(
 }
 
 /// A channel to a member's client port, over TLS with `tls` if given.
-async fn connect(addr: &str, tls: Option<&skiff_pki::Connector>) -> Result<Channel, String> {
+pub async fn connect(addr: &str, tls: Option<&skiff_pki::Connector>) -> Result<Channel, String> {
+    let endpoint = endpoint(addr, tls);
     match tls {
-        Some(tls) => Endpoint::from_shared(format!("https://{addr}"))
-            .unwrap()
-            .connect_timeout(Duration::from_millis(500))
-            .connect_with_connector(tls.clone())
-            .await
-            .map_err(|e| e.to_string()),
-        None => channel(addr).await.map_err(|e| e.to_string()),
+        Some(tls) => endpoint.connect_with_connector(tls.clone()).await,
+        None => endpoint.connect().await,
     }
+    .map_err(|e| e.to_string())
 }
 
 pub async fn kv(addr: &str) -> KvClient<Channel> {

@@ -57,7 +57,7 @@ impl Network {
         let ns = format!("{}n{id}", self.prefix);
         let host = format!("{}v{id}", self.prefix);
         let peer = format!("{}p{id}", self.prefix);
-        let addr = format!("10.{}.0.{id}", self.subnet);
+        let addr = self.address_of(id);
         ip(&["netns", "add", &ns])?;
         ip(&["link", "add", &host, "type", "veth", "peer", "name", &peer])?;
         ip(&["link", "set", &peer, "netns", &ns])?;
@@ -76,6 +76,17 @@ impl Network {
 
     pub fn address(&self, id: u64) -> &str {
         &self.members[&id].2
+    }
+
+    /// The address member `id` has, or will have once added.
+    fn address_of(&self, id: u64) -> String {
+        format!("10.{}.0.{id}", self.subnet)
+    }
+
+    /// Every address a member of this network can have (ids 1 to 253): what
+    /// a certificate for members that join later must name.
+    pub fn member_addresses(&self) -> Vec<String> {
+        (1..=253).map(|id| self.address_of(id)).collect()
     }
 
     /// Cuts `ids` off from everyone, the test process included.

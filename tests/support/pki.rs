@@ -1,0 +1,108 @@
+//! A cluster's certificates for real-process tests that run the masters as
+//! `skiff up` and `deploy/` do: TLS on every listener, mutual TLS between
+//! Raft peers, and clients that present certificates.
+//!
+//! One CA issues the serving certificate every listener presents, the peer
+//! certificate the members share (both naming every address a member may
+//! be reached at) and an administrator's client certificate (`root`, in
+//! `system:masters`), which is what the etcd API and the harness's own
+//! calls need.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use skiff_pki::{Authority, ClientFiles, Profile, DEFAULT_VALIDITY, MASTERS_GROUP};
+
+/// The administrator the harness acts as.
+pub const ADMIN: &str = "root";
+
+pub struct Pki {
+    pub dir: PathBuf,
+    /// Holds `dir` when the PKI made its own directory.
+    _temp: Option<tempfile::TempDir>,
+}
+
+impl Pki {
+    /// A CA and the members' certificates in a directory of its own, for
+    /// members reached at `hosts` (IP addresses or names).
+    pub fn create(hosts: &[String]) -> Pki {
+        let temp = tempfile::tempdir().expect("a directory for the cluster's certificates");
+        let mut pki = Pki::create_in(temp.path(), hosts);
+        pki._temp = Some(temp);
+        pki
+    }
+
+    /// [`Pki::create`] in `dir`.
+    pub fn create_in(dir: &Path, hosts: &[String]) -> Pki {
+        let ca = Authority::load_or_create(dir, "skiff-test-ca").expect("the test CA");
+        let issue = |profile: Profile, stem: &str| {
+            ca.issue(&profile, DEFAULT_VALIDITY).and_then(|issued| issued.write(dir, stem)).expect(stem);
+        };
+        issue(Profile::Server { names: hosts.to_vec() }, "apiserver");
+        issue(Profile::Peer { user: "member".into(), names: hosts.to_vec() }, "peer");
+        issue(Profile::Client { user: ADMIN.into(), groups: vec![MASTERS_GROUP.into()] }, ADMIN);
+        Pki { dir: dir.to_path_buf(), _temp: None }
+    }
+
+    /// The path of `name` in the PKI's directory.
+    pub fn file(&self, name: &str) -> String {
+        self.dir.join(name).display().to_string()
+    }
+
+    /// The flags that turn TLS on for every listener of a member: the
+    /// client port checks client certificates, the HTTP port takes them
+    /// (and tokens), the peers authenticate each other.
+    pub fn member_flags(&self) -> Vec<String> {
+        [
+            ("--cert-file", "apiserver.crt"),
+            ("--key-file", "apiserver.key"),
+            ("--trusted-ca-file", "ca.crt"),
+            ("--tls-cert-file", "apiserver.crt"),
+            ("--tls-private-key-file", "apiserver.key"),
+            ("--client-ca-file", "ca.crt"),
+            ("--peer-cert-file", "peer.crt"),
+            ("--peer-key-file", "peer.key"),
+            ("--peer-trusted-ca-file", "ca.crt"),
+        ]
+        .iter()
+        .flat_map(|(flag, name)| [flag.to_string(), self.file(name)])
+        .collect()
+    }
+
+    /// A gRPC connector that trusts the CA and presents the administrator's
+    /// certificate.
+    pub fn admin(&self) -> skiff_pki::Connector {
+        connector(&self.dir, Some(ADMIN))
+    }
+
+    /// etcdctl's flags to reach a member as the administrator.
+    pub fn etcdctl_flags(&self) -> Vec<String> {
+        vec![
+            format!("--cacert={}", self.file("ca.crt")),
+            format!("--cert={}", self.file(&format!("{ADMIN}.crt"))),
+            format!("--key={}", self.file(&format!("{ADMIN}.key"))),
+        ]
+    }
+
+    /// curl's flags to reach a member's HTTPS port as the administrator.
+    pub fn curl_flags(&self) -> Vec<String> {
+        vec![
+            "--cacert".into(),
+            self.file("ca.crt"),
+            "--cert".into(),
+            self.file(&format!("{ADMIN}.crt")),
+            "--key".into(),
+            self.file(&format!("{ADMIN}.key")),
+        ]
+    }
+}
+
+/// A gRPC connector trusting `pki/ca.crt` and presenting `pki/STEM.crt`
+/// (nothing without a stem).
+pub fn connector(pki: &Path, stem: Option<&str>) -> skiff_pki::Connector {
+    let cert = stem.map(|s| (pki.join(format!("{s}.crt")), pki.join(format!("{s}.key"))));
+    let files = ClientFiles { ca: pki.join("ca.crt"), cert };
+    skiff_pki::Connector::new(Arc::new(
+        skiff_pki::transport::client_config(&files).expect("a client TLS configuration"),
+    ))
+}
