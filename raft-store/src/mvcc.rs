@@ -229,8 +229,6 @@ pub fn rev_key(revision: i64) -> [u8; 8] {
     (revision as u64).to_be_bytes()
 }
 
-/// Whether `key` lies in etcd's range `[start, end)`; an empty `end` means
-/// `start` alone and `"\0"` means every key from `start` on.
 /// The revision of a `hist` key (its last eight bytes).
 fn hist_revision(raw: &[u8]) -> i64 {
     let mut rev = [0u8; 8];
@@ -242,6 +240,8 @@ fn hist_revision(raw: &[u8]) -> i64 {
 /// to the one it wants (RocksDB's `max_sequential_skip_in_iterations`).
 const SEQUENTIAL_VERSIONS: usize = 8;
 
+/// Whether `key` lies in etcd's range `[start, end)`; an empty `end` means
+/// `start` alone and `"\0"` means every key from `start` on.
 pub fn in_range(key: &[u8], start: &[u8], end: &[u8]) -> bool {
     if end.is_empty() {
         key == start
@@ -359,15 +359,14 @@ impl<'a> Reader<'a> {
         }
         self.visit_at(start, end, revision, |key, raw| {
             out.insert(key, decode(CF_HIST, raw)?);
-            Ok(true)
+            Ok(())
         })?;
         Ok(out)
     }
 
     /// Calls `visit` with every key of the range `[start, end)` (`end`
     /// not empty) and the raw record of its newest version at or below
-    /// `revision` (tombstones included), in key order, until it returns
-    /// false.
+    /// `revision` (tombstones included), in key order.
     ///
     /// The versions of a key are stored oldest first, so the scan walks
     /// forward through them: a step is far cheaper than a seek, and most
@@ -380,7 +379,7 @@ impl<'a> Reader<'a> {
         start: &[u8],
         end: &[u8],
         revision: i64,
-        mut visit: impl FnMut(Vec<u8>, &[u8]) -> Result<bool, EngineError>,
+        mut visit: impl FnMut(Vec<u8>, &[u8]) -> Result<(), EngineError>,
     ) -> Result<(), EngineError> {
         let mut it = self.db.raw_iterator_cf_opt(cf(self.db, CF_HIST), self.opts());
         let mut seek = Vec::with_capacity(start.len() + 2);
@@ -419,18 +418,15 @@ impl<'a> Reader<'a> {
                 newest.extend_from_slice(v);
                 it.next();
             }
-            if found && !visit(key, &newest)? {
-                return Ok(());
+            if found {
+                visit(key, &newest)?;
             }
             // Past this key's remaining versions (newer than `revision`,
-            // or left behind by the jump).
+            // or left behind by the jump): no revision reaches u64::MAX.
             if it.key().is_some_and(of_key) {
                 let mut past = prefix.clone();
                 past.extend_from_slice(&u64::MAX.to_be_bytes());
                 it.seek(&past);
-                if it.key().is_some_and(|k| k == past.as_slice()) {
-                    it.next();
-                }
             }
         }
         it.status()?;
@@ -449,7 +445,7 @@ impl<'a> Reader<'a> {
         let mut result = RangeBuilder::new(req);
         self.visit_at(&req.key, &req.range_end, at, |key, raw| {
             result.add(key, decode_view(raw)?);
-            Ok(true)
+            Ok(())
         })?;
         Ok(result.finish())
     }
