@@ -17,7 +17,7 @@ use support::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn five_members_bootstrap_and_agree_on_one_leader() {
-    let cluster = Cluster::spawn_secure(5, &[]).await;
+    let cluster = Cluster::spawn_with(5, &[]).await;
     let leader = cluster.must_leader().await;
     assert!((1..=5).contains(&leader));
     let out = must_succeed(cluster.etcdctl(&cluster.endpoints(), &["member", "list"]));
@@ -129,7 +129,7 @@ async fn resuming_watcher(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn leader_kills_under_load_lose_no_acknowledged_write() {
     let kills: usize = std::env::var("SKIFF_CHAOS_KILLS").ok().and_then(|s| s.parse().ok()).unwrap_or(3);
-    let mut cluster = Cluster::spawn_secure(3, &[]).await;
+    let mut cluster = Cluster::spawn_with(3, &[]).await;
     let endpoints: Vec<String> = cluster.running().map(|m| m.client.clone()).collect();
     let tls = cluster.client_tls.clone();
     let stop = Arc::new(AtomicBool::new(false));
@@ -214,7 +214,7 @@ async fn leader_kills_under_load_lose_no_acknowledged_write() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn members_join_and_leave_a_running_cluster() {
-    let mut cluster = Cluster::spawn_secure(3, &[]).await;
+    let mut cluster = Cluster::spawn_with(3, &[]).await;
     let mut kv1 = cluster.kv(&cluster.members[&1].client).await;
     kv1.put(PutRequest { key: b"before-join".to_vec(), value: b"x".to_vec(), ..Default::default() }).await.unwrap();
     let join = cluster.members[&1].client.clone();
@@ -246,7 +246,7 @@ async fn members_join_and_leave_a_running_cluster() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_wiped_member_is_refused_instead_of_rejoining_under_its_old_id() {
-    let mut cluster = Cluster::spawn_secure(3, &[]).await;
+    let mut cluster = Cluster::spawn_with(3, &[]).await;
     // Wait until member 3 has published itself.
     let deadline = std::time::Instant::now() + Duration::from_secs(20);
     loop {
@@ -306,7 +306,7 @@ async fn local_count(cluster: &Cluster, addr: &str, prefix: &str) -> i64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_member_that_missed_the_purged_log_catches_up_from_a_snapshot() {
-    let mut cluster = Cluster::spawn_secure(3, &["--snapshot-count", "50"]).await;
+    let mut cluster = Cluster::spawn_with(3, &["--snapshot-count", "50"]).await;
     let leader = cluster.must_leader().await;
     let lagging = cluster.members.keys().copied().find(|id| *id != leader).unwrap();
     cluster.kill(lagging);
@@ -357,7 +357,7 @@ async fn a_member_catches_up_on_200_mb_by_snapshot() {
     let megabytes: usize = std::env::var("SKIFF_SNAPSHOT_MB").ok().and_then(|s| s.parse().ok()).unwrap_or(200);
     // Entries carry up to 4 MiB of batched writes: a snapshot (and purge)
     // every 30 entries happens at least once during the load.
-    let mut cluster = Cluster::spawn_secure(3, &["--snapshot-count", "30"]).await;
+    let mut cluster = Cluster::spawn_with(3, &["--snapshot-count", "30"]).await;
     let leader = cluster.must_leader().await;
     let lagging = cluster.members.keys().copied().find(|id| *id != leader).unwrap();
     cluster.kill(lagging);

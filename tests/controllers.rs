@@ -23,24 +23,20 @@ use support::*;
 struct Setup {
     cluster: Cluster,
     managers: Vec<ControllerManager>,
-    http: String,
-    servers: String,
+    api: Api,
     _kubelet: FakeKubelet,
 }
 
 impl Setup {
     async fn new(fate: impl Fn(&Value) -> PodFate + Send + Sync + 'static, extra: &[&str]) -> Setup {
         let cluster = Cluster::spawn(3).await;
-        let servers = cluster.endpoints();
-        let http = cluster.members[&1].http.clone();
-        let managers = (1..=2)
-            .map(|i| ControllerManager::spawn(cluster.root.path(), &servers, &format!("cm-{i}"), extra))
-            .collect();
-        let kubelet = FakeKubelet::start(&servers, fate);
-        let setup = Setup { cluster, managers, http, servers, _kubelet: kubelet };
+        let api = cluster.api(1);
+        let managers = (1..=2).map(|i| ControllerManager::spawn(&cluster, &format!("cm-{i}"), extra)).collect();
+        let kubelet = FakeKubelet::start(cluster.client(), fate);
+        let setup = Setup { cluster, managers, api, _kubelet: kubelet };
         setup
             .must_eventually("namespace default exists", Duration::from_secs(30), || {
-                let o = kubectl(&setup.http, &["get", "ns", "default", "-o", "name"]);
+                let o = kubectl(&setup.api, &["get", "ns", "default", "-o", "name"]);
                 o.status.success().then_some(())
             })
             .await;
@@ -48,22 +44,21 @@ impl Setup {
     }
 
     fn kubectl(&self, args: &[&str]) -> String {
-        ok(kubectl(&self.http, args))
+        ok(kubectl(&self.api, args))
     }
 
     fn apply(&self, manifest: &str) -> String {
-        ok(kubectl_stdin(&self.http, &["apply", "-f", "-"], manifest))
+        ok(kubectl_stdin(&self.api, &["apply", "-f", "-"], manifest))
     }
 
     fn client(&self) -> Client {
-        let endpoints: Vec<String> = self.servers.split(',').map(str::to_string).collect();
-        Client::new(&endpoints).unwrap()
+        self.cluster.client()
     }
 
     /// The identity holding the controller manager's Lease.
     fn active_manager(&self) -> String {
         let out = kubectl(
-            &self.http,
+            &self.api,
             &["get", "lease", "-n", "kube-system", "kube-controller-manager", "-o", "jsonpath={.spec.holderIdentity}"],
         );
         String::from_utf8_lossy(&out.stdout).into_owned()
@@ -89,7 +84,7 @@ impl Setup {
     fn count(&self, args: &[&str]) -> usize {
         let mut all = args.to_vec();
         all.extend(["-o", "name"]);
-        let out = kubectl(&self.http, &all);
+        let out = kubectl(&self.api, &all);
         String::from_utf8_lossy(&out.stdout).lines().filter(|l| !l.is_empty()).count()
     }
 }
@@ -260,11 +255,11 @@ async fn a_deployment_rolls_out_scales_undoes_and_cascades_through_a_controller_
     s.apply(&deployment(ns, 2, "nginx:1.26"));
     s.kubectl(&["delete", "namespace", ns, "--wait=false"]);
     s.must_eventually("the namespace is gone", Duration::from_secs(60), || {
-        let o = kubectl(&s.http, &["get", "namespace", ns]);
+        let o = kubectl(&s.api, &["get", "namespace", ns]);
         (!o.status.success()).then_some(())
     })
     .await;
-    let err = fails(kubectl(&s.http, &["get", "configmap", "left", "-n", ns]));
+    let err = fails(kubectl(&s.api, &["get", "configmap", "left", "-n", ns]));
     assert!(err.contains("NotFound"), "{err}");
 }
 
@@ -278,8 +273,7 @@ async fn a_rollout_carries_on_when_the_apiserver_leader_is_killed() {
     let leader = s.cluster.must_leader().await;
     s.cluster.kill(leader);
     s.cluster.must_leader().await;
-    let http = s.cluster.running().next().unwrap().http.clone();
-    s.http = http;
+    s.api = s.cluster.api(s.cluster.running().next().unwrap().id);
     s.kubectl(&["rollout", "status", "deployment/web", "-n", ns, "--timeout=90s"]);
     let images = s.kubectl(&["get", "pods", "-n", ns, "-o", "jsonpath={.items[*].spec.containers[0].image}"]);
     assert!(images.split_whitespace().all(|i| i == "nginx:1.27") && !images.is_empty(), "{images}");
@@ -323,7 +317,7 @@ async fn jobs_run_to_completion_and_cronjobs_fire() {
 
     // Bad input is refused with the field.
     let bad = cron.replace("'* * * * *'", "'61 * * * *'");
-    let err = fails(kubectl_stdin(&s.http, &["apply", "-f", "-"], &bad));
+    let err = fails(kubectl_stdin(&s.api, &["apply", "-f", "-"], &bad));
     assert!(err.contains("spec.schedule"), "{err}");
 }
 
@@ -338,8 +332,7 @@ async fn kube_root_ca_follows_its_file_when_the_ca_rotates() {
     let s = Setup::new(|_| PodFate::Ready, &["--root-ca-file", ca.to_str().unwrap()]).await;
     s.kubectl(&["create", "namespace", "later"]);
     let published = |ns: &str| {
-        let o =
-            kubectl(&s.http, &["get", "configmap", "kube-root-ca.crt", "-n", ns, "-o", "jsonpath={.data.ca\\.crt}"]);
+        let o = kubectl(&s.api, &["get", "configmap", "kube-root-ca.crt", "-n", ns, "-o", "jsonpath={.data.ca\\.crt}"]);
         String::from_utf8_lossy(&o.stdout).into_owned()
     };
     let everywhere = |want: &str| ["default", "kube-system", "later"].iter().all(|ns| published(ns) == want);
@@ -515,7 +508,7 @@ fn evict(s: &Setup, pod: &str) -> std::process::Output {
     let eviction =
         format!("{{\"apiVersion\": \"policy/v1\", \"kind\": \"Eviction\", \"metadata\": {{\"name\": \"{pod}\"}}}}");
     let path = format!("/api/v1/namespaces/default/pods/{pod}/eviction");
-    kubectl_stdin(&s.http, &["create", "--raw", &path, "-f", "-"], &eviction)
+    kubectl_stdin(&s.api, &["create", "--raw", &path, "-f", "-"], &eviction)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -573,14 +566,14 @@ async fn a_disruption_budget_holds_evictions_and_a_drain_to_what_it_allows() {
     // A bad eviction is a clear error and evicts nothing.
     let wrong = format!("/api/v1/namespaces/default/pods/{}/eviction", pods[1]);
     let body = "{\"apiVersion\": \"policy/v1\", \"kind\": \"Eviction\", \"metadata\": {\"name\": \"other\"}}";
-    let mismatch = kubectl_stdin(&s.http, &["create", "--raw", &wrong, "-f", "-"], body);
+    let mismatch = kubectl_stdin(&s.api, &["create", "--raw", &wrong, "-f", "-"], body);
     assert!(String::from_utf8_lossy(&mismatch.stderr).contains("name in URL does not match name in Eviction object"));
     let stale = format!(
         "{{\"apiVersion\": \"policy/v1\", \"kind\": \"Eviction\", \"metadata\": {{\"name\": \"{}\"}}, \
          \"deleteOptions\": {{\"preconditions\": {{\"uid\": \"not-this-pod\"}}}}}}",
         pods[1]
     );
-    let conflict = kubectl_stdin(&s.http, &["create", "--raw", &wrong, "-f", "-"], &stale);
+    let conflict = kubectl_stdin(&s.api, &["create", "--raw", &wrong, "-f", "-"], &stale);
     assert!(String::from_utf8_lossy(&conflict.stderr).contains("(Conflict)"), "{conflict:?}");
     let missing = evict(&s, "no-such-pod");
     assert!(String::from_utf8_lossy(&missing.stderr).contains("(NotFound)"));
@@ -591,7 +584,7 @@ async fn a_disruption_budget_holds_evictions_and_a_drain_to_what_it_allows() {
     s.kubectl(&["annotate", "pods", "-l", "app=web", "released=yes"]);
     s.must_eventually("the replacement is counted", Duration::from_secs(30), || (allowed() == "1").then_some(())).await;
     let listed = s.kubectl(&["get", "pods", "-l", "app=web", "-o", "jsonpath={.items[*].metadata.name}"]);
-    let drain = kubectl(&s.http, &["drain", "n1", "--timeout=90s"]);
+    let drain = kubectl(&s.api, &["drain", "n1", "--timeout=90s"]);
     let (out, err) = (String::from_utf8_lossy(&drain.stdout), String::from_utf8_lossy(&drain.stderr));
     assert!(drain.status.success(), "drain failed:\n{out}\n{err}");
     assert!(out.contains("node/n1 drained"), "{out}");

@@ -83,8 +83,8 @@ fn widget(name: &str, spec: &str) -> String {
 async fn kubectl_defines_a_resource_and_uses_it_like_a_built_in_one() {
     let cluster = Cluster::spawn(3).await;
     let leader = cluster.must_leader().await;
-    let a = cluster.members[&leader].http.clone();
-    let b = cluster.members.values().find(|m| m.id != leader).unwrap().http.clone();
+    let second = cluster.members.keys().copied().find(|id| *id != leader).unwrap();
+    let (a, b) = (cluster.api(leader), cluster.api(second));
     must_ready(&a).await;
 
     // A broken definition is refused with the reason.
@@ -183,7 +183,7 @@ async fn kubectl_defines_a_resource_and_uses_it_like_a_built_in_one() {
     // The gRPC resource API serves custom objects too, history included,
     // through a follower (the definition's storage version).
     let follower = cluster.members.values().find(|m| m.id != leader).unwrap();
-    let grpc = skiff_client::Client::new(std::slice::from_ref(&follower.client)).unwrap();
+    let grpc = cluster.resource_client(std::slice::from_ref(&follower.client));
     let definition: serde_json::Value =
         serde_json::from_str(&ok(kubectl(&a, &["get", "crd", "widgets.example.com", "-o", "json"]))).unwrap();
     let widgets = skiff_api::custom::resources_of(&definition).into_iter().find(|r| r.version == "v1").unwrap();
@@ -309,7 +309,7 @@ fn scaler(name: &str, spec: &str) -> String {
 async fn kubectl_meets_the_cel_rules_of_a_definition() {
     let cluster = Cluster::spawn(1).await;
     let leader = cluster.must_leader().await;
-    let api = cluster.members[&leader].http.clone();
+    let api = cluster.api(leader);
     must_ready(&api).await;
 
     // A rule that does not compile, or calls what Skiff lacks, keeps the

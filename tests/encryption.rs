@@ -50,7 +50,7 @@ async fn secrets_are_ciphertext_in_the_store_plain_through_the_api_and_their_key
     let config = dir.path().join("encryption.yaml");
     write_config(&config, &[("key1", KEY1)], false);
     let mut cluster = Cluster::spawn_with(1, &["--encryption-provider-config", config.to_str().unwrap()]).await;
-    let server = cluster.members[&1].http.clone();
+    let server = cluster.api(1);
     must_ready(&server).await;
 
     let literal = format!("--from-literal=password={PASSWORD}");
@@ -69,7 +69,8 @@ async fn secrets_are_ciphertext_in_the_store_plain_through_the_api_and_their_key
     let list = ok(kubectl(&server, &["get", "secrets", "-o", "jsonpath={.items[*].metadata.name}"]));
     assert_eq!(list, "db");
     let mut watch = Command::new("curl")
-        .args(["-sN", &format!("http://{server}/api/v1/namespaces/default/secrets?watch=1&timeoutSeconds=5")])
+        .args(["-sN", &format!("{}/api/v1/namespaces/default/secrets?watch=1&timeoutSeconds=5", server.url())])
+        .args(server.curl_flags())
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
@@ -81,12 +82,7 @@ async fn secrets_are_ciphertext_in_the_store_plain_through_the_api_and_their_key
     assert!(events.contains("\"ADDED\"") && events.contains("\"MODIFIED\""), "{events}");
     assert_eq!(events.matches(PASSWORD_B64).count(), 2, "both events carry the data: {events}");
     let servers = cluster.endpoints();
-    let history = must_succeed(
-        Command::new(skiffctl_path())
-            .args(["--server", &servers, "history", "secret/db", "-n", "default"])
-            .output()
-            .unwrap(),
-    );
+    let history = must_succeed(cluster.skiffctl(&servers, &["history", "secret/db", "-n", "default"]));
     assert!(history.contains("ADDED") && history.contains("MODIFIED"), "{history}");
 
     // Rotation, step 1: key2 becomes the write key, key1 still reads.

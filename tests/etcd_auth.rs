@@ -2,6 +2,12 @@
 //! `user`, `role` and `auth` commands, a restricted user kept to its
 //! prefix, root allowed everything, and the auth store surviving restarts,
 //! snapshot catch-up and backup/restore.
+//!
+//! These clusters are the one deliberate exception to the secured harness
+//! ([`Cluster::spawn_plain`]): etcd's users and passwords are how a client
+//! proves who it is on a client port that asks for no certificate. Where
+//! the port checks certificates (as `skiff up` runs it) the certificate is
+//! the identity, and only the cluster's administrators may use the KV API.
 
 mod support;
 
@@ -86,7 +92,7 @@ fn with_token<T>(message: T, token: &str) -> tonic::Request<T> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn users_and_roles_keep_each_user_to_its_keys_as_etcd_does() {
-    let cluster = Cluster::spawn_with(3, &["--auth-token-ttl", "2"]).await;
+    let cluster = Cluster::spawn_plain(3, &["--auth-token-ttl", "2"]).await;
     let leader = cluster.must_leader().await;
     let follower = cluster.members.keys().copied().find(|id| *id != leader).unwrap();
     let ep = cluster.members[&follower].client.clone();
@@ -168,7 +174,7 @@ async fn users_and_roles_keep_each_user_to_its_keys_as_etcd_does() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn auth_survives_snapshot_catch_up_and_a_restart_of_every_member() {
-    let mut cluster = Cluster::spawn_with(3, &["--snapshot-count", "50"]).await;
+    let mut cluster = Cluster::spawn_plain(3, &["--snapshot-count", "50"]).await;
     let leader = cluster.must_leader().await;
     let leader_ep = cluster.members[&leader].client.clone();
     // A member down through the whole auth setup, whose entries the
@@ -212,7 +218,7 @@ async fn auth_survives_snapshot_catch_up_and_a_restart_of_every_member() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cluster_restored_from_a_backup_keeps_its_users_and_roles() {
-    let source = Cluster::spawn(3).await;
+    let source = Cluster::spawn_plain(3, &[]).await;
     let ep = source.endpoints();
     let one = source.members.values().next().unwrap().client.clone();
     must_set_up_auth(&source, &one);
@@ -229,7 +235,7 @@ async fn a_cluster_restored_from_a_backup_keeps_its_users_and_roles() {
     drop(source);
     let _ = ep;
 
-    let restored = Cluster::spawn_with(3, &["--restore-from", file.to_str().unwrap()]).await;
+    let restored = Cluster::spawn_plain(3, &["--restore-from", file.to_str().unwrap()]).await;
     let ep = restored.endpoints();
     assert_eq!(must_succeed(etcdctl_as(&restored, &ep, ALICE, &["get", "/alice/kept"])), "/alice/kept\nyes\n");
     must_enforce(&restored, &ep);

@@ -6,7 +6,7 @@
 
 mod support;
 
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 use std::time::{Duration, Instant};
 
 use skiff_proto::etcdserverpb::lease_client::LeaseClient;
@@ -18,41 +18,29 @@ use skiff_proto::v3lockpb::{LockRequest, UnlockRequest};
 use support::*;
 use tonic::transport::Channel;
 
-async fn lease(addr: &str, ttl: i64) -> i64 {
-    let mut c = LeaseClient::new(channel(addr).await.unwrap());
+async fn lease(cluster: &Cluster, addr: &str, ttl: i64) -> i64 {
+    let mut c = LeaseClient::new(cluster.channel(addr).await.unwrap());
     c.lease_grant(LeaseGrantRequest { ttl, id: 0 }).await.unwrap().into_inner().id
 }
 
-async fn revoke(addr: &str, id: i64) {
-    let mut c = LeaseClient::new(channel(addr).await.unwrap());
+async fn revoke(cluster: &Cluster, addr: &str, id: i64) {
+    let mut c = LeaseClient::new(cluster.channel(addr).await.unwrap());
     c.lease_revoke(LeaseRevokeRequest { id }).await.unwrap();
 }
 
-async fn keep_alive_once(addr: &str, id: i64) {
-    let mut c = LeaseClient::new(channel(addr).await.unwrap());
+async fn keep_alive_once(cluster: &Cluster, addr: &str, id: i64) {
+    let mut c = LeaseClient::new(cluster.channel(addr).await.unwrap());
     let mut replies = c.lease_keep_alive(tokio_stream::once(LeaseKeepAliveRequest { id })).await.unwrap().into_inner();
     let reply = replies.message().await.unwrap().unwrap();
     assert!(reply.ttl > 0, "lease {id:x} is gone");
 }
 
-async fn locks(addr: &str) -> LockClient<Channel> {
-    LockClient::new(channel(addr).await.unwrap())
+async fn locks(cluster: &Cluster, addr: &str) -> LockClient<Channel> {
+    LockClient::new(cluster.channel(addr).await.unwrap())
 }
 
-async fn elections(addr: &str) -> ElectionClient<Channel> {
-    ElectionClient::new(channel(addr).await.unwrap())
-}
-
-/// A long-running etcdctl (`lock`, `elect`), its output read at the end.
-fn spawn_etcdctl(endpoints: &str, args: &[&str]) -> Child {
-    Command::new("etcdctl")
-        .env("ETCDCTL_API", "3")
-        .arg(format!("--endpoints={endpoints}"))
-        .args(args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("etcdctl is installed")
+async fn elections(cluster: &Cluster, addr: &str) -> ElectionClient<Channel> {
+    ElectionClient::new(cluster.channel(addr).await.unwrap())
 }
 
 fn stop_and_read(mut child: Child) -> String {
@@ -83,26 +71,27 @@ async fn lock_service_hands_the_lock_on_in_order_on_unlock_revoke_and_expiry() {
     let follower = cluster.members.values().find(|m| m.id != leader).unwrap().client.clone();
 
     // The first owner holds the lock under a lease it keeps.
-    let first = lease(&members[0], 60).await;
-    let held = locks(&members[0]).await.lock(LockRequest { name: b"job".to_vec(), lease: first }).await.unwrap();
+    let first = lease(&cluster, &members[0], 60).await;
+    let held =
+        locks(&cluster, &members[0]).await.lock(LockRequest { name: b"job".to_vec(), lease: first }).await.unwrap();
     let owner_key = held.into_inner().key;
     assert_eq!(owner_key, format!("job/{first:x}").into_bytes());
 
     // A second gRPC client waits for it, through another member ...
-    let second = lease(&members[1], 60).await;
-    let mut second_client = locks(&members[1]).await;
+    let second = lease(&cluster, &members[1], 60).await;
+    let mut second_client = locks(&cluster, &members[1]).await;
     let waiting =
         tokio::spawn(async move { second_client.lock(LockRequest { name: b"job".to_vec(), lease: second }).await });
     // ... and so does an etcdctl process using the client-side recipe on the
     // same keys, behind it.
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let etcdctl_lock = spawn_etcdctl(&follower, &["lock", "--ttl=3", "job"]);
+    let etcdctl_lock = cluster.etcdctl_child(&follower, &["lock", "--ttl=3", "job"]);
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert!(!waiting.is_finished(), "the second client got a held lock");
     must_see_keys(&cluster, &follower, "job/", |keys| keys.len() == 3).await;
 
     // Unlock hands the lock to the second client, only.
-    locks(&members[2]).await.unlock(UnlockRequest { key: owner_key }).await.unwrap();
+    locks(&cluster, &members[2]).await.unlock(UnlockRequest { key: owner_key }).await.unwrap();
     let got = tokio::time::timeout(Duration::from_secs(10), waiting).await.expect("second client locks").unwrap();
     let second_key = got.unwrap().into_inner().key;
     assert_eq!(second_key, format!("job/{second:x}").into_bytes());
@@ -110,7 +99,7 @@ async fn lock_service_hands_the_lock_on_in_order_on_unlock_revoke_and_expiry() {
     must_see_keys(&cluster, &follower, "job/", |keys| keys.len() == 2).await;
 
     // Revoking the second client's lease hands it to etcdctl.
-    revoke(&members[0], second).await;
+    revoke(&cluster, &members[0], second).await;
     let deadline = Instant::now() + Duration::from_secs(10);
     let mut etcdctl_lock = Some(etcdctl_lock);
     loop {
@@ -125,8 +114,8 @@ async fn lock_service_hands_the_lock_on_in_order_on_unlock_revoke_and_expiry() {
     // Killed without unlocking, etcdctl's lease (TTL 3 s) ends the lock; a
     // gRPC client under a lease nobody keeps alive then owns it until its
     // own lease expires.
-    let third = lease(&members[2], 2).await;
-    let mut third_client = locks(&members[2]).await;
+    let third = lease(&cluster, &members[2], 2).await;
+    let mut third_client = locks(&cluster, &members[2]).await;
     let waiting =
         tokio::spawn(async move { third_client.lock(LockRequest { name: b"job".to_vec(), lease: third }).await });
     tokio::time::sleep(Duration::from_millis(500)).await;
@@ -137,7 +126,8 @@ async fn lock_service_hands_the_lock_on_in_order_on_unlock_revoke_and_expiry() {
     must_see_keys(&cluster, &follower, "job/", |keys| keys.is_empty()).await;
 
     // A lease that does not exist is etcd's error.
-    let err = locks(&follower).await.lock(LockRequest { name: b"job".to_vec(), lease: 0x1234 }).await.unwrap_err();
+    let err =
+        locks(&cluster, &follower).await.lock(LockRequest { name: b"job".to_vec(), lease: 0x1234 }).await.unwrap_err();
     assert_eq!(err.message(), "etcdserver: requested lease not found");
 }
 
@@ -145,9 +135,9 @@ async fn lock_service_hands_the_lock_on_in_order_on_unlock_revoke_and_expiry() {
 async fn etcdctl_lock_processes_exclude_each_other_until_the_holder_dies() {
     let cluster = Cluster::spawn(3).await;
     let endpoints = cluster.endpoints();
-    let holder = spawn_etcdctl(&endpoints, &["lock", "--ttl=2", "mutex"]);
+    let holder = cluster.etcdctl_child(&endpoints, &["lock", "--ttl=2", "mutex"]);
     tokio::time::sleep(Duration::from_secs(2)).await;
-    let waiter = spawn_etcdctl(&endpoints, &["lock", "--ttl=2", "mutex"]);
+    let waiter = cluster.etcdctl_child(&endpoints, &["lock", "--ttl=2", "mutex"]);
     must_see_keys(&cluster, &endpoints, "mutex/", |keys| keys.len() == 2).await;
     // Killed, the holder's lease expires and the waiter owns the lock.
     assert!(stop_and_read(holder).starts_with("mutex/"));
@@ -165,17 +155,17 @@ async fn election_service_campaigns_proclaims_observes_and_resigns_across_a_lead
     let leader_addr = cluster.members[&leader].client.clone();
     let (f1, f2) = (followers[0].clone(), followers[1].clone());
 
-    let err = elections(&f1).await.leader(LeaderRequest { name: b"pick".to_vec() }).await.unwrap_err();
+    let err = elections(&cluster, &f1).await.leader(LeaderRequest { name: b"pick".to_vec() }).await.unwrap_err();
     assert_eq!(err.message(), "election: no leader");
 
     // Observers: a gRPC Observe stream on a follower, and `etcdctl elect -l`.
     let mut observe =
-        elections(&f1).await.observe(LeaderRequest { name: b"pick".to_vec() }).await.unwrap().into_inner();
-    let listener = spawn_etcdctl(&format!("{f1},{f2}"), &["elect", "-l", "pick"]);
+        elections(&cluster, &f1).await.observe(LeaderRequest { name: b"pick".to_vec() }).await.unwrap().into_inner();
+    let listener = cluster.etcdctl_child(&format!("{f1},{f2}"), &["elect", "-l", "pick"]);
     tokio::time::sleep(Duration::from_millis(500)).await;
 
-    let a = lease(&f1, 6).await;
-    let won = elections(&leader_addr)
+    let a = lease(&cluster, &f1, 6).await;
+    let won = elections(&cluster, &leader_addr)
         .await
         .campaign(CampaignRequest { name: b"pick".to_vec(), lease: a, value: b"alpha".to_vec() })
         .await
@@ -187,15 +177,15 @@ async fn election_service_campaigns_proclaims_observes_and_resigns_across_a_lead
     assert_eq!(seen.kv.unwrap().value, b"alpha");
 
     // A second campaigner waits behind the leader.
-    let b = lease(&f2, 60).await;
-    let mut b_client = elections(&f2).await;
+    let b = lease(&cluster, &f2, 60).await;
+    let mut b_client = elections(&cluster, &f2).await;
     let b_campaign = tokio::spawn(async move {
         b_client.campaign(CampaignRequest { name: b"pick".to_vec(), lease: b, value: b"beta".to_vec() }).await
     });
     tokio::time::sleep(Duration::from_secs(1)).await;
     assert!(!b_campaign.is_finished(), "a second leader was elected");
 
-    elections(&f2)
+    elections(&cluster, &f2)
         .await
         .proclaim(ProclaimRequest { leader: Some(a_key.clone()), value: b"alpha-2".to_vec() })
         .await
@@ -206,18 +196,19 @@ async fn election_service_campaigns_proclaims_observes_and_resigns_across_a_lead
     // leader, kept alive through a follower, stays.
     cluster.kill(leader);
     cluster.must_leader().await;
-    keep_alive_once(&f1, a).await;
-    let current = elections(&f2).await.leader(LeaderRequest { name: b"pick".to_vec() }).await.unwrap().into_inner();
+    keep_alive_once(&cluster, &f1, a).await;
+    let current =
+        elections(&cluster, &f2).await.leader(LeaderRequest { name: b"pick".to_vec() }).await.unwrap().into_inner();
     assert_eq!(current.kv.unwrap().value, b"alpha-2");
 
     // Resigning hands the election to the waiting campaigner; every
     // observer sees it.
-    elections(&f2).await.resign(ResignRequest { leader: Some(a_key.clone()) }).await.unwrap();
+    elections(&cluster, &f2).await.resign(ResignRequest { leader: Some(a_key.clone()) }).await.unwrap();
     let b_won = tokio::time::timeout(Duration::from_secs(10), b_campaign).await.expect("b elected").unwrap().unwrap();
     let b_key = b_won.into_inner().leader.unwrap();
     assert_eq!(b_key.key, format!("pick/{b:x}").into_bytes());
     assert_eq!(observe.message().await.unwrap().unwrap().kv.unwrap().value, b"beta");
-    let err = elections(&f1)
+    let err = elections(&cluster, &f1)
         .await
         .proclaim(ProclaimRequest { leader: Some(a_key), value: b"stale".to_vec() })
         .await
@@ -225,11 +216,11 @@ async fn election_service_campaigns_proclaims_observes_and_resigns_across_a_lead
     assert_eq!(err.message(), "election: not leader");
 
     // Revoking b's lease leaves the election without a leader.
-    revoke(&f1, b).await;
-    let err = elections(&f1).await.leader(LeaderRequest { name: b"pick".to_vec() }).await.unwrap_err();
+    revoke(&cluster, &f1, b).await;
+    let err = elections(&cluster, &f1).await.leader(LeaderRequest { name: b"pick".to_vec() }).await.unwrap_err();
     assert_eq!(err.message(), "election: no leader");
     // An etcdctl campaigner takes it; the Observe stream follows.
-    let campaigner = spawn_etcdctl(&f2, &["elect", "pick", "gamma"]);
+    let campaigner = cluster.etcdctl_child(&f2, &["elect", "pick", "gamma"]);
     let seen = tokio::time::timeout(Duration::from_secs(10), observe.message()).await.expect("observed").unwrap();
     assert_eq!(seen.unwrap().kv.unwrap().value, b"gamma");
     stop_and_read(campaigner);
@@ -267,8 +258,9 @@ async fn move_leader_hands_leadership_to_each_other_member() {
     assert!(err.contains("etcdserver: bad leader transferee"), "{err}");
     let leader = cluster.must_leader().await;
     let follower = cluster.members.values().find(|m| m.id != leader).unwrap();
-    let mut maintenance =
-        skiff_proto::etcdserverpb::maintenance_client::MaintenanceClient::new(channel(&follower.client).await.unwrap());
+    let mut maintenance = skiff_proto::etcdserverpb::maintenance_client::MaintenanceClient::new(
+        cluster.channel(&follower.client).await.unwrap(),
+    );
     let err =
         maintenance.move_leader(skiff_proto::etcdserverpb::MoveLeaderRequest { target_id: leader }).await.unwrap_err();
     assert_eq!((err.code(), err.message()), (tonic::Code::FailedPrecondition, "etcdserver: not leader"));

@@ -4,7 +4,6 @@
 
 mod support;
 
-use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use support::*;
@@ -81,7 +80,8 @@ async fn reads_at_past_revisions_and_compaction_behave_like_etcd() {
 async fn txn_compares_value_version_and_revisions() {
     let (cluster, follower, _) = cluster_and_follower().await;
     must_succeed(cluster.etcdctl(&follower, &["put", "t", "v1"]));
-    let txn = |input: &str| must_succeed(etcdctl(&follower, &["txn", "--interactive=false"], Some(input)));
+    let txn =
+        |input: &str| must_succeed(cluster.etcdctl_stdin(&follower, &["txn", "--interactive=false"], Some(input)));
     let out = txn("value(\"t\") = \"v1\"\n\nput t v2\n\nput t nope\n\n");
     assert_eq!(out, "SUCCESS\n\nOK\n");
     let out = txn("version(\"t\") = \"1\"\n\nput t nope\n\nget t\n\n");
@@ -92,17 +92,6 @@ async fn txn_compares_value_version_and_revisions() {
     assert_eq!(out, "SUCCESS\n\nOK\n");
     let out = txn(&format!("mod(\"t\") < \"{modr}\"\n\n\nget t\n\n"));
     assert_eq!(out, "FAILURE\n\nt\nv3\n");
-}
-
-fn spawn_etcdctl(endpoint: &str, args: &[&str]) -> std::process::Child {
-    Command::new("etcdctl")
-        .env("ETCDCTL_API", "3")
-        .arg(format!("--endpoints={endpoint}"))
-        .args(args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap()
 }
 
 fn stop_and_read(mut child: std::process::Child) -> String {
@@ -117,8 +106,8 @@ async fn watch_replays_history_with_prev_kv_and_follows_live() {
     must_succeed(cluster.etcdctl(&leader, &["put", "/w/a", "2"]));
     must_succeed(cluster.etcdctl(&leader, &["del", "/w/a"]));
     // Replay from revision 1 on a follower, with previous values.
-    let replay = spawn_etcdctl(&follower, &["watch", "--prefix", "/w/", "--rev=1", "--prev-kv"]);
-    let live = spawn_etcdctl(&follower, &["watch", "/w/b"]);
+    let replay = cluster.etcdctl_child(&follower, &["watch", "--prefix", "/w/", "--rev=1", "--prev-kv"]);
+    let live = cluster.etcdctl_child(&follower, &["watch", "/w/b"]);
     tokio::time::sleep(Duration::from_secs(1)).await;
     must_succeed(cluster.etcdctl(&leader, &["put", "/w/b", "live"]));
     tokio::time::sleep(Duration::from_millis(2500)).await;
@@ -138,7 +127,7 @@ async fn watch_from_a_compacted_revision_is_refused() {
         .as_i64()
         .unwrap();
     must_succeed(cluster.etcdctl(&follower, &["compaction", &rev.to_string()]));
-    let w = spawn_etcdctl(&follower, &["watch", "c", "--rev=1"]);
+    let w = cluster.etcdctl_child(&follower, &["watch", "c", "--rev=1"]);
     tokio::time::sleep(Duration::from_secs(2)).await;
     let mut w = w;
     let _ = w.kill();
@@ -188,7 +177,7 @@ async fn hashkv_agrees_across_members_and_pins_a_revision() {
     let mut whole = Vec::new();
     for m in cluster.members.values() {
         let mut c = skiff_proto::etcdserverpb::maintenance_client::MaintenanceClient::new(
-            channel(&m.client).await.expect("connect"),
+            cluster.channel(&m.client).await.expect("connect"),
         );
         whole.push(c.hash(skiff_proto::etcdserverpb::HashRequest {}).await.expect("hash").into_inner().hash);
     }
@@ -307,7 +296,7 @@ async fn bad_requests_get_etcds_errors() {
         String::from_utf8_lossy(&out.stderr)
     );
     let big = "x".repeat(1_600_000);
-    let out = etcdctl(&follower, &["put", "big"], Some(&big));
+    let out = cluster.etcdctl_stdin(&follower, &["put", "big"], Some(&big));
     assert!(!out.status.success());
     assert!(
         String::from_utf8_lossy(&out.stderr).contains("request is too large"),
@@ -389,7 +378,7 @@ async fn the_space_quota_raises_a_cluster_wide_nospace_alarm_and_compaction_clea
     };
     let mut refused = None;
     for i in 0..40 {
-        let out = etcdctl(&ep, &["put", &format!("big{i}")], Some(&value()));
+        let out = cluster.etcdctl_stdin(&ep, &["put", &format!("big{i}")], Some(&value()));
         if !out.status.success() {
             refused = Some(format!("{}; {}", out.status, String::from_utf8_lossy(&out.stderr)));
             break;

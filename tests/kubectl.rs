@@ -6,7 +6,7 @@
 mod support;
 
 use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 
 use support::kubectl::*;
 use support::*;
@@ -22,7 +22,7 @@ fn deployment(ns: &str, image: &str, env: &[(&str, &str)]) -> String {
 }
 
 /// Every command, against `server`, in namespace `ns`.
-async fn exercise(server: &str, ns: &str) {
+async fn exercise(server: &Api, ns: &str) {
     must_ready(server).await;
     let out = ok(kubectl(server, &["version"]));
     assert!(out.contains("Server Version: v1.32"), "{out}");
@@ -159,9 +159,8 @@ async fn exercise(server: &str, ns: &str) {
     // run, get -w, delete (waits for the object to be gone).
     assert_eq!(ok(run(with(&["run", "shell", "--image=busybox", "--restart=Never"]))), "pod/shell created\n");
     let cache = tempfile::tempdir().unwrap();
-    let mut watch = Command::new("kubectl")
-        .args(["--server", &format!("http://{server}"), "--cache-dir"])
-        .arg(cache.path())
+    let mut watch = server
+        .command(cache.path())
         .args(["get", "configmaps", "-w", "-n", ns])
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
@@ -189,15 +188,15 @@ async fn exercise(server: &str, ns: &str) {
 async fn kubectl_works_against_a_follower() {
     let cluster = Cluster::spawn(3).await;
     let leader = cluster.must_leader().await;
-    let follower = cluster.members.values().find(|m| m.id != leader).unwrap();
-    exercise(&follower.http, "via-follower").await;
+    let follower = cluster.members.keys().copied().find(|id| *id != leader).unwrap();
+    exercise(&cluster.api(follower), "via-follower").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubectl_works_against_the_leader() {
     let cluster = Cluster::spawn(3).await;
     let leader = cluster.must_leader().await;
-    exercise(&cluster.members[&leader].http, "via-leader").await;
+    exercise(&cluster.api(leader), "via-leader").await;
 }
 
 /// `kubectl explain` reads the served OpenAPI v3 schemas (GVK, field
@@ -207,7 +206,7 @@ async fn kubectl_works_against_the_leader() {
 async fn kubectl_explain_and_strict_validation_read_the_served_schemas() {
     let cluster = Cluster::spawn(1).await;
     let leader = cluster.must_leader().await;
-    let server = cluster.members[&leader].http.clone();
+    let server = cluster.api(leader);
     must_ready(&server).await;
 
     let out = ok(kubectl(&server, &["explain", "pod.spec.containers"]));
@@ -263,7 +262,7 @@ async fn kubectl_explain_and_strict_validation_read_the_served_schemas() {
 async fn pod_security_warns_in_warn_mode_and_refuses_in_enforce_mode() {
     let cluster = Cluster::spawn(1).await;
     let leader = cluster.must_leader().await;
-    let server = cluster.members[&leader].http.clone();
+    let server = cluster.api(leader);
     must_ready(&server).await;
     ok(kubectl(&server, &["create", "namespace", "relaxed"]));
     ok(kubectl(&server, &["label", "namespace", "relaxed", "pod-security.kubernetes.io/warn=baseline"]));

@@ -30,8 +30,8 @@ struct Setup {
     nodes: Vec<NodeAgent>,
     _components: Vec<Component>,
     cluster: Cluster,
-    /// A follower master's HTTP address: logs and exec are proxied from any.
-    http: String,
+    /// A follower master's REST API: logs and exec are proxied from any.
+    api: Api,
 }
 
 fn is_root() -> bool {
@@ -45,24 +45,21 @@ impl Setup {
     /// 10.244.<base+i>.0/24; `node_extra[i]` are extra flags for node i.
     async fn new(base: u8, node_extra: &[&[&str]]) -> Setup {
         let cluster = Cluster::spawn(3).await;
-        let servers = cluster.endpoints();
         let leader = cluster.must_leader().await;
         let follower = cluster.members.keys().copied().find(|id| *id != leader).unwrap();
-        let http = cluster.members[&follower].http.clone();
+        let api = cluster.api(follower);
         let fast_eviction = ["--node-monitor-grace-period", "6s", "--default-not-ready-toleration-seconds", "2"];
-        let components = vec![
-            Component::spawn(cluster.root.path(), &servers, "cm", &fast_eviction),
-            Component::scheduler(cluster.root.path(), &servers, "sched", &[]),
-        ];
+        let components =
+            vec![Component::spawn(&cluster, "cm", &fast_eviction), Component::scheduler(&cluster, "sched", &[])];
         let nodes = node_extra
             .iter()
             .enumerate()
             .map(|(i, extra)| {
                 let cidr = format!("10.244.{}.0/24", base as usize + i);
-                NodeAgent::start(cluster.root.path(), &servers, &format!("node-{i}"), &cidr, extra)
+                NodeAgent::start(cluster.root.path(), &cluster, &format!("node-{i}"), &cidr, extra)
             })
             .collect();
-        let setup = Setup { nodes, _components: components, cluster, http };
+        let setup = Setup { nodes, _components: components, cluster, api };
         for node in &setup.nodes {
             setup.wait(&format!("node {} Ready", node.name), Duration::from_secs(60), || {
                 let node = setup.json(&["get", "node", &node.name]);
@@ -73,17 +70,17 @@ impl Setup {
     }
 
     fn kubectl(&self, args: &[&str]) -> String {
-        ok(kubectl(&self.http, args))
+        ok(kubectl(&self.api, args))
     }
 
     fn apply(&self, manifest: &str) {
-        ok(kubectl_stdin(&self.http, &["apply", "-f", "-"], manifest));
+        ok(kubectl_stdin(&self.api, &["apply", "-f", "-"], manifest));
     }
 
     fn json(&self, args: &[&str]) -> Value {
         let mut args = args.to_vec();
         args.extend(["-o", "json"]);
-        let out = kubectl(&self.http, &args);
+        let out = kubectl(&self.api, &args);
         serde_json::from_slice(&out.stdout).unwrap_or(Value::Null)
     }
 
@@ -136,7 +133,7 @@ impl Setup {
             if Instant::now() > deadline {
                 // The wait's own failure, with the node agents' logs.
                 let selector = format!("involvedObject.name={pod}");
-                let events = kubectl(&self.http, &["get", "events", "--field-selector", &selector]);
+                let events = kubectl(&self.api, &["get", "events", "--field-selector", &selector]);
                 let events = String::from_utf8_lossy(&events.stdout);
                 let what = format!("pod {pod} {phase}; its status: {}\nits events:\n{events}", last["status"]);
                 self.wait(&what, Duration::ZERO, || false);
@@ -226,10 +223,10 @@ struct Terminal {
 }
 
 impl Terminal {
-    fn kubectl(server: &str, args: &[&str], (columns, rows): (u16, u16)) -> Terminal {
+    fn kubectl(api: &Api, args: &[&str], (columns, rows): (u16, u16)) -> Terminal {
         let cache = tempfile::tempdir().unwrap();
-        let mut command = tokio::process::Command::new("kubectl");
-        command.args(["--server", &format!("http://{server}"), "--cache-dir"]).arg(cache.path()).args(args);
+        let mut command = tokio::process::Command::from(api.command(cache.path()));
+        command.args(args);
         let (pty, child) = skiff_node::pty::Pty::spawn(&command).unwrap();
         pty.resize(columns, rows).unwrap();
         Terminal { pty, child, output: Vec::new(), _cache: cache }
@@ -375,7 +372,7 @@ async fn a_deployment_runs_in_containers_answers_across_nodes_and_serves_logs_an
     let fetched = setup.kubectl(&["exec", &name(a), "--", "wget", "-qO-", &url]);
     assert!(fetched.contains(&format!("hello-from-{}", name(b))), "{fetched}");
     // The exit code comes back.
-    let failed = kubectl(&setup.http, &["exec", &name(a), "--", "sh", "-c", "echo out; echo err >&2; exit 3"]);
+    let failed = kubectl(&setup.api, &["exec", &name(a), "--", "sh", "-c", "echo out; echo err >&2; exit 3"]);
     assert_eq!(failed.status.code(), Some(3), "{failed:?}");
     assert_eq!(String::from_utf8_lossy(&failed.stdout), "out\n");
     assert!(String::from_utf8_lossy(&failed.stderr).contains("err"));
@@ -402,7 +399,7 @@ async fn a_deployment_runs_in_containers_answers_across_nodes_and_serves_logs_an
     setup.kubectl(&["cp", &format!("{}:/www/upload.bin", name(a)), copied_back.to_str().unwrap()]);
     assert!(std::fs::read(&copied_back).unwrap_or_default() == bytes, "the file came back changed");
     let piped = kubectl_stdin(
-        &setup.http,
+        &setup.api,
         &["exec", "-i", &name(a), "--", "sh", "-c", "tr a-z A-Z; echo err >&2; exit 4"],
         "hello\n",
     );
@@ -413,7 +410,7 @@ async fn a_deployment_runs_in_containers_answers_across_nodes_and_serves_logs_an
     // kubectl exec -it from a terminal: the shell gets a terminal of
     // kubectl's size, follows it when the window changes, and its exit
     // code comes back.
-    let mut terminal = Terminal::kubectl(&setup.http, &["exec", "-it", &name(a), "--", "sh"], (100, 37));
+    let mut terminal = Terminal::kubectl(&setup.api, &["exec", "-it", &name(a), "--", "sh"], (100, 37));
     terminal.type_until("stty size; tty\r", "/dev/pts/").await;
     let typed = terminal.output();
     assert!(typed.contains("\r\n37 100\r\n/dev/pts/"), "the shell's stdin is a terminal of kubectl's size: {typed:?}");
@@ -424,11 +421,11 @@ async fn a_deployment_runs_in_containers_answers_across_nodes_and_serves_logs_an
 
     // A terminal hung up: kubectl goes away mid-session, and the shell gets
     // SIGHUP as it would from a closed terminal, instead of running on.
-    let mut terminal = Terminal::kubectl(&setup.http, &["exec", "-it", &name(a), "--", "sh"], (80, 24));
+    let mut terminal = Terminal::kubectl(&setup.api, &["exec", "-it", &name(a), "--", "sh"], (80, 24));
     terminal.type_until("echo $$ > /tmp/hup; echo saved-$((6*7))\r", "saved-42").await;
     let shell = setup.kubectl(&["exec", &name(a), "--", "cat", "/tmp/hup"]).trim().to_string();
     assert!(shell.parse::<u32>().is_ok(), "{shell:?}");
-    let alive = || kubectl(&setup.http, &["exec", &name(a), "--", "kill", "-0", &shell]).status.success();
+    let alive = || kubectl(&setup.api, &["exec", &name(a), "--", "kill", "-0", &shell]).status.success();
     assert!(alive(), "the shell runs while kubectl does");
     terminal.child.kill().await.unwrap();
     setup.wait("the hung-up shell to end", Duration::from_secs(20), || !alive());
@@ -454,7 +451,7 @@ spec:
 "#
     ));
     setup.wait_phase("console", "Running", Duration::from_secs(60));
-    let mut terminal = Terminal::kubectl(&setup.http, &["attach", "-it", "console"], (90, 30));
+    let mut terminal = Terminal::kubectl(&setup.api, &["attach", "-it", "console"], (90, 30));
     terminal.type_until("echo attached-$((6*7))\r", "attached-42").await;
     terminal.resize(91, 31);
     terminal.type_until("stty size\r", "31 91").await;
@@ -468,7 +465,7 @@ spec:
     // kubectl run -i: the pod is made with stdin, and kubectl attaches
     // its own stdin to it; --rm deletes it after.
     let run = kubectl_stdin(
-        &setup.http,
+        &setup.api,
         &[
             "run",
             "reader",
@@ -487,7 +484,7 @@ spec:
     assert!(String::from_utf8_lossy(&run.stdout).contains("got-piped"), "{run:?}");
     assert!(run.status.success(), "{run:?}");
     setup.wait("the --rm pod to be deleted", Duration::from_secs(30), || {
-        !kubectl(&setup.http, &["get", "pod", "reader"]).status.success()
+        !kubectl(&setup.api, &["get", "pod", "reader"]).status.success()
     });
 
     // kubectl debug: an ephemeral container joins the running pod (its
@@ -510,7 +507,7 @@ spec:
         "--",
         "sh",
     ];
-    let mut terminal = Terminal::kubectl(&setup.http, &args, (80, 24));
+    let mut terminal = Terminal::kubectl(&setup.api, &args, (80, 24));
     terminal.type_until("echo in-debug-$((6*7))\r", "in-debug-42").await;
     let code = terminal.type_to_end("exit\r").await;
     assert_eq!(code, Some(0), "{:?}", terminal.output());
@@ -539,7 +536,7 @@ spec:
     setup.kubectl(&["delete", "pod", "shared", "--wait=false"]);
     // The list may only grow: removing an ephemeral container is refused.
     let removed = kubectl(
-        &setup.http,
+        &setup.api,
         &[
             "patch",
             "pod",
@@ -577,7 +574,7 @@ spec:
     // kubectl port-forward through the follower: one tunnel carries
     // connection after connection, several at once, and bodies larger
     // than SPDY's 64 KiB window.
-    let forward = PortForward::start(&setup.http, &format!("pod/{}", name(a)), 8080);
+    let forward = PortForward::start(&setup.api, &format!("pod/{}", name(a)), 8080);
     for _ in 0..3 {
         let body = http_get("127.0.0.1", forward.local, "/").unwrap_or_default();
         assert!(body.contains(&format!("hello-from-{}", name(a))), "{body:?}\n{}", forward.stderr());
@@ -594,7 +591,7 @@ spec:
     drop(forward);
     // Nothing listens on the pod's port 9: kubectl shows the error the
     // node met and ends, as it does against kube.
-    let mut refused = PortForward::start(&setup.http, &format!("pod/{}", name(a)), 9);
+    let mut refused = PortForward::start(&setup.api, &format!("pod/{}", name(a)), 9);
     let _ = http_get("127.0.0.1", refused.local, "/");
     let status = refused.exited(Duration::from_secs(20));
     assert!(status.is_some_and(|s| !s.success()), "{status:?}: {}", refused.stderr());
@@ -604,7 +601,7 @@ spec:
     // (rates need two housekeeping samples: wait for them).
     let mut top = String::new();
     setup.wait("kubectl top nodes to show both nodes", Duration::from_secs(30), || {
-        let out = kubectl(&setup.http, &["top", "nodes", "--no-headers"]);
+        let out = kubectl(&setup.api, &["top", "nodes", "--no-headers"]);
         top = String::from_utf8_lossy(&out.stdout).into_owned();
         out.status.success() && top.lines().filter(|l| l.starts_with("node-") && !l.contains("<unknown>")).count() == 2
     });
@@ -615,7 +612,7 @@ spec:
         assert!(cols[1].ends_with('m') && cols[3].ends_with("Mi"), "{top}");
     }
     setup.wait("kubectl top pods to show both web pods", Duration::from_secs(30), || {
-        let out = kubectl(&setup.http, &["top", "pods", "-l", "app=web", "--no-headers"]);
+        let out = kubectl(&setup.api, &["top", "pods", "-l", "app=web", "--no-headers"]);
         top = String::from_utf8_lossy(&out.stdout).into_owned();
         out.status.success() && pods.iter().all(|p| top.contains(&name(p)))
     });
@@ -636,7 +633,7 @@ spec:
         scraped.contains("kubelet_running_pods 1\n")
     });
     assert!(scraped.contains("skiff_node_pod_status_writes_total{result=\"ok\"}"), "{scraped}");
-    let missing = kubectl(&setup.http, &["top", "pod", "no-such-pod"]);
+    let missing = kubectl(&setup.api, &["top", "pod", "no-such-pod"]);
     assert!(!missing.status.success());
     assert!(String::from_utf8_lossy(&missing.stderr).contains("not found"), "{missing:?}");
 

@@ -21,18 +21,14 @@ use support::*;
 
 const KINDS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/manifests/kinds.yaml");
 
-fn skiffctl(server: &str, args: &[&str]) -> Output {
-    Command::new(skiffctl_path()).args(["--server", server]).args(args).output().unwrap()
-}
-
 fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
 
-async fn must_default_namespaces(servers: &str) {
+async fn must_default_namespaces(cluster: &Cluster, servers: &str) {
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
-        let out = skiffctl(servers, &["get", "namespaces"]);
+        let out = cluster.skiffctl(servers, &["get", "namespaces"]);
         let text = stdout(&out);
         if ["default", "kube-system", "kube-public", "kube-node-lease"].iter().all(|n| text.contains(n)) {
             return;
@@ -52,14 +48,14 @@ fn write_manifest(dir: &std::path::Path, name: &str, text: &str) -> String {
 async fn skiffctl_applies_gets_and_deletes_every_kind() {
     let cluster = Cluster::spawn(3).await;
     let servers = cluster.endpoints();
-    must_default_namespaces(&servers).await;
+    must_default_namespaces(&cluster, &servers).await;
 
-    let out = must_succeed(skiffctl(&servers, &["apply", "-f", KINDS]));
+    let out = must_succeed(cluster.skiffctl(&servers, &["apply", "-f", KINDS]));
     let lines: Vec<&str> = out.lines().collect();
     assert_eq!(lines.len(), 19, "{out}");
     assert!(lines.iter().all(|l| l.ends_with(" created")), "{out}");
     assert!(out.contains("deployment.apps/web created") && out.contains("lease.coordination.k8s.io/scheduler created"));
-    let out = must_succeed(skiffctl(&servers, &["apply", "-f", KINDS]));
+    let out = must_succeed(cluster.skiffctl(&servers, &["apply", "-f", KINDS]));
     assert!(out.lines().all(|l| l.ends_with(" unchanged")), "a second apply changes nothing: {out}");
 
     // Client-side apply: a changed manifest configures, a dropped key is removed.
@@ -69,44 +65,43 @@ async fn skiffctl_applies_gets_and_deletes_every_kind() {
         "cm.yaml",
         "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: settings, namespace: crud}\ndata: {level: high}\n",
     );
-    assert_eq!(must_succeed(skiffctl(&servers, &["apply", "-f", &changed])), "configmap/settings configured\n");
-    let cm: Value = serde_json::from_str(&must_succeed(skiffctl(
-        &servers,
-        &["get", "configmap", "settings", "-n", "crud", "-o", "json"],
-    )))
+    assert_eq!(must_succeed(cluster.skiffctl(&servers, &["apply", "-f", &changed])), "configmap/settings configured\n");
+    let cm: Value = serde_json::from_str(&must_succeed(
+        cluster.skiffctl(&servers, &["get", "configmap", "settings", "-n", "crud", "-o", "json"]),
+    ))
     .unwrap();
     assert_eq!(cm["data"], json!({"level": "high"}));
 
-    let out = must_succeed(skiffctl(&servers, &["get", "pods", "-n", "crud"]));
+    let out = must_succeed(cluster.skiffctl(&servers, &["get", "pods", "-n", "crud"]));
     let header: Vec<&str> = out.lines().next().unwrap().split_whitespace().collect();
     assert_eq!(header, ["NAME", "READY", "STATUS", "RESTARTS", "AGE"], "{out}");
     assert!(out.lines().nth(1).unwrap().starts_with("web-1 "), "{out}");
     assert!(out.contains("0/1") && out.contains("Pending"), "{out}");
-    let out = must_succeed(skiffctl(&servers, &["get", "deploy", "-n", "crud", "-o", "wide"]));
+    let out = must_succeed(cluster.skiffctl(&servers, &["get", "deploy", "-n", "crud", "-o", "wide"]));
     assert!(out.contains("CONTAINERS") && out.contains("nginx:1.27") && out.contains("0/3"), "{out}");
-    let out = must_succeed(skiffctl(&servers, &["get", "svc", "-A"]));
+    let out = must_succeed(cluster.skiffctl(&servers, &["get", "svc", "-A"]));
     assert!(out.starts_with("NAMESPACE"), "{out}");
     assert!(out.contains("crud") && out.contains("10."), "cluster IP shown: {out}");
-    let out = must_succeed(skiffctl(&servers, &["get", "pods", "-n", "crud", "-l", "app=web", "-o", "name"]));
+    let out = must_succeed(cluster.skiffctl(&servers, &["get", "pods", "-n", "crud", "-l", "app=web", "-o", "name"]));
     assert_eq!(out, "pod/web-1\n");
-    let out = must_succeed(skiffctl(&servers, &["get", "pod/web-1", "-n", "crud", "-o", "yaml"]));
+    let out = must_succeed(cluster.skiffctl(&servers, &["get", "pod/web-1", "-n", "crud", "-o", "yaml"]));
     assert!(out.contains("name: web-1") && out.contains("resourceVersion:"), "{out}");
-    let out = skiffctl(&servers, &["get", "pods", "-n", "crud", "--field-selector", "spec.nodeName=nowhere"]);
+    let out = cluster.skiffctl(&servers, &["get", "pods", "-n", "crud", "--field-selector", "spec.nodeName=nowhere"]);
     assert!(out.status.success());
     assert_eq!(stderr(&out).trim(), "No resources found in crud namespace.");
 
     // Errors read as Kubernetes users know them.
-    let out = skiffctl(&servers, &["get", "pod", "nope", "-n", "crud"]);
+    let out = cluster.skiffctl(&servers, &["get", "pod", "nope", "-n", "crud"]);
     assert!(!out.status.success());
     assert!(stderr(&out).contains("Error from server (NotFound): pods \"nope\" not found"), "{}", stderr(&out));
-    let out = skiffctl(&servers, &["get", "widgets"]);
+    let out = cluster.skiffctl(&servers, &["get", "widgets"]);
     assert!(stderr(&out).contains("the server doesn't have a resource type \"widgets\""), "{}", stderr(&out));
     let bad = write_manifest(
         dir.path(),
         "bad.yaml",
         "apiVersion: v1\nkind: Pod\nmetadata: {name: Bad_Name, namespace: crud}\nspec: {containers: [{name: c}]}\n",
     );
-    let out = skiffctl(&servers, &["apply", "-f", &bad]);
+    let out = cluster.skiffctl(&servers, &["apply", "-f", &bad]);
     assert!(!out.status.success());
     let err = stderr(&out);
     assert!(err.contains("Error from server (Invalid)") && err.contains("metadata.name"), "{err}");
@@ -120,12 +115,12 @@ async fn skiffctl_applies_gets_and_deletes_every_kind() {
         .collect::<Vec<_>>()
         .join("\n---\n");
     let rest = write_manifest(dir.path(), "rest.yaml", &without_ns);
-    let out = must_succeed(skiffctl(&servers, &["delete", "-f", &rest]));
+    let out = must_succeed(cluster.skiffctl(&servers, &["delete", "-f", &rest]));
     assert_eq!(out.lines().count(), 18, "{out}");
     assert!(out.contains("pod \"web-1\" deleted"), "{out}");
-    let out = skiffctl(&servers, &["get", "pods", "-n", "crud"]);
+    let out = cluster.skiffctl(&servers, &["get", "pods", "-n", "crud"]);
     assert_eq!(stderr(&out).trim(), "No resources found in crud namespace.");
-    let out = skiffctl(&servers, &["delete", "pod", "web-1", "-n", "crud"]);
+    let out = cluster.skiffctl(&servers, &["delete", "pod", "web-1", "-n", "crud"]);
     assert!(stderr(&out).contains("NotFound"), "{}", stderr(&out));
 }
 
@@ -133,7 +128,7 @@ async fn skiffctl_applies_gets_and_deletes_every_kind() {
 async fn history_get_at_revision_and_diff_span_a_leader_change() {
     let mut cluster = Cluster::spawn(3).await;
     let servers = cluster.endpoints();
-    must_default_namespaces(&servers).await;
+    must_default_namespaces(&cluster, &servers).await;
     let dir = tempfile::tempdir().unwrap();
     let deployment = |image: &str, replicas: u32| {
         format!(
@@ -144,16 +139,16 @@ async fn history_get_at_revision_and_diff_span_a_leader_change() {
     };
     for (i, (image, replicas)) in [("nginx:1.25", 1), ("nginx:1.26", 1)].iter().enumerate() {
         let f = write_manifest(dir.path(), &format!("d{i}.yaml"), &deployment(image, *replicas));
-        must_succeed(skiffctl(&servers, &["apply", "-f", &f]));
+        must_succeed(cluster.skiffctl(&servers, &["apply", "-f", &f]));
     }
     let leader = cluster.must_leader().await;
     cluster.kill(leader);
     cluster.must_leader().await;
     let servers = cluster.endpoints();
     let f = write_manifest(dir.path(), "d2.yaml", &deployment("nginx:1.26", 4));
-    must_succeed(skiffctl(&servers, &["apply", "-f", &f]));
+    must_succeed(cluster.skiffctl(&servers, &["apply", "-f", &f]));
 
-    let out = must_succeed(skiffctl(&servers, &["history", "deploy/web"]));
+    let out = must_succeed(cluster.skiffctl(&servers, &["history", "deploy/web"]));
     let rows: Vec<&str> = out.lines().skip(1).collect();
     assert_eq!(rows.len(), 3, "{out}");
     assert!(out.lines().next().unwrap().starts_with("REVISION"), "{out}");
@@ -162,15 +157,15 @@ async fn history_get_at_revision_and_diff_span_a_leader_change() {
     assert!(rows[2].contains("spec.replicas: 1 -> 4"), "{out}");
     let revisions: Vec<String> = rows.iter().map(|r| r.split_whitespace().next().unwrap().to_string()).collect();
 
-    let first: Value = serde_json::from_str(&must_succeed(skiffctl(
-        &servers,
-        &["get", "deploy", "web", "--revision", &revisions[0], "-o", "json"],
-    )))
+    let first: Value = serde_json::from_str(&must_succeed(
+        cluster.skiffctl(&servers, &["get", "deploy", "web", "--revision", &revisions[0], "-o", "json"]),
+    ))
     .unwrap();
     assert_eq!(first["spec"]["template"]["spec"]["containers"][0]["image"], "nginx:1.25");
     assert_eq!(first["metadata"]["resourceVersion"], revisions[0].as_str());
-    let out =
-        must_succeed(skiffctl(&servers, &["diff", "deploy", "web", "--from", &revisions[0], "--to", &revisions[2]]));
+    let out = must_succeed(
+        cluster.skiffctl(&servers, &["diff", "deploy", "web", "--from", &revisions[0], "--to", &revisions[2]]),
+    );
     assert!(out.contains("\n-      - image: nginx:1.25\n+      - image: nginx:1.26\n"), "{out}");
     assert!(out.contains("-  replicas: 1") && out.contains("+  replicas: 4"), "{out}");
 }
@@ -213,8 +208,8 @@ async fn follow(client: Client, namespace: &str, stop: Arc<AtomicBool>, seen: Ar
 async fn a_watch_on_a_follower_misses_nothing_and_repeats_nothing_across_leader_kills() {
     let mut cluster = Cluster::spawn(3).await;
     let all = cluster.endpoints();
-    must_default_namespaces(&all).await;
-    let writer = Client::new(&all.split(',').collect::<Vec<_>>()).unwrap();
+    must_default_namespaces(&cluster, &all).await;
+    let writer = cluster.client();
     writer
         .create(of(Kind::Namespace), "", &json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "w"}}))
         .await
@@ -225,7 +220,7 @@ async fn a_watch_on_a_follower_misses_nothing_and_repeats_nothing_across_leader_
     let other = *cluster.members.keys().find(|id| **id != leader && **id != follower).unwrap();
     // The watch starts on a follower and may fail over to the third member.
     let watch_client =
-        Client::new(&[cluster.members[&follower].client.clone(), cluster.members[&other].client.clone()]).unwrap();
+        cluster.resource_client(&[cluster.members[&follower].client.clone(), cluster.members[&other].client.clone()]);
     let stop = Arc::new(AtomicBool::new(false));
     let seen = Arc::new(Mutex::new(Vec::new()));
     let watcher = tokio::spawn(follow(watch_client, "w", stop.clone(), seen.clone()));
@@ -301,12 +296,12 @@ async fn a_watch_on_a_follower_misses_nothing_and_repeats_nothing_across_leader_
 /// network namespace (the only place a partitioned member can be reached
 /// from); returns the HTTP status and the body.
 fn patch_from_inside(net: &support::netns::Network, cluster: &Cluster, id: u64, body: &str) -> (u16, String) {
-    let member = &cluster.members[&id];
+    let api = cluster.api(id);
     let out = Command::new("ip")
-        .args(["netns", "exec", net.namespace(member.id), "curl", "-sS", "--max-time", "40", "-X", "PATCH"])
-        .args(cluster.pki.as_ref().expect("a secured cluster").curl_flags())
+        .args(["netns", "exec", net.namespace(id), "curl", "-sS", "--max-time", "40", "-X", "PATCH"])
+        .args(api.curl_flags())
         .args(["-H", "Content-Type: application/merge-patch+json", "--data", body, "-w", "\n%{http_code}"])
-        .arg(format!("https://{}/api/v1/namespaces/default/configmaps/cm", member.http))
+        .arg(format!("{}/api/v1/namespaces/default/configmaps/cm", api.url()))
         .output()
         .expect("curl is installed (make deps)");
     let text = stdout(&out);
@@ -322,7 +317,7 @@ fn patch_from_inside(net: &support::netns::Network, cluster: &Cluster, id: u64, 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_patch_through_a_partitioned_member_is_never_answered_from_its_stale_copy() {
     let net = support::netns::Network::create(&[1, 2, 3]).expect("network namespaces (run as root with iproute2)");
-    let cluster = Cluster::spawn_secure_in(&net, 3, &[]).await;
+    let cluster = Cluster::spawn_in(&net, 3, &[]).await;
     let leader = cluster.must_leader().await;
     let stale = *cluster.members.keys().find(|id| **id != leader).unwrap();
     let cms = of(Kind::ConfigMap);

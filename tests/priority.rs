@@ -19,7 +19,7 @@ fn pod(name: &str, class: &str) -> String {
 
 /// Waits until the master has created the default namespace and the
 /// system classes.
-async fn must_bootstrapped(server: &str) {
+async fn must_bootstrapped(server: &Api) {
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
         let classes = String::from_utf8_lossy(&kubectl(server, &["get", "pc", "-o", "name"]).stdout).into_owned();
@@ -36,7 +36,7 @@ async fn must_bootstrapped(server: &str) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pods_get_the_priority_of_their_class() {
     let cluster = Cluster::spawn(1).await;
-    let server = cluster.members[&1].http.clone();
+    let server = cluster.api(1);
     must_bootstrapped(&server).await;
 
     assert_eq!(

@@ -14,14 +14,12 @@ use support::*;
 async fn the_python_kubernetes_client_lists_watches_creates_patches_deletes_and_runs_an_operator() {
     let cluster = Cluster::spawn(3).await;
     let leader = cluster.must_leader().await;
-    let follower = cluster.members.values().find(|m| m.id != leader).unwrap();
+    let follower = cluster.members.keys().copied().find(|id| *id != leader).unwrap();
+    let api = cluster.api(follower);
+    let tls = api.client_cert().map(|c| vec![c.ca.clone(), c.cert.clone(), c.key.clone()]).unwrap_or_default();
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/python/client_check.py");
-    let out = Command::new("python3")
-        .arg(script)
-        .arg(format!("http://{}", follower.http))
-        .arg("python")
-        .output()
-        .expect("python3 runs");
+    let out =
+        Command::new("python3").arg(script).arg(api.url()).arg("python").args(tls).output().expect("python3 runs");
     assert!(
         out.status.success(),
         "the Python client check failed:\nstdout: {}\nstderr: {}",

@@ -22,28 +22,25 @@ struct Setup {
     /// Held for its processes and data, which go with it.
     _cluster: Cluster,
     schedulers: Vec<Component>,
-    http: String,
+    api: Api,
     client: Client,
 }
 
 impl Setup {
     async fn new() -> Setup {
         let cluster = Cluster::spawn(3).await;
-        let servers = cluster.endpoints();
-        let http = cluster.members[&1].http.clone();
-        let schedulers =
-            (1..=2).map(|i| Component::scheduler(cluster.root.path(), &servers, &format!("sched-{i}"), &[])).collect();
-        let endpoints: Vec<String> = servers.split(',').map(str::to_string).collect();
-        let client = Client::new(&endpoints).unwrap();
-        Setup { _cluster: cluster, schedulers, http, client }
+        let api = cluster.api(1);
+        let schedulers = (1..=2).map(|i| Component::scheduler(&cluster, &format!("sched-{i}"), &[])).collect();
+        let client = cluster.client();
+        Setup { _cluster: cluster, schedulers, api, client }
     }
 
     fn kubectl(&self, args: &[&str]) -> String {
-        ok(kubectl(&self.http, args))
+        ok(kubectl(&self.api, args))
     }
 
     fn apply(&self, manifest: &str) -> String {
-        ok(kubectl_stdin(&self.http, &["apply", "-f", "-"], manifest))
+        ok(kubectl_stdin(&self.api, &["apply", "-f", "-"], manifest))
     }
 
     /// A Ready node with `cpu` cores, 16Gi and 110 pods, `labels` and `taints`.
@@ -80,7 +77,7 @@ impl Setup {
     /// The identity holding the scheduler's Lease.
     fn active(&self) -> String {
         let out = kubectl(
-            &self.http,
+            &self.api,
             &["get", "lease", "-n", "kube-system", "kube-scheduler", "-o", "jsonpath={.spec.holderIdentity}"],
         );
         String::from_utf8_lossy(&out.stdout).into_owned()

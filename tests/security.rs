@@ -76,7 +76,7 @@ async fn secure_cluster(dir: &Path, tokens: &str, extra: &[&str]) -> (Cluster, S
         token_file.to_str().unwrap(),
     ];
     args.extend_from_slice(extra);
-    let cluster = Cluster::spawn_with(1, &args).await;
+    let cluster = Cluster::spawn_plain(1, &args).await;
     let url = format!("https://{}", cluster.members[&1].http);
     (cluster, url)
 }
@@ -995,13 +995,8 @@ async fn a_node_joins_with_a_token_that_pins_the_clusters_ca() {
     assert!(!dir.path().join("forged-1/pki/node.crt").exists());
 
     // The real token: the node's own certificate, then Ready under it.
-    let mut node = support::node::NodeAgent::start(
-        dir.path(),
-        &cluster.endpoints(),
-        "joined-1",
-        "10.244.60.0/24",
-        &["--token", &token],
-    );
+    let mut node =
+        support::node::NodeAgent::start(dir.path(), &cluster, "joined-1", "10.244.60.0/24", &["--token", &token]);
     let deadline = Instant::now() + Duration::from_secs(90);
     loop {
         let got = Command::new(skiffctl_path())
@@ -1245,10 +1240,10 @@ fn client_cert_flags(pki: &Path, stem: &str) -> Vec<String> {
 }
 
 /// The controller manager, signed in with `pki/cm.crt`.
-fn spawn_controller_manager(dir: &Path, cluster: &Cluster, pki: &Path) -> support::controllers::Component {
+fn spawn_controller_manager(cluster: &Cluster, pki: &Path) -> support::controllers::Component {
     let flags = client_cert_flags(pki, "cm");
     let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
-    support::controllers::Component::spawn(dir, &cluster.endpoints(), "cm", &flags)
+    support::controllers::Component::spawn(cluster, "cm", &flags)
 }
 
 /// kubectl against `url` as the holder of `pki/STEM.crt`.
@@ -1288,11 +1283,10 @@ async fn a_pod_gets_its_token_and_its_node_reads_only_what_its_pods_use() {
     let cluster = Cluster::spawn_tls(1, &flags, connector(&pki, Some("root"))).await;
     let url = format!("https://{}", cluster.members[&1].http);
     let file = |name: &str| pki.join(name).display().to_string();
-    let _cm = spawn_controller_manager(dir.path(), &cluster, &pki);
+    let _cm = spawn_controller_manager(&cluster, &pki);
     let node_flags = client_cert_flags(&pki, "node");
     let node_flags: Vec<&str> = node_flags.iter().map(String::as_str).collect();
-    let mut node =
-        support::node::NodeAgent::start(dir.path(), &cluster.endpoints(), node_name, "10.244.61.0/24", &node_flags);
+    let mut node = support::node::NodeAgent::start(dir.path(), &cluster, node_name, "10.244.61.0/24", &node_flags);
     let admin = |args: &[&str]| kubectl_cert(&url, &pki, "root", args);
     let as_node = |args: &[&str]| kubectl_cert(&url, &pki, "node", args);
 
@@ -1437,7 +1431,7 @@ async fn a_quota_admits_exactly_its_limit_of_20_concurrent_kubectl_creates_over_
     let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
     let cluster = Cluster::spawn_tls(3, &flags, connector(&pki, Some("root"))).await;
     let file = |name: &str| pki.join(name).display().to_string();
-    let _cm = spawn_controller_manager(dir.path(), &cluster, &pki);
+    let _cm = spawn_controller_manager(&cluster, &pki);
     let urls: Vec<String> = (1..=3).map(|id| format!("https://{}", cluster.members[&id].http)).collect();
     let admin = |args: &[&str]| kubectl_cert(&urls[0], &pki, "root", args);
 

@@ -26,7 +26,7 @@ fn replicas(n: u32) -> String {
     )
 }
 
-fn jsonpath(server: &str, what: &str, path: &str) -> String {
+fn jsonpath(server: &Api, what: &str, path: &str) -> String {
     ok(kubectl(server, &["get", what, "-n", NS, "-o", &format!("jsonpath={path}")]))
 }
 
@@ -34,7 +34,7 @@ fn jsonpath(server: &str, what: &str, path: &str) -> String {
 async fn kubectl_server_side_apply_tracks_owners_conflicts_and_removals() {
     let cluster = Cluster::spawn(1).await;
     let leader = cluster.must_leader().await;
-    let server = cluster.members[&leader].http.as_str();
+    let server = &cluster.api(leader);
     must_ready(server).await;
     ok(kubectl(server, &["create", "namespace", NS]));
     let apply = |extra: &[&str], manifest: &str| {
@@ -117,7 +117,7 @@ async fn kubectl_server_side_apply_tracks_owners_conflicts_and_removals() {
 async fn kubectl_server_side_apply_removes_config_map_keys_it_no_longer_applies() {
     let cluster = Cluster::spawn(1).await;
     let leader = cluster.must_leader().await;
-    let server = cluster.members[&leader].http.as_str();
+    let server = &cluster.api(leader);
     must_ready(server).await;
     ok(kubectl(server, &["create", "namespace", NS]));
     let cm = |data: &str| {
@@ -132,7 +132,8 @@ async fn kubectl_server_side_apply_removes_config_map_keys_it_no_longer_applies(
     let out = std::process::Command::new("curl")
         .args(["-s", "-X", "PATCH", "-H", "Content-Type: application/apply-patch+yaml", "--data-binary"])
         .arg(cm("a: '1'"))
-        .arg(format!("http://{server}/api/v1/namespaces/{NS}/configmaps/cfg"))
+        .args(server.curl_flags())
+        .arg(format!("{}/api/v1/namespaces/{NS}/configmaps/cfg", server.url()))
         .output()
         .expect("curl is installed");
     let body = String::from_utf8_lossy(&out.stdout);
@@ -143,7 +144,7 @@ async fn kubectl_server_side_apply_removes_config_map_keys_it_no_longer_applies(
 async fn kubectl_moves_client_side_apply_ownership_to_server_side_apply() {
     let cluster = Cluster::spawn(1).await;
     let leader = cluster.must_leader().await;
-    let server = cluster.members[&leader].http.as_str();
+    let server = &cluster.api(leader);
     must_ready(server).await;
     ok(kubectl(server, &["create", "namespace", NS]));
     let cm = |data: &str| {

@@ -85,7 +85,7 @@ async fn wait_for_members(cluster: &Cluster, endpoint: &str, what: &str, done: i
 
 /// The cluster id member `id` puts in its response headers.
 async fn cluster_id(cluster: &Cluster, id: u64) -> u64 {
-    let s = status(&cluster.members[&id].client).await.unwrap();
+    let s = cluster.status(&cluster.members[&id].client).await.unwrap();
     s.header.unwrap().cluster_id
 }
 
@@ -243,7 +243,10 @@ async fn a_wiped_member_joining_under_its_old_id_is_refused() {
     cluster.kill(3);
     cluster.wipe(3);
 
-    let out = cluster.run_to_exit(3, &["--join", &join, "--join-timeout", "10s"]);
+    // With the cluster's TLS flags, so that the join reaches the cluster.
+    let mut args = vec!["--join".to_string(), join.clone(), "--join-timeout".into(), "10s".into()];
+    args.extend(cluster.extra_args.iter().cloned());
+    let out = cluster.run_to_exit(3, &args.iter().map(String::as_str).collect::<Vec<_>>());
     let line = refused(&out, "already exists");
     assert!(line.contains("member 3"), "{line}");
 

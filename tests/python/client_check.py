@@ -1,6 +1,10 @@
 """The official Python Kubernetes client against a Skiff apiserver.
 
-Usage: client_check.py http://HOST:PORT NAMESPACE
+Usage: client_check.py URL NAMESPACE [CA CERT KEY]
+
+With CA, CERT and KEY the URL is https:// and the client trusts CA and
+presents the client certificate CERT (its key KEY), as a kubeconfig with
+certificate-authority, client-certificate and client-key does.
 
 Lists, watches from a resourceVersion, creates, patches and deletes through
 the `kubernetes` package (installed by `make test`), then defines a custom
@@ -20,6 +24,8 @@ def main() -> None:
     server, namespace = sys.argv[1], sys.argv[2]
     config = client.Configuration()
     config.host = server
+    if len(sys.argv) == 6:
+        config.ssl_ca_cert, config.cert_file, config.key_file = sys.argv[3:6]
     api_client = client.ApiClient(config)
     core = client.CoreV1Api(api_client)
     apps = client.AppsV1Api(api_client)

@@ -3,7 +3,7 @@
 //! kubelet would (Running and Ready, or Succeeded), since these tests run
 //! no node.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
@@ -14,7 +14,7 @@ use skiff_client::resources::EventType;
 use skiff_client::resources::{ListParams, WatchParams};
 use skiff_client::Client;
 
-use super::{free_port, SKIFF};
+use super::{free_port, Cluster, SKIFF};
 
 /// One `skiff controller-manager` or `skiff scheduler` process.
 pub struct Component {
@@ -38,24 +38,27 @@ pub const FAST_ELECTION: &[&str] = &[
 pub type ControllerManager = Component;
 
 impl Component {
-    /// Starts `skiff controller-manager` against `servers` (comma-separated
-    /// client addresses), logging to `dir/<identity>.log`.
-    pub fn spawn(dir: &Path, servers: &str, identity: &str, extra: &[&str]) -> Component {
-        Component::start("controller-manager", dir, servers, identity, extra)
+    /// Starts `skiff controller-manager` against the running members of
+    /// `cluster`, logging to `<identity>.log` in the cluster's directory.
+    /// On a secured cluster it signs in as Kubernetes' controller manager
+    /// (`system:kube-controller-manager`).
+    pub fn spawn(cluster: &Cluster, identity: &str, extra: &[&str]) -> Component {
+        Component::start("controller-manager", skiff::server::CONTROLLER_MANAGER_USER, cluster, identity, extra)
     }
 
-    /// Starts `skiff scheduler` likewise.
-    pub fn scheduler(dir: &Path, servers: &str, identity: &str, extra: &[&str]) -> Component {
-        Component::start("scheduler", dir, servers, identity, extra)
+    /// Starts `skiff scheduler` likewise (`system:kube-scheduler`).
+    pub fn scheduler(cluster: &Cluster, identity: &str, extra: &[&str]) -> Component {
+        Component::start("scheduler", skiff::server::SCHEDULER_USER, cluster, identity, extra)
     }
 
-    fn start(program: &str, dir: &Path, servers: &str, identity: &str, extra: &[&str]) -> Component {
+    fn start(program: &str, user: &str, cluster: &Cluster, identity: &str, extra: &[&str]) -> Component {
         let http = format!("127.0.0.1:{}", free_port());
-        let log = dir.join(format!("{identity}.log"));
+        let log = cluster.root.path().join(format!("{identity}.log"));
         let out = std::fs::OpenOptions::new().create(true).append(true).open(&log).unwrap();
         let child = Command::new(SKIFF)
-            .args([program, "--server", servers, "--identity", identity, "--http-listen", &http])
+            .args([program, "--server", &cluster.endpoints(), "--identity", identity, "--http-listen", &http])
             .args(FAST_ELECTION)
+            .args(cluster.component_flags(program, user, &[]))
             .args(extra)
             .stdin(Stdio::null())
             .stdout(out.try_clone().unwrap())
@@ -107,9 +110,8 @@ pub struct FakeKubelet {
 }
 
 impl FakeKubelet {
-    pub fn start(servers: &str, fate: impl Fn(&Value) -> PodFate + Send + Sync + 'static) -> FakeKubelet {
-        let endpoints: Vec<String> = servers.split(',').map(str::to_string).collect();
-        let client = Client::new(&endpoints).unwrap();
+    /// Settles pods through `client` (the cluster's resource client).
+    pub fn start(client: Client, fate: impl Fn(&Value) -> PodFate + Send + Sync + 'static) -> FakeKubelet {
         FakeKubelet { task: tokio::spawn(async move { run_kubelet(client, fate).await }) }
     }
 }

@@ -1,24 +1,95 @@
 //! The real kubectl against a test cluster's REST address: each call with
 //! a fresh `--cache-dir`, so discovery is never stale between tests.
 
+use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
 
-pub fn kubectl(server: &str, args: &[&str]) -> Output {
-    let cache = tempfile::tempdir().unwrap();
-    Command::new("kubectl")
-        .args(["--server", &format!("http://{server}"), "--cache-dir"])
-        .arg(cache.path())
-        .args(args)
-        .output()
-        .expect("kubectl is installed (make test installs what is missing)")
+/// A master's REST API as a test reaches it: its address and, on a
+/// secured cluster, the CA to trust and the certificate to present.
+#[derive(Clone, Debug)]
+pub struct Api {
+    pub addr: String,
+    tls: Option<ClientCert>,
 }
 
-pub fn kubectl_stdin(server: &str, args: &[&str], stdin: &str) -> Output {
+/// The files a client needs for HTTPS with a client certificate.
+#[derive(Clone, Debug)]
+pub struct ClientCert {
+    pub ca: PathBuf,
+    pub cert: PathBuf,
+    pub key: PathBuf,
+}
+
+impl Api {
+    /// A master serving plain HTTP, which lets anyone in.
+    pub fn plain(addr: &str) -> Api {
+        Api { addr: addr.to_string(), tls: None }
+    }
+
+    /// A master serving HTTPS, reached as the holder of `cert`.
+    pub fn secure(addr: &str, cert: ClientCert) -> Api {
+        Api { addr: addr.to_string(), tls: Some(cert) }
+    }
+
+    /// The same API at another address (another member).
+    pub fn at(&self, addr: &str) -> Api {
+        Api { addr: addr.to_string(), tls: self.tls.clone() }
+    }
+
+    /// The CA and client certificate of a secured cluster's API.
+    pub fn client_cert(&self) -> Option<&ClientCert> {
+        self.tls.as_ref()
+    }
+
+    /// The base URL: `https://ADDR` on a secured cluster, else `http://ADDR`.
+    pub fn url(&self) -> String {
+        match self.tls {
+            Some(_) => format!("https://{}", self.addr),
+            None => format!("http://{}", self.addr),
+        }
+    }
+
+    /// kubectl's flags for this API: `--server`, and the CA and the
+    /// client certificate on a secured cluster.
+    pub fn kubectl_flags(&self) -> Vec<String> {
+        let mut flags = vec!["--server".to_string(), self.url()];
+        if let Some(tls) = &self.tls {
+            for (flag, path) in
+                [("--certificate-authority", &tls.ca), ("--client-certificate", &tls.cert), ("--client-key", &tls.key)]
+            {
+                flags.extend([flag.to_string(), path.display().to_string()]);
+            }
+        }
+        flags
+    }
+
+    /// curl's flags for this API (the CA and the client certificate).
+    pub fn curl_flags(&self) -> Vec<String> {
+        let Some(tls) = &self.tls else { return Vec::new() };
+        [("--cacert", &tls.ca), ("--cert", &tls.cert), ("--key", &tls.key)]
+            .iter()
+            .flat_map(|(flag, path)| [flag.to_string(), path.display().to_string()])
+            .collect()
+    }
+
+    /// `kubectl` for this API with a fresh discovery cache in `cache`.
+    pub fn command(&self, cache: &std::path::Path) -> Command {
+        let mut command = Command::new("kubectl");
+        command.args(self.kubectl_flags()).arg("--cache-dir").arg(cache);
+        command
+    }
+}
+
+pub fn kubectl(api: &Api, args: &[&str]) -> Output {
+    let cache = tempfile::tempdir().unwrap();
+    api.command(cache.path()).args(args).output().expect("kubectl is installed (make test installs what is missing)")
+}
+
+pub fn kubectl_stdin(api: &Api, args: &[&str], stdin: &str) -> Output {
     use std::io::Write;
     let cache = tempfile::tempdir().unwrap();
-    let mut child = Command::new("kubectl")
-        .args(["--server", &format!("http://{server}"), "--cache-dir"])
-        .arg(cache.path())
+    let mut child = api
+        .command(cache.path())
         .args(args)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -59,13 +130,12 @@ pub struct PortForward {
 impl PortForward {
     /// Starts `kubectl port-forward <target> :<remote>` and waits for it
     /// to say where it listens.
-    pub fn start(server: &str, target: &str, remote: u16) -> PortForward {
+    pub fn start(api: &Api, target: &str, remote: u16) -> PortForward {
         use std::io::BufRead;
         let dir = tempfile::tempdir().unwrap();
         let stderr = std::fs::File::create(dir.path().join("stderr")).unwrap();
-        let mut child = Command::new("kubectl")
-            .args(["--server", &format!("http://{server}"), "--cache-dir"])
-            .arg(dir.path().join("cache"))
+        let mut child = api
+            .command(&dir.path().join("cache"))
             .args(["port-forward", target, &format!(":{remote}")])
             .stdout(Stdio::piped())
             .stderr(stderr)
@@ -123,12 +193,11 @@ impl Drop for PortForward {
     }
 }
 
-/// Waits (20 s at most) until the master at `server` has made the
+/// Waits (20 s at most) until the master at `api` has made the
 /// `default` namespace, which it does once it leads or follows a leader.
-pub async fn must_ready(server: &str) {
+pub async fn must_ready(api: &Api) {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-    while !String::from_utf8_lossy(&kubectl(server, &["get", "ns", "default", "-o", "name"]).stdout).contains("default")
-    {
+    while !String::from_utf8_lossy(&kubectl(api, &["get", "ns", "default", "-o", "name"]).stdout).contains("default") {
         assert!(std::time::Instant::now() < deadline, "namespace default never appeared");
         tokio::time::sleep(std::time::Duration::from_millis(200)).await;
     }

@@ -102,46 +102,43 @@ pub struct Cluster {
     /// TLS with this connector (the cluster's CA and an admin certificate).
     pub client_tls: Option<skiff_pki::Connector>,
     /// The certificates of a cluster the harness secured itself
-    /// ([`Cluster::spawn_secure`]): etcdctl and curl present them too.
+    /// ([`Cluster::spawn`]): etcdctl, curl and kubectl present them too.
     pub pki: Option<pki::Pki>,
 }
 
 impl Cluster {
-    /// Starts `n` founding members and waits for a leader.
+    /// Starts `n` founding members as `skiff up` runs them and waits for
+    /// a leader: TLS on every listener, mutual TLS between peers,
+    /// certificates checked on the client port, RBAC on the REST API. The
+    /// harness, etcdctl, curl and kubectl ([`Cluster::api`]) present an
+    /// administrator's certificate.
     pub async fn spawn(n: u64) -> Cluster {
         Self::spawn_with(n, &[]).await
     }
 
-    /// Starts `n` founding members, each with `extra_args`.
+    /// [`Cluster::spawn`], each member with `extra_args` too.
     pub async fn spawn_with(n: u64, extra_args: &[&str]) -> Cluster {
-        Self::spawn_members(n, extra_args, None, Member::new).await
-    }
-
-    /// [`Cluster::spawn_with`] for members whose client ports take TLS:
-    /// the harness reaches them with `client_tls`.
-    pub async fn spawn_tls(n: u64, extra_args: &[&str], client_tls: skiff_pki::Connector) -> Cluster {
-        Self::spawn_members(n, extra_args, Some(client_tls), Member::new).await
-    }
-
-    /// Starts `n` founding members as `skiff up` runs them: TLS on every
-    /// listener, mutual TLS between peers, certificates checked on the
-    /// client port; the harness, etcdctl and curl present an
-    /// administrator's certificate.
-    pub async fn spawn_secure(n: u64, extra_args: &[&str]) -> Cluster {
         let pki = pki::Pki::create(&["127.0.0.1".to_string()]);
         Self::spawn_secured(pki, n, extra_args, Member::new).await
     }
 
-    /// Starts `n` founding members, each in its own network namespace of
-    /// `net` (which must have namespaces for ids 1..=n), with `extra_args`.
-    pub async fn spawn_in(net: &netns::Network, n: u64, extra_args: &[&str]) -> Cluster {
-        let member = |root: &std::path::Path, id| Member::in_netns(root, id, net.namespace(id), net.address(id));
-        Self::spawn_members(n, extra_args, None, member).await
+    /// Starts `n` founding members with `extra_args` only: the harness
+    /// secures nothing and reaches the client ports in plaintext. For tests
+    /// of a cluster without certificates (etcd's own users and roles) and
+    /// tests that bring their own certificates for the HTTP port.
+    pub async fn spawn_plain(n: u64, extra_args: &[&str]) -> Cluster {
+        Self::spawn_members(n, extra_args, None, Member::new).await
     }
 
-    /// [`Cluster::spawn_in`] with the members secured as
-    /// [`Cluster::spawn_secure`] secures them.
-    pub async fn spawn_secure_in(net: &netns::Network, n: u64, extra_args: &[&str]) -> Cluster {
+    /// [`Cluster::spawn_with`] for members the test secures itself: the
+    /// harness reaches their client ports with `client_tls`.
+    pub async fn spawn_tls(n: u64, extra_args: &[&str], client_tls: skiff_pki::Connector) -> Cluster {
+        Self::spawn_members(n, extra_args, Some(client_tls), Member::new).await
+    }
+
+    /// [`Cluster::spawn_with`] with each member in its own network
+    /// namespace of `net` (which must have namespaces for ids 1..=n).
+    pub async fn spawn_in(net: &netns::Network, n: u64, extra_args: &[&str]) -> Cluster {
         let pki = pki::Pki::create(&net.member_addresses());
         let member = |root: &std::path::Path, id| Member::in_netns(root, id, net.namespace(id), net.address(id));
         Self::spawn_secured(pki, n, extra_args, member).await
@@ -340,14 +337,29 @@ impl Cluster {
         self.members.values().filter(|m| m.child.is_some())
     }
 
+    /// Member `id`'s REST API, as the administrator on a secured cluster.
+    pub fn api(&self, id: u64) -> kubectl::Api {
+        let http = &self.members[&id].http;
+        match &self.pki {
+            Some(pki) => pki.api(http),
+            None => kubectl::Api::plain(http),
+        }
+    }
+
+    /// The flags a component (`skiff controller-manager`, `scheduler`,
+    /// `node`) reaches this cluster with: on a secured cluster, a client
+    /// certificate for `user` in `groups` (issued as `STEM.crt`) and the CA.
+    pub fn component_flags(&self, stem: &str, user: &str, groups: &[&str]) -> Vec<String> {
+        let Some(pki) = &self.pki else { return Vec::new() };
+        pki.issue_client(stem, user, groups);
+        pki.component_flags(stem)
+    }
+
     /// A gauge from member `id`'s `/metrics` (None if it does not answer).
     pub fn gauge(&self, id: u64, name: &str) -> Option<i64> {
-        let http = &self.members[&id].http;
-        let (url, tls) = match &self.pki {
-            Some(pki) => (format!("https://{http}/metrics"), pki.curl_flags()),
-            None => (format!("http://{http}/metrics"), Vec::new()),
-        };
-        let out = Command::new("curl").args(["-s", "--max-time", "2", &url]).args(tls).output().ok()?;
+        let api = self.api(id);
+        let url = format!("{}/metrics", api.url());
+        let out = Command::new("curl").args(["-s", "--max-time", "2", &url]).args(api.curl_flags()).output().ok()?;
         let text = String::from_utf8_lossy(&out.stdout).into_owned();
         text.lines().find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse::<f64>().ok()).map(|v| v as i64)
     }
@@ -425,9 +437,39 @@ impl Cluster {
     /// Runs the real etcdctl against `endpoints` with `args` (as the
     /// administrator, over TLS, in a cluster the harness secured).
     pub fn etcdctl(&self, endpoints: &str, args: &[&str]) -> Output {
+        self.etcdctl_stdin(endpoints, args, None)
+    }
+
+    /// [`Cluster::etcdctl`] with `stdin` as its input.
+    pub fn etcdctl_stdin(&self, endpoints: &str, args: &[&str], stdin: Option<&str>) -> Output {
+        let args = self.etcdctl_args(args);
+        etcdctl(endpoints, &args.iter().map(String::as_str).collect::<Vec<_>>(), stdin)
+    }
+
+    /// A long-running etcdctl (`watch`, `lock`, `elect`) with its output
+    /// piped, started as [`Cluster::etcdctl`] runs one.
+    pub fn etcdctl_child(&self, endpoints: &str, args: &[&str]) -> Child {
+        Command::new("etcdctl")
+            .env("ETCDCTL_API", "3")
+            .arg(format!("--endpoints={endpoints}"))
+            .args(self.etcdctl_args(args))
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("etcdctl is installed (make deps)")
+    }
+
+    /// `args` after the TLS flags of a cluster the harness secured.
+    fn etcdctl_args(&self, args: &[&str]) -> Vec<String> {
         let tls = self.pki.as_ref().map(pki::Pki::etcdctl_flags).unwrap_or_default();
-        let args: Vec<&str> = tls.iter().map(String::as_str).chain(args.iter().copied()).collect();
-        etcdctl(endpoints, &args, None)
+        tls.into_iter().chain(args.iter().map(|a| a.to_string())).collect()
+    }
+
+    /// Runs `skiffctl --server SERVERS ARGS` (as the administrator, over
+    /// TLS, in a cluster the harness secured).
+    pub fn skiffctl(&self, servers: &str, args: &[&str]) -> Output {
+        let tls = self.pki.as_ref().map(|pki| pki.component_flags(pki::ADMIN)).unwrap_or_default();
+        Command::new(skiffctl_path()).args(["--server", servers]).args(tls).args(args).output().unwrap()
     }
 
     /// A channel to the client port at `addr`, as the harness reaches this
@@ -444,6 +486,13 @@ impl Cluster {
     /// The etcd status of the member at `addr`.
     pub async fn status(&self, addr: &str) -> Result<skiff_proto::etcdserverpb::StatusResponse, String> {
         status_over(addr, self.client_tls.as_ref()).await
+    }
+
+    /// A resource API client of every running member, as the harness
+    /// reaches them.
+    pub fn client(&self) -> skiff_client::Client {
+        let endpoints: Vec<String> = self.running().map(|m| m.client.clone()).collect();
+        self.resource_client(&endpoints)
     }
 
     /// A resource API client of `endpoints`, as the harness reaches them.

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use super::{free_port, SKIFF};
+use super::{free_port, Cluster, SKIFF};
 
 /// One `skiff node` process.
 pub struct NodeAgent {
@@ -25,17 +25,23 @@ pub struct NodeAgent {
 }
 
 impl NodeAgent {
-    /// Starts `skiff node` named `name` against `servers`, with `pod_cidr`
-    /// (inside 10.244.0.0/16, unique among the tests running at once).
-    pub fn start(dir: &Path, servers: &str, name: &str, pod_cidr: &str, extra: &[&str]) -> NodeAgent {
+    /// Starts `skiff node` named `name` against the running members of
+    /// `cluster`, with `pod_cidr` (inside 10.244.0.0/16, unique among the
+    /// tests running at once), its data under `dir`. On a secured cluster
+    /// it signs in as `system:node:<name>` in `system:nodes`, so the Node
+    /// authorizer and NodeRestriction hold it to its own node and pods.
+    pub fn start(dir: &Path, cluster: &Cluster, name: &str, pod_cidr: &str, extra: &[&str]) -> NodeAgent {
+        let user = format!("system:node:{name}");
+        let mut flags = cluster.component_flags(name, &user, &["system:nodes"]);
+        flags.extend(extra.iter().map(|s| s.to_string()));
         let mut agent = NodeAgent {
             name: name.to_string(),
             listen: format!("127.0.0.1:{}", free_port()),
             data_dir: dir.join(name),
             log: dir.join(format!("{name}.log")),
             pod_cidr: pod_cidr.to_string(),
-            servers: servers.to_string(),
-            extra: extra.iter().map(|s| s.to_string()).collect(),
+            servers: cluster.endpoints(),
+            extra: flags,
             child: None,
         };
         agent.spawn();

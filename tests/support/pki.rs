@@ -13,6 +13,8 @@ use std::sync::Arc;
 
 use skiff_pki::{Authority, ClientFiles, Profile, DEFAULT_VALIDITY, MASTERS_GROUP};
 
+use super::kubectl::{Api, ClientCert};
+
 /// The administrator the harness acts as.
 pub const ADMIN: &str = "root";
 
@@ -69,6 +71,33 @@ impl Pki {
         .collect()
     }
 
+    /// Issues a client certificate for `user` in `groups` as `STEM.crt`
+    /// (a component's or a node's identity).
+    pub fn issue_client(&self, stem: &str, user: &str, groups: &[&str]) {
+        let ca = Authority::load(&self.dir).expect("the test CA");
+        let profile = Profile::Client { user: user.into(), groups: groups.iter().map(|g| g.to_string()).collect() };
+        ca.issue(&profile, DEFAULT_VALIDITY).and_then(|issued| issued.write(&self.dir, stem)).expect(stem);
+    }
+
+    /// The files of the client certificate `STEM.crt` and the CA.
+    pub fn client_cert(&self, stem: &str) -> ClientCert {
+        ClientCert {
+            ca: self.dir.join("ca.crt"),
+            cert: self.dir.join(format!("{stem}.crt")),
+            key: self.dir.join(format!("{stem}.key")),
+        }
+    }
+
+    /// A component's flags (`skiff controller-manager`, `scheduler`,
+    /// `node`) to reach the client ports as the holder of `STEM.crt`.
+    pub fn component_flags(&self, stem: &str) -> Vec<String> {
+        let cert = self.client_cert(stem);
+        [("--certificate-authority", cert.ca), ("--client-certificate", cert.cert), ("--client-key", cert.key)]
+            .into_iter()
+            .flat_map(|(flag, path)| [flag.to_string(), path.display().to_string()])
+            .collect()
+    }
+
     /// A gRPC connector that trusts the CA and presents the administrator's
     /// certificate.
     pub fn admin(&self) -> skiff_pki::Connector {
@@ -84,16 +113,9 @@ impl Pki {
         ]
     }
 
-    /// curl's flags to reach a member's HTTPS port as the administrator.
-    pub fn curl_flags(&self) -> Vec<String> {
-        vec![
-            "--cacert".into(),
-            self.file("ca.crt"),
-            "--cert".into(),
-            self.file(&format!("{ADMIN}.crt")),
-            "--key".into(),
-            self.file(&format!("{ADMIN}.key")),
-        ]
+    /// The REST API of the member at `addr`, reached as the administrator.
+    pub fn api(&self, addr: &str) -> Api {
+        Api::secure(addr, self.client_cert(ADMIN))
     }
 }
 
