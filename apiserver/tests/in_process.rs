@@ -17,12 +17,8 @@ use tonic::transport::Channel;
 
 use skiff_testing::InProcessCluster;
 
-async fn channel(addr: &str) -> Channel {
-    Channel::from_shared(format!("http://{addr}")).unwrap().connect().await.unwrap()
-}
-
-async fn watch(addr: &str, create: WatchCreateRequest) -> tonic::Streaming<WatchResponse> {
-    watch_on(channel(addr).await, create).await
+async fn watch(cluster: &InProcessCluster, addr: &str, create: WatchCreateRequest) -> tonic::Streaming<WatchResponse> {
+    watch_on(cluster.channel(addr).await, create).await
 }
 
 async fn watch_on(channel: Channel, create: WatchCreateRequest) -> tonic::Streaming<WatchResponse> {
@@ -45,8 +41,8 @@ fn put(key: &str, value: &str) -> PutRequest {
 async fn writes_through_a_follower_are_read_linearizably_on_the_other() {
     let cluster = InProcessCluster::spawn(3).await;
     let (a, b) = cluster.follower_clients().await;
-    let mut ka = KvClient::new(channel(&a).await);
-    let mut kb = KvClient::new(channel(&b).await);
+    let mut ka = KvClient::new(cluster.channel(&a).await);
+    let mut kb = KvClient::new(cluster.channel(&b).await);
     for i in 0..50 {
         let r = ka.put(put("lin", &i.to_string())).await.unwrap().into_inner();
         // A linearizable read on another follower sees the write at once.
@@ -62,8 +58,9 @@ async fn a_watch_on_one_member_sees_writes_made_through_another() {
     let cluster = InProcessCluster::spawn(3).await;
     let (a, b) = cluster.follower_clients().await;
     let mut stream =
-        watch(&a, WatchCreateRequest { key: "/x/".into(), range_end: "/x0".into(), ..Default::default() }).await;
-    let mut kb = KvClient::new(channel(&b).await);
+        watch(&cluster, &a, WatchCreateRequest { key: "/x/".into(), range_end: "/x0".into(), ..Default::default() })
+            .await;
+    let mut kb = KvClient::new(cluster.channel(&b).await);
     let mut revisions = Vec::new();
     for i in 0..20 {
         revisions.push(kb.put(put(&format!("/x/{i}"), "v")).await.unwrap().into_inner().header.unwrap().revision);
@@ -81,7 +78,7 @@ async fn a_watch_on_one_member_sees_writes_made_through_another() {
 async fn count_only_progress_notify_and_history_work_over_grpc() {
     let cluster = InProcessCluster::spawn(3).await;
     let (a, _) = cluster.follower_clients().await;
-    let mut kv = KvClient::new(channel(&a).await);
+    let mut kv = KvClient::new(cluster.channel(&a).await);
     for v in ["1", "2", "3"] {
         kv.put(put("/h/key", v)).await.unwrap();
     }
@@ -93,7 +90,7 @@ async fn count_only_progress_notify_and_history_work_over_grpc() {
         .into_inner();
     assert_eq!((r.count, r.kvs.len()), (2, 0));
 
-    let history = ControlClient::new(channel(&a).await)
+    let history = ControlClient::new(cluster.channel(&a).await)
         .history(HistoryRequest { key: "/h/key".into(), serializable: false })
         .await
         .unwrap()
@@ -105,7 +102,8 @@ async fn count_only_progress_notify_and_history_work_over_grpc() {
     // A quiet watcher that asked for progress hears the current revision.
     let current = r.header.unwrap().revision;
     let mut stream =
-        watch(&a, WatchCreateRequest { key: "/quiet".into(), progress_notify: true, ..Default::default() }).await;
+        watch(&cluster, &a, WatchCreateRequest { key: "/quiet".into(), progress_notify: true, ..Default::default() })
+            .await;
     let p = tokio::time::timeout(Duration::from_secs(5), stream.message()).await.unwrap().unwrap().unwrap();
     assert!(p.events.is_empty() && !p.created && !p.canceled);
     assert_eq!(p.header.unwrap().revision, current);
@@ -113,30 +111,22 @@ async fn count_only_progress_notify_and_history_work_over_grpc() {
 }
 
 /// A plain HTTP/1.0 GET; returns the whole response.
-async fn http_get(addr: &str, path: &str) -> String {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
-    s.write_all(format!("GET {path} HTTP/1.0\r\nHost: x\r\n\r\n").as_bytes()).await.unwrap();
-    let mut out = String::new();
-    s.read_to_string(&mut out).await.unwrap();
-    out
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn health_readiness_and_metrics_are_served_over_http() {
     let cluster = InProcessCluster::spawn(3).await;
     let leader = cluster.must_leader().await as usize;
-    let mut kv = KvClient::new(channel(&cluster.clients[leader - 1]).await);
+    let mut kv = KvClient::new(cluster.channel(&cluster.clients[leader - 1]).await);
     for i in 0..10 {
         kv.put(put(&format!("m{i}"), "v")).await.unwrap();
     }
-    let resources = skiff_client::Client::new(&[cluster.clients[leader - 1].clone()]).unwrap();
+    let resources =
+        skiff_client::Client::connect(&[cluster.clients[leader - 1].clone()], None, Some(cluster.connector())).unwrap();
     let namespaces = skiff_api::resources::of(skiff_api::Kind::Namespace);
     resources.list(namespaces, "", &Default::default()).await.unwrap();
     let http = &cluster.https[leader - 1];
-    assert!(http_get(http, "/healthz").await.starts_with("HTTP/1.0 200"));
-    assert!(http_get(http, "/readyz").await.starts_with("HTTP/1.0 200"));
-    let metrics = http_get(http, "/metrics").await;
+    assert!(cluster.http_get(http, "/healthz").await.starts_with("HTTP/1.0 200"));
+    assert!(cluster.http_get(http, "/readyz").await.starts_with("HTTP/1.0 200"));
+    let metrics = cluster.http_get(http, "/metrics").await;
     for name in [
         "skiff_raft_is_leader 1",
         "skiff_mvcc_revision ",
@@ -165,7 +155,7 @@ async fn health_readiness_and_metrics_are_served_over_http() {
             break;
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
-        let again = http_get(http, "/metrics").await;
+        let again = cluster.http_get(http, "/metrics").await;
         let line = again.lines().find(|l| l.starts_with("skiff_proposals_pending ")).unwrap();
         pending = line.rsplit(' ').next().unwrap().parse().unwrap();
     }
@@ -181,9 +171,13 @@ async fn a_watcher_that_stops_reading_falls_behind_and_still_gets_every_revision
     let cluster = InProcessCluster::spawn(3).await;
     let (a, b) = cluster.follower_clients().await;
     // Created, then not read while far more revisions than any queue holds go by.
-    let mut stream =
-        watch(&a, WatchCreateRequest { key: "/slow/".into(), range_end: "/slow0".into(), ..Default::default() }).await;
-    let mut kb = KvClient::new(channel(&b).await);
+    let mut stream = watch(
+        &cluster,
+        &a,
+        WatchCreateRequest { key: "/slow/".into(), range_end: "/slow0".into(), ..Default::default() },
+    )
+    .await;
+    let mut kb = KvClient::new(cluster.channel(&b).await);
     let writes = 3000;
     let mut tasks = Vec::new();
     for w in 0..8 {
@@ -211,19 +205,6 @@ async fn a_watcher_that_stops_reading_falls_behind_and_still_gets_every_revision
 
 /// Sends a plain HTTP/1.0 GET and reads the response head; the body is
 /// left on the returned stream.
-async fn http_open(addr: &str, path: &str) -> (tokio::net::TcpStream, String) {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
-    s.write_all(format!("GET {path} HTTP/1.0\r\nHost: x\r\n\r\n").as_bytes()).await.unwrap();
-    let mut head = Vec::new();
-    while !head.ends_with(b"\r\n\r\n") {
-        let mut byte = [0u8; 1];
-        assert_eq!(s.read(&mut byte).await.unwrap(), 1, "connection closed in the response head");
-        head.push(byte[0]);
-    }
-    (s, String::from_utf8(head).unwrap())
-}
-
 /// How a server stream ended: its status code and message.
 async fn stream_end<T>(stream: &mut tonic::Streaming<T>) -> (tonic::Code, String) {
     match tokio::time::timeout(Duration::from_secs(10), stream.message()).await {
@@ -244,15 +225,15 @@ async fn a_stopping_member_ends_its_watches_and_keep_alives() {
     use tokio::io::AsyncReadExt;
     let mut cluster = InProcessCluster::spawn(3).await;
     let (addr, http) = (cluster.clients[0].clone(), cluster.https[0].clone());
-    let mut etcd_watch = watch(&addr, WatchCreateRequest { key: "/w".into(), ..Default::default() }).await;
-    let mut lease = LeaseClient::new(channel(&addr).await);
+    let mut etcd_watch = watch(&cluster, &addr, WatchCreateRequest { key: "/w".into(), ..Default::default() }).await;
+    let mut lease = LeaseClient::new(cluster.channel(&addr).await);
     let id = lease.lease_grant(LeaseGrantRequest { ttl: 60, id: 0 }).await.unwrap().into_inner().id;
     let (tx, rx) = tokio::sync::mpsc::channel(4);
     tx.send(LeaseKeepAliveRequest { id }).await.unwrap();
     let mut keep_alive =
         lease.lease_keep_alive(tokio_stream::wrappers::ReceiverStream::new(rx)).await.unwrap().into_inner();
     assert_eq!(keep_alive.message().await.unwrap().unwrap().id, id);
-    let (mut rest_watch, head) = http_open(&http, "/api/v1/namespaces/default/configmaps?watch=true").await;
+    let (mut rest_watch, head) = cluster.http_open(&http, "/api/v1/namespaces/default/configmaps?watch=true").await;
     assert!(head.starts_with("HTTP/1.0 200"), "{head}");
 
     cluster.stop(1).await.unwrap();
@@ -268,8 +249,8 @@ async fn a_stopping_member_ends_its_watches_and_keep_alives() {
 }
 
 /// Writes and calls a follower has sent on to the leader, from `/metrics`.
-async fn forward_batches(http: &str) -> (f64, f64) {
-    let metrics = http_get(http, "/metrics").await;
+async fn forward_batches(cluster: &InProcessCluster, http: &str) -> (f64, f64) {
+    let metrics = cluster.http_get(http, "/metrics").await;
     let value = |name: &str| {
         metrics
             .lines()
@@ -286,10 +267,10 @@ async fn one_connection_carries_hundreds_of_concurrent_calls_and_watches() {
     let follower = (0..3).find(|&i| i != leader).unwrap();
     for member in [leader, follower] {
         let addr = cluster.clients[member].clone();
-        let forwarded_before = forward_batches(&cluster.https[member]).await;
+        let forwarded_before = forward_batches(&cluster, &cluster.https[member]).await;
         // One HTTP/2 connection; more streams than hyper's default limit
         // of 200 concurrent streams, which a server must not impose.
-        let shared = channel(&addr).await;
+        let shared = cluster.channel(&addr).await;
         let key = format!("/many/{addr}/watched");
         let mut watches = Vec::new();
         for i in 0..300 {
@@ -308,7 +289,7 @@ async fn one_connection_carries_hundreds_of_concurrent_calls_and_watches() {
             // The follower sent them on to the leader in fewer calls than
             // writes. (The registry is shared by this binary's tests; theirs
             // add as many writes as calls or more, never fewer.)
-            let (writes, calls) = forward_batches(&cluster.https[member]).await;
+            let (writes, calls) = forward_batches(&cluster, &cluster.https[member]).await;
             let (writes, calls) = (writes - forwarded_before.0, calls - forwarded_before.1);
             assert!(writes >= 300.0 && calls < writes, "{calls} forward calls for {writes} writes");
         }
@@ -341,7 +322,8 @@ async fn a_call_ends_at_its_grpc_timeout_with_deadline_exceeded() {
     }
     // A raw HTTP/2 call, because tonic's client would give up on its own at
     // the same deadline and hide what the server answers.
-    let io = hyper_util::rt::TokioIo::new(tokio::net::TcpStream::connect(&addr).await.unwrap());
+    let uri: hyper::Uri = format!("https://{addr}").parse().unwrap();
+    let io = tower::ServiceExt::oneshot(cluster.connector(), uri).await.unwrap();
     let (mut sender, conn) =
         hyper::client::conn::http2::handshake(hyper_util::rt::TokioExecutor::new(), io).await.unwrap();
     tokio::spawn(conn);
@@ -349,7 +331,7 @@ async fn a_call_ends_at_its_grpc_timeout_with_deadline_exceeded() {
     let mut framed = vec![0u8];
     framed.extend_from_slice(&(message.len() as u32).to_be_bytes());
     framed.extend_from_slice(&message);
-    let request = hyper::Request::post(format!("http://{addr}/etcdserverpb.KV/Put"))
+    let request = hyper::Request::post(format!("https://{addr}/etcdserverpb.KV/Put"))
         .header("content-type", "application/grpc")
         .header("te", "trailers")
         .header("grpc-timeout", "300m")
@@ -371,12 +353,12 @@ async fn a_call_ends_at_its_grpc_timeout_with_deadline_exceeded() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn members_snapshot_after_enough_bytes_of_log_however_few_entries() {
-    let cluster = InProcessCluster::spawn_configured(3, Default::default(), |store| {
+    let cluster = InProcessCluster::spawn_configured(3, |store| {
         store.snapshot_logs = 1_000_000;
         store.snapshot_log_bytes = 1 << 20;
     })
     .await;
-    let mut kv = KvClient::new(channel(&cluster.clients[0]).await);
+    let mut kv = KvClient::new(cluster.channel(&cluster.clients[0]).await);
     let value = "x".repeat(60 * 1024);
     let snapshotted = |cluster: &InProcessCluster| cluster.stores().all(|store| store.status().snapshot_index > 0);
     // Far fewer entries than `snapshot_logs`, but (with the database's own

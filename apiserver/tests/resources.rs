@@ -27,7 +27,12 @@ fn manifests() -> Vec<Value> {
 async fn client(cluster: &InProcessCluster) -> Client {
     let (a, b) = cluster.follower_clients().await;
     let leader = cluster.clients.iter().find(|c| **c != a && **c != b).unwrap().clone();
-    Client::new(&[a, b, leader]).unwrap()
+    connect(cluster, &[a, b, leader])
+}
+
+/// A client of `endpoints`, as the cluster's administrator.
+fn connect(cluster: &InProcessCluster, endpoints: &[String]) -> Client {
+    Client::connect(endpoints, None, Some(cluster.connector())).unwrap()
 }
 
 async fn must_namespace(client: &Client, name: &str) {
@@ -305,9 +310,7 @@ async fn bad_input_is_refused_with_a_reason_and_nothing_is_written() {
 
     // Malformed JSON, straight over gRPC.
     let mut raw =
-        skiff_proto::resource::resources_client::ResourcesClient::connect(format!("http://{}", cluster.clients[0]))
-            .await
-            .unwrap();
+        skiff_proto::resource::resources_client::ResourcesClient::new(cluster.channel(&cluster.clients[0]).await);
     let status = raw
         .create(skiff_proto::resource::CreateRequest {
             resource: Some(skiff_proto::resource::ResourceRef {
@@ -436,9 +439,7 @@ async fn watches_follow_selectors_resume_from_revisions_and_expire_after_compact
     }
 
     // Once history is compacted, an old revision is 410 Expired.
-    let mut kv = skiff_proto::etcdserverpb::kv_client::KvClient::connect(format!("http://{}", cluster.clients[0]))
-        .await
-        .unwrap();
+    let mut kv = skiff_proto::etcdserverpb::kv_client::KvClient::new(cluster.channel(&cluster.clients[0]).await);
     kv.compact(skiff_proto::etcdserverpb::CompactionRequest { revision: rv(&changed), physical: true }).await.unwrap();
     // The compaction is answered once the leader applied it; the follower
     // serving the watch applies it when it learns of the commit (its next
@@ -711,7 +712,7 @@ async fn a_quota_admits_exactly_its_limit_of_pods_created_concurrently_through_e
 
     // 20 creates of 250m each at once, spread over the three members: the
     // cpu allows 8, the count 7, so exactly 7 are admitted.
-    let members: Vec<Client> = cluster.clients.iter().map(|c| Client::new(std::slice::from_ref(c)).unwrap()).collect();
+    let members: Vec<Client> = cluster.clients.iter().map(|c| connect(&cluster, std::slice::from_ref(c))).collect();
     let tasks: Vec<_> = (0..20)
         .map(|i| {
             let client = members[i % members.len()].clone();
@@ -840,7 +841,7 @@ impl AdmissionPlugin for NoForbiddenLabel {
 async fn authorization_and_admission_layers_can_refuse_and_mutate() {
     let security = Security::new(vec![Arc::new(Anonymous)], Arc::new(DenyDeletes), vec![Arc::new(NoForbiddenLabel)]);
     let cluster = InProcessCluster::spawn_with(1, security).await;
-    let client = Client::new(&cluster.clients).unwrap();
+    let client = connect(&cluster, &cluster.clients);
     must_namespace(&client, "sec").await;
     let cms = of(Kind::ConfigMap);
     let admitted = client.create(cms, "sec", &configmap("sec", "ok", json!({}))).await.unwrap();

@@ -8,19 +8,31 @@
 //! calls fail as an unreachable peer, as in a real partition. Client calls
 //! (gRPC, HTTP) are never filtered: a test reaches every running member.
 //!
+//! The members run as `skiff up` runs masters: one CA per cluster, TLS on
+//! the client and HTTP listeners with client certificates checked, mutual
+//! TLS between peers, RBAC on. Tests reach them as the cluster's
+//! administrator (`system:masters`) through [`InProcessCluster::connector`],
+//! [`InProcessCluster::channel`] and [`InProcessCluster::http_get`].
+//!
 //! Members still running when the cluster is dropped are not stopped
 //! cleanly; their tasks end with the test's runtime. [`InProcessCluster::shutdown`]
 //! stops them and checks that each one stopped cleanly.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use skiff_apiserver::admission::Security;
+use skiff_apiserver::config::{Authentication, Authorization};
 use skiff_apiserver::{ApiserverConfig, Listeners, RunError, Running};
+use skiff_pki::{Authority, ClientFiles, Profile, ServerFiles, DEFAULT_VALIDITY, MASTERS_GROUP};
 use skiff_raft_store::network::PeerFilter;
 use skiff_raft_store::store::StartError;
 use skiff_raft_store::types::{NodeId, RangeRequest};
 use skiff_raft_store::{Store, StoreConfig};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tonic::transport::{Channel, Endpoint};
 
 use crate::port::free_port;
 
@@ -36,10 +48,15 @@ const LEADER_WITHIN: Duration = Duration::from_secs(60);
 /// files of its previous run in this process are being released.
 const START_WITHIN: Duration = Duration::from_secs(30);
 
+/// A TLS connection to a member's HTTP listener.
+pub type HttpsStream = tokio_rustls::client::TlsStream<tokio::net::TcpStream>;
+
 /// n apiserver members (ids 1..=n) in this process. See the module docs.
 pub struct InProcessCluster {
-    /// Every member's data dir, removed with the cluster.
+    /// Every member's data dir and the certificates, removed with the cluster.
     _dir: tempfile::TempDir,
+    /// The CA and the certificates (`ca.crt`, `apiserver`, `peer`, `admin`).
+    pki: PathBuf,
     security: Security,
     members: BTreeMap<NodeId, Member>,
     /// Shared by every member's peer transport.
@@ -66,18 +83,44 @@ struct Member {
 
 impl InProcessCluster {
     /// Starts `n` founding members and waits until they agree on a leader.
+    /// They authenticate by client certificate and authorize with RBAC
+    /// (behind the Node authorizer), as `skiff apiserver` does with
+    /// `--client-ca-file`.
     pub async fn spawn(n: u64) -> Self {
-        Self::spawn_with(n, Security::default()).await
+        Self::spawn_configured(n, |_| {}).await
     }
 
-    /// A cluster whose members run `security`'s layers.
+    /// A cluster whose members run `security`'s layers (authenticators,
+    /// authorizer, admission plugins) instead of the certificates and
+    /// RBAC: the listeners still serve TLS and check certificates.
     pub async fn spawn_with(n: u64, security: Security) -> Self {
-        Self::spawn_configured(n, security, |_| {}).await
+        Self::start_cluster(n, Some(security), |_| {}).await
     }
 
     /// A cluster whose members' store settings `tweak` adjusts.
-    pub async fn spawn_configured(n: u64, security: Security, tweak: impl Fn(&mut StoreConfig)) -> Self {
+    pub async fn spawn_configured(n: u64, tweak: impl Fn(&mut StoreConfig)) -> Self {
+        Self::start_cluster(n, None, tweak).await
+    }
+
+    /// Starts the members with `security`'s layers, or certificates and
+    /// RBAC without them.
+    async fn start_cluster(n: u64, security: Option<Security>, tweak: impl Fn(&mut StoreConfig)) -> Self {
+        let authentication = Authentication { client_certificates: true, token_auth_file: None };
+        let (security, authorization) = match security {
+            Some(security) => (security, Authorization::AlwaysAllow),
+            None => (
+                Security::for_config(&authentication).expect("certificate authentication needs no files"),
+                Authorization::Rbac,
+            ),
+        };
         let dir = tempfile::tempdir().expect("a temporary directory for the data dirs");
+        let pki = dir.path().join("pki");
+        issue_certificates(&pki);
+        let files = |stem: &str| ServerFiles {
+            cert: pki.join(format!("{stem}.crt")),
+            key: pki.join(format!("{stem}.key")),
+            client_ca: Some(pki.join("ca.crt")),
+        };
         let filter = PeerFilter::default();
         let address = || format!("127.0.0.1:{}", free_port());
         let addresses: BTreeMap<NodeId, [String; 3]> =
@@ -87,7 +130,7 @@ impl InProcessCluster {
         for (id, [peer, client, http]) in &addresses {
             let mut store = StoreConfig::new(*id, dir.path().join(format!("m{id}")), peer.clone());
             store.initial_cluster = initial.clone();
-            store.client_urls = vec![format!("http://{client}")];
+            store.client_urls = vec![format!("https://{client}")];
             tweak(&mut store);
             store.peer_filter = filter.clone();
             let config = ApiserverConfig {
@@ -95,11 +138,11 @@ impl InProcessCluster {
                 peer_listen: peer.clone(),
                 client_listen: client.clone(),
                 http_listen: http.clone(),
-                http_tls: None,
-                client_tls: None,
-                peer_tls: None,
-                authentication: Default::default(),
-                authorization: Default::default(),
+                http_tls: Some(files("apiserver")),
+                client_tls: Some(files("apiserver")),
+                peer_tls: Some(files("peer")),
+                authentication: authentication.clone(),
+                authorization,
                 audit: None,
                 fairness: None,
                 encryption_provider_config: None,
@@ -118,6 +161,7 @@ impl InProcessCluster {
         }
         let cluster = InProcessCluster {
             _dir: dir,
+            pki,
             security,
             members,
             filter,
@@ -167,6 +211,70 @@ impl InProcessCluster {
     /// Member `id`'s client address.
     pub fn client(&self, id: NodeId) -> &str {
         &self.clients[self.index(id)]
+    }
+
+    /// The directory of the cluster's CA (`ca.crt`) and certificates.
+    pub fn pki(&self) -> &Path {
+        &self.pki
+    }
+
+    /// A connector for the members' client ports: it trusts the cluster's
+    /// CA and presents the administrator's certificate.
+    pub fn connector(&self) -> skiff_pki::Connector {
+        skiff_pki::Connector::new(Arc::new(
+            skiff_pki::transport::client_config(&self.admin_files()).expect("the administrator's TLS configuration"),
+        ))
+    }
+
+    /// The settings of a channel to the client port at `addr`, to connect
+    /// with [`InProcessCluster::connector`].
+    pub fn endpoint(&self, addr: &str) -> Endpoint {
+        Endpoint::from_shared(format!("https://{addr}")).expect("a member's address")
+    }
+
+    /// A channel to the client port at `addr`, as the administrator.
+    pub async fn channel(&self, addr: &str) -> Channel {
+        let endpoint = self.endpoint(addr);
+        endpoint.connect_with_connector(self.connector()).await.unwrap_or_else(|e| panic!("connect to {addr}: {e}"))
+    }
+
+    /// Sends `GET path` (HTTP/1.0, over TLS as the administrator) to the
+    /// HTTP listener at `http` and reads the response head; the stream is
+    /// left open at the body.
+    pub async fn http_open(&self, http: &str, path: &str) -> (HttpsStream, String) {
+        let mut config =
+            skiff_pki::transport::client_config(&self.admin_files()).expect("the administrator's TLS configuration");
+        config.alpn_protocols = vec![b"http/1.1".to_vec()];
+        let tls = tokio_rustls::TlsConnector::from(Arc::new(config));
+        let tcp = tokio::net::TcpStream::connect(http).await.unwrap_or_else(|e| panic!("connect to {http}: {e}"));
+        let host = http.rsplit_once(':').map_or(http, |(host, _)| host).to_string();
+        let name = tokio_rustls::rustls::pki_types::ServerName::try_from(host).expect("a member's address");
+        let mut stream = tls.connect(name, tcp).await.unwrap_or_else(|e| panic!("TLS to {http}: {e}"));
+        stream.write_all(format!("GET {path} HTTP/1.0\r\nHost: x\r\n\r\n").as_bytes()).await.unwrap();
+        let mut head = Vec::new();
+        while !head.ends_with(b"\r\n\r\n") {
+            let mut byte = [0u8; 1];
+            assert_eq!(stream.read(&mut byte).await.unwrap(), 1, "connection closed in the response head");
+            head.push(byte[0]);
+        }
+        (stream, String::from_utf8_lossy(&head).into_owned())
+    }
+
+    /// `GET path` on the HTTP listener at `http` (see
+    /// [`InProcessCluster::http_open`]): the whole response, head first.
+    pub async fn http_get(&self, http: &str, path: &str) -> String {
+        let (mut stream, mut response) = self.http_open(http, path).await;
+        let mut body = Vec::new();
+        stream.read_to_end(&mut body).await.unwrap_or_else(|e| panic!("GET {path} from {http}: {e}"));
+        response.push_str(&String::from_utf8_lossy(&body));
+        response
+    }
+
+    fn admin_files(&self) -> ClientFiles {
+        ClientFiles {
+            ca: self.pki.join("ca.crt"),
+            cert: Some((self.pki.join("admin.crt"), self.pki.join("admin.key"))),
+        }
     }
 
     /// The leader every running member agrees on.
@@ -289,6 +397,20 @@ impl InProcessCluster {
         assert!(self.members.contains_key(&id), "no member {id}");
         (id - 1) as usize
     }
+}
+
+/// Makes the cluster's CA in `dir` and issues the certificates: the
+/// members' serving one and their shared peer one (both for 127.0.0.1), and
+/// the administrator's (`root` in `system:masters`).
+fn issue_certificates(dir: &Path) {
+    let ca = Authority::load_or_create(dir, "skiff-test-ca").expect("the test CA");
+    let names = vec!["127.0.0.1".to_string()];
+    let issue = |profile: Profile, stem: &str| {
+        ca.issue(&profile, DEFAULT_VALIDITY).and_then(|issued| issued.write(dir, stem)).expect(stem);
+    };
+    issue(Profile::Server { names: names.clone() }, "apiserver");
+    issue(Profile::Peer { user: "member".into(), names }, "peer");
+    issue(Profile::Client { user: "root".into(), groups: vec![MASTERS_GROUP.into()] }, "admin");
 }
 
 /// Binds `config`'s addresses and starts the member. Retries while the
