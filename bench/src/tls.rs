@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 
 use anyhow::{Context, Result};
-use skiff_pki::{Authority, ClientFiles, Profile, DEFAULT_VALIDITY};
+use skiff_pki::{ClientFiles, Profile, DEFAULT_VALIDITY};
 
 /// The user the measurements run as.
 pub const USER: &str = "bench";
@@ -41,14 +41,12 @@ pub fn get() -> Option<&'static Tls> {
 /// flags every member takes.
 pub fn set(dir: &Path) -> Result<Vec<String>> {
     let pki = dir.join("pki");
-    let ca = Authority::load_or_create(&pki, "skiff-bench-ca").context("the bench CA")?;
-    let names = vec!["127.0.0.1".to_string(), "localhost".to_string()];
+    let names = ["127.0.0.1".to_string(), "localhost".to_string()];
+    let ca = skiff_pki::issue_member_certificates(&pki, "skiff-bench-ca", &names).context("the bench CA")?;
     let issue = |profile: Profile, stem: &str| -> Result<()> {
         ca.issue(&profile, DEFAULT_VALIDITY)?.write(&pki, stem)?;
         Ok(())
     };
-    issue(Profile::Server { names: names.clone() }, "apiserver")?;
-    issue(Profile::Peer { user: "member".into(), names }, "peer")?;
     issue(Profile::Client { user: "admin".into(), groups: vec![skiff_pki::MASTERS_GROUP.into()] }, "admin")?;
     issue(Profile::Client { user: USER.into(), groups: vec![] }, USER)?;
     let file = |name: &str| pki.join(name);
@@ -67,21 +65,10 @@ pub fn set(dir: &Path) -> Result<Vec<String>> {
     if TLS.set(tls).is_err() {
         anyhow::bail!("--tls is set once per process");
     }
-    let path = |name: &str| file(name).display().to_string();
-    Ok([
-        ("--cert-file", "apiserver.crt"),
-        ("--key-file", "apiserver.key"),
-        ("--trusted-ca-file", "ca.crt"),
-        ("--tls-cert-file", "apiserver.crt"),
-        ("--tls-private-key-file", "apiserver.key"),
-        ("--client-ca-file", "ca.crt"),
-        ("--peer-cert-file", "peer.crt"),
-        ("--peer-key-file", "peer.key"),
-        ("--peer-trusted-ca-file", "ca.crt"),
-    ]
-    .iter()
-    .flat_map(|(flag, name)| [flag.to_string(), path(name)])
-    .collect())
+    Ok(skiff_pki::member_tls_flags(&pki, "peer")
+        .into_iter()
+        .flat_map(|(flag, path)| [flag.to_string(), path.display().to_string()])
+        .collect())
 }
 
 /// etcd's flags for the same as [`set`] gives Skiff: the serving

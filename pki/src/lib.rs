@@ -384,6 +384,38 @@ pub fn server_config(files: &ServerFiles) -> Result<ServerConfig, PkiError> {
     Ok(config)
 }
 
+/// Issues into `dir`, under its CA (made as `ca_name` if `dir` has none),
+/// the certificates a cluster's members share: the serving one
+/// (`apiserver`, for the client and HTTP listeners) and the peer one
+/// (`peer`), both naming `hosts`. Returns the CA, for the users'
+/// certificates. How the test and benchmark harnesses lay out a cluster;
+/// `skiff up` issues each member a peer certificate of its own.
+pub fn issue_member_certificates(dir: &Path, ca_name: &str, hosts: &[String]) -> Result<Authority, PkiError> {
+    let ca = Authority::load_or_create(dir, ca_name)?;
+    ca.issue(&Profile::Server { names: hosts.to_vec() }, DEFAULT_VALIDITY)?.write(dir, "apiserver")?;
+    ca.issue(&Profile::Peer { user: "member".into(), names: hosts.to_vec() }, DEFAULT_VALIDITY)?.write(dir, "peer")?;
+    Ok(ca)
+}
+
+/// The `skiff apiserver` flags that turn TLS on for every listener, from
+/// a PKI directory laid out as this crate lays it out: the serving
+/// certificate `apiserver` on the client and HTTP listeners, each checking
+/// client certificates against `ca.crt`, and the peer certificate `PEER`
+/// on the peer listener, its peers checked against the same CA.
+pub fn member_tls_flags(dir: &Path, peer: &str) -> Vec<(&'static str, PathBuf)> {
+    vec![
+        ("--cert-file", dir.join("apiserver.crt")),
+        ("--key-file", dir.join("apiserver.key")),
+        ("--trusted-ca-file", dir.join("ca.crt")),
+        ("--tls-cert-file", dir.join("apiserver.crt")),
+        ("--tls-private-key-file", dir.join("apiserver.key")),
+        ("--client-ca-file", dir.join("ca.crt")),
+        ("--peer-cert-file", dir.join(format!("{peer}.crt"))),
+        ("--peer-key-file", dir.join(format!("{peer}.key"))),
+        ("--peer-trusted-ca-file", dir.join("ca.crt")),
+    ]
+}
+
 /// A kubeconfig for `user` (whose certificate is `issued`) at `server`
 /// (`https://HOST:PORT`), trusting `ca_pem`, with everything inline, as
 /// kubeadm's `admin.conf`. The context, cluster and user are all `skiff`.

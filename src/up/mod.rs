@@ -274,24 +274,16 @@ fn master_process(
             args.push("--data-dir".into());
             args.push(dir.join(format!("member-{}", m.id)).into());
             let pki = dir.join(PKI_DIR);
-            let peer = format!("peer-{}", m.id);
-            for (flag, file) in [
-                ("--tls-cert-file", "apiserver.crt".to_string()),
-                ("--tls-private-key-file", "apiserver.key".to_string()),
-                ("--client-ca-file", "ca.crt".to_string()),
-                ("--cert-file", "apiserver.crt".to_string()),
-                ("--key-file", "apiserver.key".to_string()),
-                ("--trusted-ca-file", "ca.crt".to_string()),
-                ("--peer-cert-file", format!("{peer}.crt")),
-                ("--peer-key-file", format!("{peer}.key")),
-                ("--peer-trusted-ca-file", "ca.crt".to_string()),
-                ("--service-account-signing-key-file", "sa.key".to_string()),
+            let tls = skiff_pki::member_tls_flags(&pki, &format!("peer-{}", m.id));
+            let signing = [
+                ("--service-account-signing-key-file", pki.join("sa.key")),
                 // Nodes added later join with `skiffctl token create`'s tokens.
-                ("--cluster-signing-cert-file", "ca.crt".to_string()),
-                ("--cluster-signing-key-file", "ca.key".to_string()),
-            ] {
+                ("--cluster-signing-cert-file", pki.join("ca.crt")),
+                ("--cluster-signing-key-file", pki.join("ca.key")),
+            ];
+            for (flag, path) in tls.into_iter().chain(signing) {
                 args.push(flag.into());
-                args.push(pki.join(file).into());
+                args.push(path.into());
             }
             Process { label: m.name.clone(), args, log: dir.join(format!("member-{}.log", m.id)) }
         }

@@ -26,7 +26,7 @@ use std::time::Duration;
 use skiff_apiserver::admission::Security;
 use skiff_apiserver::config::{Authentication, Authorization};
 use skiff_apiserver::{ApiserverConfig, Listeners, RunError, Running};
-use skiff_pki::{Authority, ClientFiles, Profile, ServerFiles, DEFAULT_VALIDITY, MASTERS_GROUP};
+use skiff_pki::{ClientFiles, Profile, ServerFiles, DEFAULT_VALIDITY, MASTERS_GROUP};
 use skiff_raft_store::network::PeerFilter;
 use skiff_raft_store::store::StartError;
 use skiff_raft_store::types::{NodeId, RangeRequest};
@@ -403,14 +403,10 @@ impl InProcessCluster {
 /// members' serving one and their shared peer one (both for 127.0.0.1), and
 /// the administrator's (`root` in `system:masters`).
 fn issue_certificates(dir: &Path) {
-    let ca = Authority::load_or_create(dir, "skiff-test-ca").expect("the test CA");
-    let names = vec!["127.0.0.1".to_string()];
-    let issue = |profile: Profile, stem: &str| {
-        ca.issue(&profile, DEFAULT_VALIDITY).and_then(|issued| issued.write(dir, stem)).expect(stem);
-    };
-    issue(Profile::Server { names: names.clone() }, "apiserver");
-    issue(Profile::Peer { user: "member".into(), names }, "peer");
-    issue(Profile::Client { user: "root".into(), groups: vec![MASTERS_GROUP.into()] }, "admin");
+    let ca = skiff_pki::issue_member_certificates(dir, "skiff-test-ca", &["127.0.0.1".to_string()])
+        .expect("the members' certificates");
+    let admin = Profile::Client { user: "root".into(), groups: vec![MASTERS_GROUP.into()] };
+    ca.issue(&admin, DEFAULT_VALIDITY).and_then(|issued| issued.write(dir, "admin")).expect("admin");
 }
 
 /// Binds `config`'s addresses and starts the member. Retries while the

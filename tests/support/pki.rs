@@ -36,13 +36,9 @@ impl Pki {
 
     /// [`Pki::create`] in `dir`.
     pub fn create_in(dir: &Path, hosts: &[String]) -> Pki {
-        let ca = Authority::load_or_create(dir, "skiff-test-ca").expect("the test CA");
-        let issue = |profile: Profile, stem: &str| {
-            ca.issue(&profile, DEFAULT_VALIDITY).and_then(|issued| issued.write(dir, stem)).expect(stem);
-        };
-        issue(Profile::Server { names: hosts.to_vec() }, "apiserver");
-        issue(Profile::Peer { user: "member".into(), names: hosts.to_vec() }, "peer");
-        issue(Profile::Client { user: ADMIN.into(), groups: vec![MASTERS_GROUP.into()] }, ADMIN);
+        let ca = skiff_pki::issue_member_certificates(dir, "skiff-test-ca", hosts).expect("the members' certificates");
+        let admin = Profile::Client { user: ADMIN.into(), groups: vec![MASTERS_GROUP.into()] };
+        ca.issue(&admin, DEFAULT_VALIDITY).and_then(|issued| issued.write(dir, ADMIN)).expect(ADMIN);
         Pki { dir: dir.to_path_buf(), _temp: None }
     }
 
@@ -55,20 +51,10 @@ impl Pki {
     /// client port checks client certificates, the HTTP port takes them
     /// (and tokens), the peers authenticate each other.
     pub fn member_flags(&self) -> Vec<String> {
-        [
-            ("--cert-file", "apiserver.crt"),
-            ("--key-file", "apiserver.key"),
-            ("--trusted-ca-file", "ca.crt"),
-            ("--tls-cert-file", "apiserver.crt"),
-            ("--tls-private-key-file", "apiserver.key"),
-            ("--client-ca-file", "ca.crt"),
-            ("--peer-cert-file", "peer.crt"),
-            ("--peer-key-file", "peer.key"),
-            ("--peer-trusted-ca-file", "ca.crt"),
-        ]
-        .iter()
-        .flat_map(|(flag, name)| [flag.to_string(), self.file(name)])
-        .collect()
+        skiff_pki::member_tls_flags(&self.dir, "peer")
+            .into_iter()
+            .flat_map(|(flag, path)| [flag.to_string(), path.display().to_string()])
+            .collect()
     }
 
     /// Issues a client certificate for `user` in `groups` as `STEM.crt`
