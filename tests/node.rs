@@ -463,7 +463,10 @@ spec:
     setup.kubectl(&["delete", "pod", "console", "--wait=true"]);
 
     // kubectl run -i: the pod is made with stdin, and kubectl attaches
-    // its own stdin to it; --rm deletes it after.
+    // its own stdin to it; --rm deletes it after. The container waits a
+    // moment between reading and answering: containerd's CRI attach starts
+    // copying stdin before it joins the attach to the container's stdout,
+    // so an answer given in that instant is lost (under the kubelet too).
     let run = kubectl_stdin(
         &setup.api,
         &[
@@ -477,7 +480,7 @@ spec:
             "--",
             "sh",
             "-c",
-            "read line; echo got-$line",
+            "read line; sleep 1; echo got-$line",
         ],
         "piped\n",
     );
