@@ -58,7 +58,7 @@ impl Component {
         let child = Command::new(SKIFF)
             .args([program, "--server", &cluster.endpoints(), "--identity", identity, "--http-listen", &http])
             .args(FAST_ELECTION)
-            .args(cluster.component_flags(program, user, &[]))
+            .args(cluster.component_flags(&format!("{program}-{identity}"), user, &[]))
             .args(extra)
             .stdin(Stdio::null())
             .stdout(out.try_clone().unwrap())

@@ -349,6 +349,9 @@ impl Cluster {
     /// The flags a component (`skiff controller-manager`, `scheduler`,
     /// `node`) reaches this cluster with: on a secured cluster, a client
     /// certificate for `user` in `groups` (issued as `STEM.crt`) and the CA.
+    /// Each process needs a stem of its own: issuing rewrites the files,
+    /// and a process reading them meanwhile could pair one certificate
+    /// with another's key.
     pub fn component_flags(&self, stem: &str, user: &str, groups: &[&str]) -> Vec<String> {
         let Some(pki) = &self.pki else { return Vec::new() };
         pki.issue_client(stem, user, groups);
