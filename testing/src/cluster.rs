@@ -213,11 +213,6 @@ impl InProcessCluster {
         &self.clients[self.index(id)]
     }
 
-    /// The directory of the cluster's CA (`ca.crt`) and certificates.
-    pub fn pki(&self) -> &Path {
-        &self.pki
-    }
-
     /// A connector for the members' client ports: it trusts the cluster's
     /// CA and presents the administrator's certificate.
     pub fn connector(&self) -> skiff_pki::Connector {

@@ -20,6 +20,17 @@ pub struct ClientCert {
     pub key: PathBuf,
 }
 
+impl ClientCert {
+    /// The flags kubectl, skiffctl and Skiff's components take these files
+    /// with: `--certificate-authority`, `--client-certificate`, `--client-key`.
+    pub fn flags(&self) -> Vec<String> {
+        [("--certificate-authority", &self.ca), ("--client-certificate", &self.cert), ("--client-key", &self.key)]
+            .iter()
+            .flat_map(|(flag, path)| [flag.to_string(), path.display().to_string()])
+            .collect()
+    }
+}
+
 impl Api {
     /// A master serving plain HTTP, which lets anyone in.
     pub fn plain(addr: &str) -> Api {
@@ -29,11 +40,6 @@ impl Api {
     /// A master serving HTTPS, reached as the holder of `cert`.
     pub fn secure(addr: &str, cert: ClientCert) -> Api {
         Api { addr: addr.to_string(), tls: Some(cert) }
-    }
-
-    /// The same API at another address (another member).
-    pub fn at(&self, addr: &str) -> Api {
-        Api { addr: addr.to_string(), tls: self.tls.clone() }
     }
 
     /// The CA and client certificate of a secured cluster's API.
@@ -53,13 +59,7 @@ impl Api {
     /// client certificate on a secured cluster.
     pub fn kubectl_flags(&self) -> Vec<String> {
         let mut flags = vec!["--server".to_string(), self.url()];
-        if let Some(tls) = &self.tls {
-            for (flag, path) in
-                [("--certificate-authority", &tls.ca), ("--client-certificate", &tls.cert), ("--client-key", &tls.key)]
-            {
-                flags.extend([flag.to_string(), path.display().to_string()]);
-            }
-        }
+        flags.extend(self.tls.iter().flat_map(ClientCert::flags));
         flags
     }
 

@@ -77,11 +77,7 @@ impl Pki {
     /// A component's flags (`skiff controller-manager`, `scheduler`,
     /// `node`) to reach the client ports as the holder of `STEM.crt`.
     pub fn component_flags(&self, stem: &str) -> Vec<String> {
-        let cert = self.client_cert(stem);
-        [("--certificate-authority", cert.ca), ("--client-certificate", cert.cert), ("--client-key", cert.key)]
-            .into_iter()
-            .flat_map(|(flag, path)| [flag.to_string(), path.display().to_string()])
-            .collect()
+        self.client_cert(stem).flags()
     }
 
     /// A gRPC connector that trusts the CA and presents the administrator's
