@@ -43,6 +43,14 @@ spec:
             properties:
               size: {type: integer, minimum: 1, maximum: 10}
               colour: {type: string, enum: [red, blue], default: red}
+              parts:
+                type: array
+                x-kubernetes-list-type: map
+                x-kubernetes-list-map-keys: [name]
+                items:
+                  type: object
+                  required: [name]
+                  properties: {name: {type: string}, count: {type: integer}}
           status:
             type: object
             properties:
@@ -174,6 +182,23 @@ async fn kubectl_defines_a_resource_and_uses_it_like_a_built_in_one() {
     ));
     assert!(managers.split_whitespace().any(|m| m == "kubectl"), "{managers}");
     assert_eq!(ok(kubectl(&a, &["get", "widget", "w1", "-o", "jsonpath={.spec.size}"])), "4");
+
+    // The definition's list markers count: `parts` is a list-map on `name`,
+    // so a second manager adds its own part without a conflict, and the
+    // first dropping its part leaves the other's (an atomic list would have
+    // conflicted on `.spec.parts` as a whole).
+    let parts = |manager: &str, spec: &str| {
+        let args = ["apply", "--server-side", "--field-manager", manager, "-f", "-"];
+        kubectl_stdin(&a, &args, &widget("w1", spec))
+    };
+    ok(parts("kubectl", "{size: 4, parts: [{name: wheel, count: 4}]}"));
+    ok(parts("assembler", "{parts: [{name: seat, count: 1}]}"));
+    let names = |api: &Api| ok(kubectl(api, &["get", "widget", "w1", "-o", "jsonpath={.spec.parts[*].name}"]));
+    assert_eq!(names(&b), "wheel seat");
+    ok(parts("kubectl", "{size: 4}"));
+    assert_eq!(names(&b), "seat");
+    let err = fails(parts("kubectl", "{size: 4, parts: [{name: seat, count: 2}]}"));
+    assert!(err.contains("conflict with \"assembler\"") && err.contains(".spec.parts[name=\"seat\"].count"), "{err}");
 
     // Read through the other served version: only apiVersion differs.
     let other =

@@ -24,6 +24,7 @@ use serde_json::{json, Map, Value};
 
 use crate::field::{FieldError, Path};
 use crate::resources::{Kind, ResourceInfo};
+use crate::structure::Structure;
 use crate::table::Column;
 use crate::validation::{is_dns1035_label, is_dns1123_subdomain};
 
@@ -32,6 +33,8 @@ use crate::validation::{is_dns1035_label, is_dns1123_subdomain};
 pub struct CustomResource {
     /// The version's `schema.openAPIV3Schema`.
     pub schema: Value,
+    /// The same schema's list and map markers, for server-side apply.
+    pub structure: Structure,
     /// The table columns: Name, then the version's printer columns (Age
     /// when it declares none).
     pub columns: Vec<Column>,
@@ -140,8 +143,10 @@ pub fn resources_of(crd: &Value) -> Vec<ResourceInfo> {
                 (false, false) => &[],
             };
             let (columns, paths) = columns_of(v);
+            let schema = v.pointer("/schema/openAPIV3Schema").cloned().unwrap_or_else(|| json!({"type": "object"}));
             let custom = CustomResource {
-                schema: v.pointer("/schema/openAPIV3Schema").cloned().unwrap_or_else(|| json!({"type": "object"})),
+                structure: Structure::custom(&schema),
+                schema,
                 columns,
                 paths,
                 storage_version,

@@ -14,6 +14,9 @@
 //! - [`status`]: errors as Kubernetes `Status` objects, and the one mapping
 //!   between their reasons and gRPC status codes.
 //! - [`watch`]: the types of watch events, shared by server and clients.
+//! - [`schemas`]: the built-in kinds' OpenAPI schemas with Kubernetes'
+//!   list and map markers; [`structure`]: those markers compiled (and a
+//!   custom resource's), as strategic merge and server-side apply read them.
 //! - [`patch`]: merge and strategic merge patches.
 //! - [`fieldpath`] and [`managed_fields`]: field sets in `FieldsV1` form, and
 //!   field ownership (`metadata.managedFields`) and server-side apply on them.
@@ -37,8 +40,10 @@ pub mod protobuf;
 pub mod quantity;
 pub mod quota;
 pub mod resources;
+pub mod schemas;
 pub mod selector;
 pub mod status;
+pub mod structure;
 pub mod table;
 pub mod validation;
 pub mod watch;

@@ -30,139 +30,22 @@
 //!
 //! # Schema
 //!
-//! Which lists are maps (and on which keys), sets or atomic, and which
-//! structs are atomic, comes from a static table of the built-in kinds'
-//! `x-kubernetes-list-type` / `x-kubernetes-list-map-keys` /
-//! `x-kubernetes-map-type` markers. Fields the table does not know are
-//! granular maps and atomic lists, as for an unknown schema.
+//! Which lists are maps (and on which keys), sets or atomic, and which maps
+//! and structs are atomic, comes from the object's schema, read through
+//! [`crate::structure`]: its `x-kubernetes-list-type`,
+//! `x-kubernetes-list-map-keys` and `x-kubernetes-map-type` markers, those
+//! `/openapi/v3` serves for a built-in kind and those of the CRD for a
+//! custom resource. Fields the schema does not know are granular maps and
+//! atomic lists, as for an unknown schema.
 
 use serde_json::{json, Map, Value};
 
 use crate::fieldpath::{FieldSet, FieldsError, Path, PathElement};
-use crate::resources::Kind;
 use crate::status::{ApiError, Cause, Details, Reason};
+use crate::structure::{Field, ListType, Ty};
 
 // ---------------------------------------------------------------------------
 // Schema
-
-/// The types whose fields carry markers or lead to types that do.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Ty {
-    /// No markers known: maps are granular, lists atomic.
-    Any,
-    /// `x-kubernetes-map-type: atomic` (or a struct marked atomic): owned
-    /// and replaced as one value.
-    Atomic,
-    Root(Kind),
-    ObjectMeta,
-    /// `spec` of a Deployment, ReplicaSet, ReplicationController, DaemonSet or Job.
-    WorkloadSpec,
-    CronJobSpec,
-    JobTemplateSpec,
-    PodTemplateSpec,
-    PodSpec,
-    Container,
-    EnvVar,
-    EnvVarSource,
-    Resources,
-    Affinity,
-    NodeAffinity,
-    TopologySpreadConstraint,
-    ServiceSpec,
-    NodeSpec,
-    PodStatus,
-    NodeStatus,
-    /// A status whose only marked list is `conditions` (by `type`).
-    ConditionsStatus,
-}
-
-impl Ty {
-    /// Whether the type is a struct of its own (not a free-form map): its
-    /// node is not itself owned when added, only its fields.
-    fn is_struct(self) -> bool {
-        !matches!(self, Ty::Any | Ty::Atomic)
-    }
-}
-
-/// How a list field merges (`x-kubernetes-list-type`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum ListType {
-    Atomic,
-    /// Elements are identified by their value.
-    Set,
-    /// Elements are identified by these key fields (`x-kubernetes-list-map-keys`).
-    Map(&'static [&'static str]),
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct Field {
-    ty: Ty,
-    list: ListType,
-}
-
-const PLAIN: Field = Field { ty: Ty::Any, list: ListType::Atomic };
-
-const fn typed(ty: Ty) -> Field {
-    Field { ty, list: ListType::Atomic }
-}
-
-const fn map_list(ty: Ty, keys: &'static [&'static str]) -> Field {
-    Field { ty, list: ListType::Map(keys) }
-}
-
-const SET: Field = Field { ty: Ty::Any, list: ListType::Set };
-const ATOMIC: Field = typed(Ty::Atomic);
-
-static FIELDS: &[(Ty, &str, Field)] = &[
-    (Ty::ObjectMeta, "ownerReferences", map_list(Ty::Atomic, &["uid"])),
-    (Ty::ObjectMeta, "finalizers", SET),
-    (Ty::ObjectMeta, "managedFields", ATOMIC),
-    (Ty::WorkloadSpec, "selector", ATOMIC),
-    (Ty::WorkloadSpec, "template", typed(Ty::PodTemplateSpec)),
-    (Ty::CronJobSpec, "jobTemplate", typed(Ty::JobTemplateSpec)),
-    (Ty::JobTemplateSpec, "metadata", typed(Ty::ObjectMeta)),
-    (Ty::JobTemplateSpec, "spec", typed(Ty::WorkloadSpec)),
-    (Ty::PodTemplateSpec, "metadata", typed(Ty::ObjectMeta)),
-    (Ty::PodTemplateSpec, "spec", typed(Ty::PodSpec)),
-    (Ty::PodSpec, "containers", map_list(Ty::Container, &["name"])),
-    (Ty::PodSpec, "initContainers", map_list(Ty::Container, &["name"])),
-    (Ty::PodSpec, "ephemeralContainers", map_list(Ty::Container, &["name"])),
-    (Ty::PodSpec, "volumes", map_list(Ty::Any, &["name"])),
-    (Ty::PodSpec, "imagePullSecrets", map_list(Ty::Atomic, &["name"])),
-    (Ty::PodSpec, "hostAliases", map_list(Ty::Any, &["ip"])),
-    (
-        Ty::PodSpec,
-        "topologySpreadConstraints",
-        map_list(Ty::TopologySpreadConstraint, &["topologyKey", "whenUnsatisfiable"]),
-    ),
-    (Ty::PodSpec, "schedulingGates", map_list(Ty::Any, &["name"])),
-    (Ty::PodSpec, "resourceClaims", map_list(Ty::Any, &["name"])),
-    (Ty::PodSpec, "nodeSelector", ATOMIC),
-    (Ty::PodSpec, "affinity", typed(Ty::Affinity)),
-    (Ty::Affinity, "nodeAffinity", typed(Ty::NodeAffinity)),
-    (Ty::NodeAffinity, "requiredDuringSchedulingIgnoredDuringExecution", ATOMIC),
-    (Ty::TopologySpreadConstraint, "labelSelector", ATOMIC),
-    (Ty::Container, "ports", map_list(Ty::Any, &["containerPort", "protocol"])),
-    (Ty::Container, "env", map_list(Ty::EnvVar, &["name"])),
-    (Ty::Container, "volumeMounts", map_list(Ty::Any, &["mountPath"])),
-    (Ty::Container, "volumeDevices", map_list(Ty::Any, &["devicePath"])),
-    (Ty::Container, "resources", typed(Ty::Resources)),
-    (Ty::Resources, "claims", map_list(Ty::Any, &["name"])),
-    (Ty::EnvVar, "valueFrom", typed(Ty::EnvVarSource)),
-    (Ty::EnvVarSource, "configMapKeyRef", ATOMIC),
-    (Ty::EnvVarSource, "secretKeyRef", ATOMIC),
-    (Ty::EnvVarSource, "fieldRef", ATOMIC),
-    (Ty::EnvVarSource, "resourceFieldRef", ATOMIC),
-    (Ty::ServiceSpec, "ports", map_list(Ty::Any, &["port", "protocol"])),
-    (Ty::ServiceSpec, "selector", ATOMIC),
-    (Ty::NodeSpec, "podCIDRs", SET),
-    (Ty::PodStatus, "conditions", map_list(Ty::Any, &["type"])),
-    (Ty::PodStatus, "podIPs", map_list(Ty::Any, &["ip"])),
-    (Ty::PodStatus, "hostIPs", map_list(Ty::Any, &["ip"])),
-    (Ty::NodeStatus, "conditions", map_list(Ty::Any, &["type"])),
-    (Ty::NodeStatus, "addresses", map_list(Ty::Any, &["type"])),
-    (Ty::ConditionsStatus, "conditions", map_list(Ty::Any, &["type"])),
-];
 
 /// Key fields with a default (`protocol` of ports): an element without
 /// them is keyed as if it had the default, as Kubernetes keys it.
@@ -170,44 +53,9 @@ fn key_default(key: &str) -> Option<Value> {
     (key == "protocol").then(|| json!("TCP"))
 }
 
-fn root_field(kind: Kind, name: &str) -> Field {
-    use Kind::*;
-    match (kind, name) {
-        (_, "metadata") => typed(Ty::ObjectMeta),
-        (Pod, "spec") => typed(Ty::PodSpec),
-        (Deployment | ReplicaSet | ReplicationController | DaemonSet | Job, "spec") => typed(Ty::WorkloadSpec),
-        (CronJob, "spec") => typed(Ty::CronJobSpec),
-        (Service, "spec") => typed(Ty::ServiceSpec),
-        (Node, "spec") => typed(Ty::NodeSpec),
-        (Pod, "status") => typed(Ty::PodStatus),
-        (Node, "status") => typed(Ty::NodeStatus),
-        (
-            Namespace
-            | Service
-            | Deployment
-            | ReplicaSet
-            | ReplicationController
-            | DaemonSet
-            | Job
-            | PodDisruptionBudget,
-            "status",
-        ) => typed(Ty::ConditionsStatus),
-        (ServiceAccount, "secrets") => map_list(Ty::Any, &["name"]),
-        _ => PLAIN,
-    }
-}
-
-fn field(ty: Ty, name: &str) -> Field {
-    match ty {
-        Ty::Any | Ty::Atomic => PLAIN,
-        Ty::Root(kind) => root_field(kind, name),
-        _ => FIELDS.iter().find(|(t, n, _)| *t == ty && *n == name).map_or(PLAIN, |(_, _, f)| *f),
-    }
-}
-
 /// The path element of a list element, `None` if a list-map element lacks
 /// a key field (and it has no default).
-fn element(item: &Value, list: ListType, index: usize) -> Option<PathElement> {
+fn element(item: &Value, list: ListType<'_>, index: usize) -> Option<PathElement> {
     match list {
         ListType::Atomic => Some(PathElement::Index(index)),
         ListType::Set => Some(PathElement::value(item)),
@@ -215,16 +63,16 @@ fn element(item: &Value, list: ListType, index: usize) -> Option<PathElement> {
             let m = item.as_object()?;
             let values: Vec<Value> = keys
                 .iter()
-                .map(|k| m.get(*k).filter(|v| !v.is_null()).cloned().or_else(|| key_default(k)))
+                .map(|k| m.get(k).filter(|v| !v.is_null()).cloned().or_else(|| key_default(k)))
                 .collect::<Option<_>>()?;
-            let fields: Vec<(&str, &Value)> = keys.iter().copied().zip(values.iter()).collect();
+            let fields: Vec<(&str, &Value)> = keys.iter().map(String::as_str).zip(values.iter()).collect();
             Some(PathElement::key(&fields))
         }
     }
 }
 
 /// The element of a list, falling back to its index when it has no key.
-fn element_or_index(item: &Value, list: ListType, index: usize) -> PathElement {
+fn element_or_index(item: &Value, list: ListType<'_>, index: usize) -> PathElement {
     element(item, list, index).unwrap_or(PathElement::Index(index))
 }
 
@@ -237,7 +85,7 @@ pub enum ApplyError {
     #[error("the apply configuration must be a JSON or YAML object")]
     NotAnObject,
     #[error("{path}: element {index} of an associative list with keys {keys:?} omits a key field")]
-    MissingKey { path: String, index: usize, keys: &'static [&'static str] },
+    MissingKey { path: String, index: usize, keys: Vec<String> },
     #[error("{path}: duplicate entries for key {key}")]
     DuplicateKey { path: String, key: String },
     #[error("Apply failed with {} conflict{}: {}", .0.len(), if .0.len() == 1 { "" } else { "s" }, conflict_message(.0))]
@@ -295,11 +143,11 @@ impl From<ApplyError> for ApiError {
 /// empty maps, atomic values) and every element of a granular list.
 /// With `strict`, list-map elements without keys and duplicate keys are
 /// errors (an applied configuration); otherwise they are keyed by index.
-fn collect(v: &Value, ty: Ty, path: &Path, out: &mut FieldSet, strict: bool) -> Result<(), ApplyError> {
+fn collect(v: &Value, ty: Ty<'_>, path: &Path, out: &mut FieldSet, strict: bool) -> Result<(), ApplyError> {
     match v {
-        Value::Object(m) if ty != Ty::Atomic && !m.is_empty() => {
+        Value::Object(m) if !ty.is_atomic() && !m.is_empty() => {
             for (k, child) in m {
-                collect_field(child, field(ty, k), &path.child(PathElement::field(k)), out, strict)?;
+                collect_field(child, ty.field(k), &path.child(PathElement::field(k)), out, strict)?;
             }
             Ok(())
         }
@@ -310,7 +158,7 @@ fn collect(v: &Value, ty: Ty, path: &Path, out: &mut FieldSet, strict: bool) -> 
     }
 }
 
-fn collect_field(v: &Value, f: Field, path: &Path, out: &mut FieldSet, strict: bool) -> Result<(), ApplyError> {
+fn collect_field(v: &Value, f: Field<'_>, path: &Path, out: &mut FieldSet, strict: bool) -> Result<(), ApplyError> {
     match (v, f.list) {
         (Value::Array(items), ListType::Set | ListType::Map(_)) => {
             let mut seen = std::collections::HashSet::new();
@@ -318,7 +166,7 @@ fn collect_field(v: &Value, f: Field, path: &Path, out: &mut FieldSet, strict: b
                 let e = match (element(item, f.list, i), f.list) {
                     (Some(e), _) => e,
                     (None, ListType::Map(keys)) if strict => {
-                        return Err(ApplyError::MissingKey { path: path.to_string(), index: i, keys })
+                        return Err(ApplyError::MissingKey { path: path.to_string(), index: i, keys: keys.to_vec() })
                     }
                     (None, _) => PathElement::Index(i),
                 };
@@ -340,7 +188,7 @@ fn collect_field(v: &Value, f: Field, path: &Path, out: &mut FieldSet, strict: b
 /// Inserts `path` and everything below it: what an added or removed
 /// subtree contributes to a comparison. Struct nodes are not themselves
 /// inserted, only their fields.
-fn collect_all(v: &Value, f: Field, path: &Path, out: &mut FieldSet, element: bool) {
+fn collect_all(v: &Value, f: Field<'_>, path: &Path, out: &mut FieldSet, element: bool) {
     if element || !f.ty.is_struct() {
         out.insert(path.clone());
     }
@@ -351,35 +199,36 @@ fn collect_all(v: &Value, f: Field, path: &Path, out: &mut FieldSet, element: bo
                 if f.list == ListType::Set {
                     out.insert(p);
                 } else {
-                    collect_all(item, typed(f.ty), &p, out, true);
+                    collect_all(item, f.ty.as_field(), &p, out, true);
                 }
             }
         }
-        (Value::Object(m), _) if f.ty != Ty::Atomic => {
+        (Value::Object(m), _) if !f.ty.is_atomic() => {
             if m.is_empty() {
                 out.insert(path.clone());
             }
             for (k, child) in m {
-                collect_all(child, field(f.ty, k), &path.child(PathElement::field(k)), out, false);
+                collect_all(child, f.ty.field(k), &path.child(PathElement::field(k)), out, false);
             }
         }
         _ => out.insert(path.clone()),
     }
 }
 
-/// The fields an object or applied configuration of `kind` specifies.
-pub fn field_set(kind: Kind, v: &Value) -> FieldSet {
+/// The fields an object or applied configuration of type `root` (a kind's
+/// [`structure`](crate::structure::of)) specifies.
+pub fn field_set<'s>(root: impl Into<Ty<'s>>, v: &Value) -> FieldSet {
     let mut out = FieldSet::new();
     // Never fails when not strict.
-    let _ = collect(v, Ty::Root(kind), &Path::default(), &mut out, false);
+    let _ = collect(v, root.into(), &Path::default(), &mut out, false);
     out
 }
 
 /// The fields an applied configuration specifies; list-map elements must
 /// carry their keys, once each.
-pub fn config_field_set(kind: Kind, config: &Value) -> Result<FieldSet, ApplyError> {
+pub fn config_field_set<'s>(root: impl Into<Ty<'s>>, config: &Value) -> Result<FieldSet, ApplyError> {
     let mut out = FieldSet::new();
-    collect(config, Ty::Root(kind), &Path::default(), &mut out, true)?;
+    collect(config, root.into(), &Path::default(), &mut out, true)?;
     Ok(out)
 }
 
@@ -398,20 +247,20 @@ fn same(a: &Value, b: &Value) -> bool {
     }
 }
 
-/// Merges an applied configuration into the live object of `kind`: maps
+/// Merges an applied configuration into the live object of type `root`: maps
 /// merge field by field, list-maps and set-lists element by element, every
 /// other value of the configuration replaces the live one.
-pub fn merge(kind: Kind, live: &Value, config: &Value) -> Value {
-    merge_value(live, config, Ty::Root(kind))
+pub fn merge<'s>(root: impl Into<Ty<'s>>, live: &Value, config: &Value) -> Value {
+    merge_value(live, config, root.into())
 }
 
-fn merge_value(live: &Value, config: &Value, ty: Ty) -> Value {
+fn merge_value(live: &Value, config: &Value, ty: Ty<'_>) -> Value {
     match (live, config) {
-        (Value::Object(l), Value::Object(c)) if ty != Ty::Atomic => {
+        (Value::Object(l), Value::Object(c)) if !ty.is_atomic() => {
             let mut out = l.clone();
             for (k, cv) in c {
                 let merged = match l.get(k) {
-                    Some(lv) => merge_field(lv, cv, field(ty, k)),
+                    Some(lv) => merge_field(lv, cv, ty.field(k)),
                     None => cv.clone(),
                 };
                 out.insert(k.clone(), merged);
@@ -422,7 +271,7 @@ fn merge_value(live: &Value, config: &Value, ty: Ty) -> Value {
     }
 }
 
-fn merge_field(live: &Value, config: &Value, f: Field) -> Value {
+fn merge_field(live: &Value, config: &Value, f: Field<'_>) -> Value {
     match (live, config, f.list) {
         (Value::Array(l), Value::Array(c), ListType::Set | ListType::Map(_)) => {
             let key = |items: &[Value]| -> Vec<PathElement> {
@@ -467,15 +316,15 @@ pub struct Comparison {
     pub removed: FieldSet,
 }
 
-/// Compares two versions of an object of `kind`, field by field and
+/// Compares two versions of an object of type `root`, field by field and
 /// list element by list element.
-pub fn compare(kind: Kind, old: &Value, new: &Value) -> Comparison {
+pub fn compare<'s>(root: impl Into<Ty<'s>>, old: &Value, new: &Value) -> Comparison {
     let mut c = Comparison::default();
-    compare_field(Some(old), Some(new), typed(Ty::Root(kind)), &Path::default(), &mut c);
+    compare_field(Some(old), Some(new), root.into().as_field(), &Path::default(), &mut c);
     c
 }
 
-fn compare_field(old: Option<&Value>, new: Option<&Value>, f: Field, path: &Path, c: &mut Comparison) {
+fn compare_field(old: Option<&Value>, new: Option<&Value>, f: Field<'_>, path: &Path, c: &mut Comparison) {
     match (old, new) {
         (None, None) => {}
         (None, Some(n)) => collect_all(n, f, path, &mut c.added, false),
@@ -485,10 +334,12 @@ fn compare_field(old: Option<&Value>, new: Option<&Value>, f: Field, path: &Path
             for (e, ov) in &o {
                 let p = path.child(e.clone());
                 match n.iter().find(|(k, _)| k == e) {
-                    Some((_, nv)) if f.list != ListType::Set => compare_field(Some(ov), Some(nv), typed(f.ty), &p, c),
+                    Some((_, nv)) if f.list != ListType::Set => {
+                        compare_field(Some(ov), Some(nv), f.ty.as_field(), &p, c)
+                    }
                     Some(_) => {}
                     None if f.list == ListType::Set => c.removed.insert(p),
-                    None => collect_all(ov, typed(f.ty), &p, &mut c.removed, true),
+                    None => collect_all(ov, f.ty.as_field(), &p, &mut c.removed, true),
                 }
             }
             for (e, nv) in &n {
@@ -497,18 +348,18 @@ fn compare_field(old: Option<&Value>, new: Option<&Value>, f: Field, path: &Path
                     if f.list == ListType::Set {
                         c.added.insert(p);
                     } else {
-                        collect_all(nv, typed(f.ty), &p, &mut c.added, true);
+                        collect_all(nv, f.ty.as_field(), &p, &mut c.added, true);
                     }
                 }
             }
         }
-        (Some(Value::Object(o)), Some(Value::Object(n))) if f.ty != Ty::Atomic && !(o.is_empty() && n.is_empty()) => {
+        (Some(Value::Object(o)), Some(Value::Object(n))) if !(f.ty.is_atomic() || o.is_empty() && n.is_empty()) => {
             for (k, ov) in o {
-                compare_field(Some(ov), n.get(k), field(f.ty, k), &path.child(PathElement::field(k)), c);
+                compare_field(Some(ov), n.get(k), f.ty.field(k), &path.child(PathElement::field(k)), c);
             }
             for (k, nv) in n {
                 if !o.contains_key(k) {
-                    compare_field(None, Some(nv), field(f.ty, k), &path.child(PathElement::field(k)), c);
+                    compare_field(None, Some(nv), f.ty.field(k), &path.child(PathElement::field(k)), c);
                 }
             }
         }
@@ -520,18 +371,18 @@ fn compare_field(old: Option<&Value>, new: Option<&Value>, f: Field, path: &Path
     }
 }
 
-fn keyed(items: &[Value], list: ListType) -> Vec<(PathElement, &Value)> {
+fn keyed<'v>(items: &'v [Value], list: ListType<'_>) -> Vec<(PathElement, &'v Value)> {
     items.iter().enumerate().map(|(i, v)| (element_or_index(v, list, i), v)).collect()
 }
 
 /// Removes the field or list element at `path` from `obj`; `false` if it
 /// was not there.
-fn remove_path(kind: Kind, obj: &mut Value, path: &Path) -> bool {
-    fn walk(v: &mut Value, f: Field, rest: &[PathElement]) -> bool {
+fn remove_path(root: Ty<'_>, obj: &mut Value, path: &Path) -> bool {
+    fn walk(v: &mut Value, f: Field<'_>, rest: &[PathElement]) -> bool {
         let Some((first, tail)) = rest.split_first() else { return false };
         match (v, first) {
             (Value::Object(m), PathElement::Field(name)) => {
-                let child = field(f.ty, name);
+                let child = f.ty.field(name);
                 if tail.is_empty() {
                     return m.remove(name).is_some();
                 }
@@ -546,27 +397,27 @@ fn remove_path(kind: Kind, obj: &mut Value, path: &Path) -> bool {
                     items.remove(i);
                     return true;
                 }
-                walk(&mut items[i], typed(f.ty), tail)
+                walk(&mut items[i], f.ty.as_field(), tail)
             }
             _ => false,
         }
     }
-    walk(obj, typed(Ty::Root(kind)), &path.0)
+    walk(obj, root.as_field(), &path.0)
 }
 
 /// The value at `path`, if any.
-fn value_at<'a>(kind: Kind, obj: &'a Value, path: &Path) -> Option<&'a Value> {
+fn value_at<'a>(root: Ty<'_>, obj: &'a Value, path: &Path) -> Option<&'a Value> {
     let mut v = obj;
-    let mut f = typed(Ty::Root(kind));
+    let mut f = root.as_field();
     for e in &path.0 {
         match (v, e) {
             (Value::Object(m), PathElement::Field(name)) => {
-                f = field(f.ty, name);
+                f = f.ty.field(name);
                 v = m.get(name)?;
             }
             (Value::Array(items), e) => {
                 v = items.iter().enumerate().find(|(i, item)| element_or_index(item, f.list, *i) == *e)?.1;
-                f = typed(f.ty);
+                f = f.ty.as_field();
             }
             _ => return None,
         }
@@ -750,10 +601,16 @@ fn ownable(w: &Writer, path: &Path) -> bool {
 /// Records an update (create, PUT, non-apply PATCH) by `w` that turned
 /// `live` (`Value::Null` for a create) into `new`. `managers` are the
 /// managers before the write.
-pub fn update(kind: Kind, live: &Value, new: &Value, mut managers: Vec<Manager>, w: &Writer) -> Vec<Manager> {
+pub fn update<'s>(
+    root: impl Into<Ty<'s>>,
+    live: &Value,
+    new: &Value,
+    mut managers: Vec<Manager>,
+    w: &Writer,
+) -> Vec<Manager> {
     let empty = json!({});
     let live = if live.is_null() { &empty } else { live };
-    let c = compare(kind, live, new);
+    let c = compare(root, live, new);
     let keep = |p: &Path| ownable(w, p);
     let (added, modified, removed) = (c.added.filter(keep), c.modified.filter(keep), c.removed.filter(keep));
     let taken = added.union(&modified);
@@ -843,8 +700,8 @@ fn cap_update_managers(managers: &mut Vec<Manager>) {
 /// object does not exist yet). Returns the new object (managedFields not
 /// yet written: pass the managers to [`encode`]) and the new managers, or
 /// the conflicts with other managers when `force` is off.
-pub fn apply(
-    kind: Kind,
+pub fn apply<'s>(
+    root: impl Into<Ty<'s>>,
     live: &Value,
     config: &Value,
     mut managers: Vec<Manager>,
@@ -858,10 +715,11 @@ pub fn apply(
     let live = if live.is_null() { &empty } else { live };
     let keep = |p: &Path| ownable(w, p);
     let config = strip_unowned(config, w);
-    let applied = config_field_set(kind, &config)?.filter(keep);
-    let mut merged = merge(kind, live, &config);
+    let root = root.into();
+    let applied = config_field_set(root, &config)?.filter(keep);
+    let mut merged = merge(root, live, &config);
 
-    let c = compare(kind, live, &merged);
+    let c = compare(root, live, &merged);
     let changed = c.added.union(&c.modified).filter(keep);
     let me = |m: &Manager| m.is(w.manager, Operation::Apply, w.api_version, w.subresource);
     let mut conflicts = Vec::new();
@@ -894,18 +752,18 @@ pub fn apply(
     let owned = managers.iter().fold(FieldSet::new(), |acc, m| acc.union(&m.fields));
     let held = |p: &Path| owned.contains(p) || owned.has_descendant(p);
     for p in last.iter() {
-        if held(p) || !remove_path(kind, &mut merged, p) {
+        if held(p) || !remove_path(root, &mut merged, p) {
             continue;
         }
         // A map or list left empty by the removal goes too.
         let mut parent = Path(p.0[..p.len() - 1].to_vec());
         while !parent.is_empty() && !held(&parent) {
-            let empty = match value_at(kind, &merged, &parent) {
+            let empty = match value_at(root, &merged, &parent) {
                 Some(Value::Object(m)) => m.is_empty(),
                 Some(Value::Array(a)) => a.is_empty(),
                 _ => false,
             };
-            if !empty || !remove_path(kind, &mut merged, &parent) {
+            if !empty || !remove_path(root, &mut merged, &parent) {
                 break;
             }
             parent = Path(parent.0[..parent.len() - 1].to_vec());

@@ -48,11 +48,11 @@
 //! value into an empty one instead, so directives are always applied and
 //! removed and nulls dropped: the stored JSON never holds a `$patch` key.
 //!
-//! Which lists merge, and on which key, comes from a small schema: a graph of
-//! the types of the built-in kinds (an object's root per [`Kind`],
-//! `ObjectMeta`, `PodTemplateSpec`, `PodSpec`, `Container`, …) and, per type,
-//! the fields whose patch strategy is not the default. A container's `env` is
-//! therefore found wherever a container is: `spec.containers` of a Pod,
+//! Which lists merge, and on which key, comes from the kind's schema, the one
+//! `/openapi/v3` serves: its `x-kubernetes-patch-strategy` and
+//! `x-kubernetes-patch-merge-key` markers, read through
+//! [`crate::structure`]. A container's `env` is therefore found wherever a
+//! container is: `spec.containers` of a Pod,
 //! `spec.template.spec.initContainers` of a Deployment,
 //! `spec.jobTemplate.spec.template.spec.ephemeralContainers` of a CronJob.
 //! Fields the schema does not know are plain maps and atomic lists.
@@ -62,6 +62,11 @@ use std::collections::HashSet;
 use serde_json::{Map, Value};
 
 use crate::resources::Kind;
+use crate::structure::{self, Strategy};
+
+/// The built-in kinds' types; strategic merge is not for custom resources.
+type Ty = structure::Ty<'static>;
+type Field = structure::Field<'static>;
 
 /// Why a strategic merge patch could not be applied. Every variant is the
 /// client's fault (a 400/422 for the apiserver); `path` names the field in
@@ -112,129 +117,8 @@ pub fn strategic_merge(kind: Kind, original: &Value, patch: &Value) -> Result<Va
         _ => return Err(PatchError::OriginalNotAnObject),
     };
     // `$patch: delete` at the root cannot delete the object: it empties it.
-    let merged = merge_map(original, patch, Ty::Root(kind), "", 0)?.unwrap_or_default();
+    let merged = merge_map(original, patch, Ty::from(kind), "", 0)?.unwrap_or_default();
     Ok(Value::Object(merged))
-}
-
-// ---------------------------------------------------------------------------
-// Schema
-
-/// The types of the built-in kinds whose fields have a patch strategy (or
-/// lead to such types). Everything else is [`Ty::Any`]: maps merge, lists are
-/// atomic.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Ty {
-    Any,
-    /// The top level of an object of this kind.
-    Root(Kind),
-    ObjectMeta,
-    /// `spec` of a Deployment, ReplicaSet, DaemonSet or Job: what matters is
-    /// `template`. (`strategy`/`updateStrategy` are `retainKeys` maps, which
-    /// need no schema: `$retainKeys` is honoured wherever it is sent.)
-    WorkloadSpec,
-    CronJobSpec,
-    JobTemplateSpec,
-    PodTemplateSpec,
-    PodSpec,
-    /// A container, init container or ephemeral container.
-    Container,
-    ServiceSpec,
-    NodeSpec,
-    PodStatus,
-    NodeStatus,
-    /// A status whose only merged list is `conditions`.
-    ConditionsStatus,
-}
-
-/// How a list field merges.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Lists {
-    /// No `patchStrategy`: the patch's list replaces the object's.
-    Atomic,
-    /// `patchStrategy: merge` on a list of scalars: union.
-    MergeScalars,
-    /// `patchStrategy: merge` with this `patchMergeKey`.
-    MergeByKey(&'static str),
-}
-
-/// A field's type and, if it is a list, how it merges.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct Field {
-    ty: Ty,
-    lists: Lists,
-}
-
-const PLAIN: Field = Field { ty: Ty::Any, lists: Lists::Atomic };
-
-const fn typed(ty: Ty) -> Field {
-    Field { ty, lists: Lists::Atomic }
-}
-
-const fn by_key(ty: Ty, key: &'static str) -> Field {
-    Field { ty, lists: Lists::MergeByKey(key) }
-}
-
-/// Per type, the fields that lead somewhere or merge (upstream struct tags
-/// `patchStrategy:"merge" patchMergeKey:"…"`). Volumes are also `retainKeys`.
-static FIELDS: &[(Ty, &str, Field)] = &[
-    (Ty::ObjectMeta, "ownerReferences", by_key(Ty::Any, "uid")),
-    (Ty::ObjectMeta, "finalizers", Field { ty: Ty::Any, lists: Lists::MergeScalars }),
-    (Ty::WorkloadSpec, "template", typed(Ty::PodTemplateSpec)),
-    (Ty::CronJobSpec, "jobTemplate", typed(Ty::JobTemplateSpec)),
-    (Ty::JobTemplateSpec, "metadata", typed(Ty::ObjectMeta)),
-    (Ty::JobTemplateSpec, "spec", typed(Ty::WorkloadSpec)),
-    (Ty::PodTemplateSpec, "metadata", typed(Ty::ObjectMeta)),
-    (Ty::PodTemplateSpec, "spec", typed(Ty::PodSpec)),
-    (Ty::PodSpec, "containers", by_key(Ty::Container, "name")),
-    (Ty::PodSpec, "initContainers", by_key(Ty::Container, "name")),
-    (Ty::PodSpec, "ephemeralContainers", by_key(Ty::Container, "name")),
-    (Ty::PodSpec, "volumes", by_key(Ty::Any, "name")),
-    (Ty::PodSpec, "imagePullSecrets", by_key(Ty::Any, "name")),
-    (Ty::PodSpec, "hostAliases", by_key(Ty::Any, "ip")),
-    (Ty::PodSpec, "topologySpreadConstraints", by_key(Ty::Any, "topologyKey")),
-    (Ty::PodSpec, "schedulingGates", by_key(Ty::Any, "name")),
-    (Ty::PodSpec, "resourceClaims", by_key(Ty::Any, "name")),
-    (Ty::Container, "env", by_key(Ty::Any, "name")),
-    (Ty::Container, "ports", by_key(Ty::Any, "containerPort")),
-    (Ty::Container, "volumeMounts", by_key(Ty::Any, "mountPath")),
-    (Ty::Container, "volumeDevices", by_key(Ty::Any, "devicePath")),
-    (Ty::ServiceSpec, "ports", by_key(Ty::Any, "port")),
-    (Ty::NodeSpec, "podCIDRs", Field { ty: Ty::Any, lists: Lists::MergeScalars }),
-    (Ty::PodStatus, "conditions", by_key(Ty::Any, "type")),
-    (Ty::PodStatus, "podIPs", by_key(Ty::Any, "ip")),
-    (Ty::PodStatus, "hostIPs", by_key(Ty::Any, "ip")),
-    (Ty::NodeStatus, "conditions", by_key(Ty::Any, "type")),
-    (Ty::NodeStatus, "addresses", by_key(Ty::Any, "type")),
-    (Ty::ConditionsStatus, "conditions", by_key(Ty::Any, "type")),
-];
-
-/// The top-level fields of each kind.
-fn root_field(kind: Kind, name: &str) -> Field {
-    use Kind::*;
-    match (kind, name) {
-        (_, "metadata") => typed(Ty::ObjectMeta),
-        (Pod, "spec") => typed(Ty::PodSpec),
-        (Deployment | ReplicaSet | ReplicationController | DaemonSet | Job, "spec") => typed(Ty::WorkloadSpec),
-        (CronJob, "spec") => typed(Ty::CronJobSpec),
-        (Service, "spec") => typed(Ty::ServiceSpec),
-        (Node, "spec") => typed(Ty::NodeSpec),
-        (Pod, "status") => typed(Ty::PodStatus),
-        (Node, "status") => typed(Ty::NodeStatus),
-        (Namespace | Service | Deployment | ReplicaSet | ReplicationController | DaemonSet | Job, "status") => {
-            typed(Ty::ConditionsStatus)
-        }
-        (ServiceAccount, "secrets") => by_key(Ty::Any, "name"),
-        _ => PLAIN,
-    }
-}
-
-/// The field `name` of a map of type `ty`.
-fn field(ty: Ty, name: &str) -> Field {
-    match ty {
-        Ty::Any => PLAIN,
-        Ty::Root(kind) => root_field(kind, name),
-        _ => FIELDS.iter().find(|(t, n, _)| *t == ty && *n == name).map_or(PLAIN, |(_, _, f)| *f),
-    }
 }
 
 // ---------------------------------------------------------------------------
@@ -360,7 +244,7 @@ fn merge_map(
             original.remove(key);
             continue;
         }
-        let field = field(ty, key);
+        let field = ty.field(key);
         let child = join(path, key);
         let merged = match (original.remove(key), value) {
             (Some(Value::Object(o)), Value::Object(p)) => {
@@ -440,10 +324,10 @@ fn merge_list(
     if depth > MAX_DEPTH {
         return Err(PatchError::TooDeep { path: at(path) });
     }
-    let key = match field.lists {
-        Lists::Atomic => return replace_list(patch, field.ty, path, depth),
-        Lists::MergeScalars => None,
-        Lists::MergeByKey(key) => Some(key),
+    let key = match field.strategy {
+        Strategy::Replace => return replace_list(patch, field.ty, path, depth),
+        Strategy::MergeScalars => None,
+        Strategy::MergeByKey(key) => Some(key),
     };
     match elements(path, &[&original, patch])? {
         Elements::Empty => Ok(original),
@@ -460,7 +344,7 @@ fn replace_list(patch: &[Value], ty: Ty, path: &str, depth: usize) -> Result<Vec
     let mut out = Vec::with_capacity(patch.len());
     for (i, v) in patch.iter().enumerate() {
         let element = match v {
-            Value::Object(_) | Value::Array(_) => fresh(v, typed(ty), &format!("{path}[{i}]"), depth + 1)?,
+            Value::Object(_) | Value::Array(_) => fresh(v, ty.as_field(), &format!("{path}[{i}]"), depth + 1)?,
             other => Some(other.clone()),
         };
         out.extend(element);
@@ -600,12 +484,12 @@ fn set_element_order(
 ) -> Result<bool, PatchError> {
     let directive = format!("{SET_ELEMENT_ORDER}{name}");
     let order = order.as_array().ok_or_else(|| PatchError::DirectiveNotAList { path: at(path), directive })?;
-    let field = field(ty, name);
-    let key = match field.lists {
+    let field = ty.field(name);
+    let key = match field.strategy {
         // An atomic list is the patch's, in the patch's order.
-        Lists::Atomic => return Ok(false),
-        Lists::MergeScalars => None,
-        Lists::MergeByKey(key) => Some(key),
+        Strategy::Replace => return Ok(false),
+        Strategy::MergeScalars => None,
+        Strategy::MergeByKey(key) => Some(key),
     };
     let child = join(path, name);
     let patch_list = match patch.get(name) {
@@ -683,6 +567,7 @@ fn check_order(list: &[Value], order: &[Value], key: Option<&str>, path: &str, n
 mod tests {
     use super::*;
     use proptest::prelude::*;
+    use proptest::strategy::Strategy;
     use serde_json::json;
 
     fn smp(kind: Kind, original: Value, patch: Value) -> Value {
@@ -952,21 +837,27 @@ mod tests {
     #[test]
     fn the_schema_finds_merge_keys_by_path_from_the_root() {
         fn resolve(kind: Kind, path: &[&str]) -> Field {
-            let mut f = typed(Ty::Root(kind));
+            let mut f = Ty::from(kind).as_field();
             for name in path {
-                f = field(f.ty, name);
+                f = f.ty.field(name);
             }
             f
         }
         let env = ["spec", "template", "spec", "ephemeralContainers", "env"];
-        assert_eq!(resolve(Kind::DaemonSet, &env).lists, Lists::MergeByKey("name"));
-        assert_eq!(resolve(Kind::Pod, &["spec", "containers", "ports"]).lists, Lists::MergeByKey("containerPort"));
-        assert_eq!(resolve(Kind::Service, &["spec", "ports"]).lists, Lists::MergeByKey("port"));
-        assert_eq!(resolve(Kind::Pod, &["spec", "volumes"]).lists, Lists::MergeByKey("name"));
-        assert_eq!(resolve(Kind::Job, &["spec", "template", "metadata", "finalizers"]).lists, Lists::MergeScalars);
-        assert_eq!(resolve(Kind::Pod, &["spec", "tolerations"]).lists, Lists::Atomic);
-        assert_eq!(resolve(Kind::Pod, &["spec", "ports"]).lists, Lists::Atomic);
-        assert_eq!(resolve(Kind::ConfigMap, &["spec", "containers"]).lists, Lists::Atomic);
+        assert_eq!(resolve(Kind::DaemonSet, &env).strategy, structure::Strategy::MergeByKey("name"));
+        assert_eq!(
+            resolve(Kind::Pod, &["spec", "containers", "ports"]).strategy,
+            structure::Strategy::MergeByKey("containerPort")
+        );
+        assert_eq!(resolve(Kind::Service, &["spec", "ports"]).strategy, structure::Strategy::MergeByKey("port"));
+        assert_eq!(resolve(Kind::Pod, &["spec", "volumes"]).strategy, structure::Strategy::MergeByKey("name"));
+        assert_eq!(
+            resolve(Kind::Job, &["spec", "template", "metadata", "finalizers"]).strategy,
+            structure::Strategy::MergeScalars
+        );
+        assert_eq!(resolve(Kind::Pod, &["spec", "tolerations"]).strategy, structure::Strategy::Replace);
+        assert_eq!(resolve(Kind::Pod, &["spec", "ports"]).strategy, structure::Strategy::Replace);
+        assert_eq!(resolve(Kind::ConfigMap, &["spec", "containers"]).strategy, structure::Strategy::Replace);
     }
 
     #[test]

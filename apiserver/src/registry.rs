@@ -25,6 +25,7 @@ use skiff_api::field::FieldError;
 use skiff_api::managed_fields::{self, Manager, Writer};
 use skiff_api::resources::{self, Kind, ResourceInfo};
 use skiff_api::selector::{object_fields, FieldSelector, LabelSelector};
+use skiff_api::structure;
 use skiff_api::{defaults, meta, validation, ApiError};
 use skiff_raft_store::types::{Compare, OpResult, Txn};
 use skiff_raft_store::Store;
@@ -280,7 +281,7 @@ fn record_update(
     let managers = managers_before(live, next, subresource)?;
     let (now, api_version) = (meta::now_rfc3339(), info.api_version());
     let w = writer(info, ctx, subresource, &api_version, &now);
-    let managers = managed_fields::update(info.kind_id, live, next, managers, &w);
+    let managers = managed_fields::update(structure::of(info), live, next, managers, &w);
     managed_fields::encode(&managers, next);
     Ok(())
 }
@@ -727,7 +728,7 @@ impl Registry {
             } else {
                 let (now, api_version) = (meta::now_rfc3339(), info.api_version());
                 let w = writer(info, ctx, "", &api_version, &now);
-                managed_fields::update(info.kind_id, &Value::Null, &candidate, supplied.clone(), &w)
+                managed_fields::update(structure::of(info), &Value::Null, &candidate, supplied.clone(), &w)
             };
             managed_fields::encode(&managers, &mut candidate);
             self.check_valid(info, &candidate, strategy.validate_create(info, &candidate))?;
@@ -1003,7 +1004,7 @@ impl Registry {
                     |current| {
                         let managers = managers_before(current, &Value::Null, "")?;
                         let (mut merged, managers) =
-                            managed_fields::apply(info.kind_id, current, &config, managers, &w, force)?;
+                            managed_fields::apply(structure::of(info), current, &config, managers, &w, force)?;
                         managed_fields::encode(&managers, &mut merged);
                         let mut next = finish_patch(info, current, merged, &opts, &owned)?;
                         // A subresource write keeps the live managedFields: put the new ones back.
@@ -1020,7 +1021,7 @@ impl Registry {
                 return Err(not_found(info, name));
             }
             let (mut obj, managers) =
-                managed_fields::apply(info.kind_id, &Value::Null, &config, Vec::new(), &w, force)?;
+                managed_fields::apply(structure::of(info), &Value::Null, &config, Vec::new(), &w, force)?;
             meta::meta_mut(&mut obj).remove("resourceVersion");
             match self.create_with(ctx, info, ns.unwrap_or(""), obj, dry_run, Some(managers)).await {
                 Err(e) if e.reason == skiff_api::Reason::AlreadyExists => continue,

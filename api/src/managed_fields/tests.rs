@@ -1,4 +1,5 @@
 use super::*;
+use crate::resources::Kind;
 
 const NOW: &str = "2026-01-01T00:00:00Z";
 const LATER: &str = "2026-01-01T00:01:00Z";
@@ -57,19 +58,66 @@ fn the_field_set_keys_list_maps_defaults_missing_key_fields_and_keeps_atomic_str
 }
 
 #[test]
-fn job_and_budget_conditions_and_pod_host_ips_are_keyed_as_strategic_merge_keys_them() {
+fn list_markers_come_from_the_served_schema_not_from_the_patch_strategy() {
+    // Kubernetes 1.32 marks a Job's conditions and a pod's hostIPs
+    // `listType=atomic` (while strategic merge merges them by key) and a
+    // budget's conditions `listType=map` on `type`.
     let job = json!({"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "j"},
         "status": {"conditions": [{"type": "Complete", "status": "True"}]}});
-    let condition = path(&["status", "conditions"]).child(PathElement::key(&[("type", &json!("Complete"))]));
-    assert!(field_set(Kind::Job, &job).contains(&condition.child(PathElement::field("status"))));
+    let set = field_set(Kind::Job, &job);
+    assert!(set.contains(&path(&["status", "conditions"])));
+    assert_eq!(set.iter().filter(|p| p.to_string().starts_with(".status.conditions")).count(), 1, "{set:?}");
     let pdb = json!({"apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": {"name": "b"},
         "status": {"conditions": [{"type": "DisruptionAllowed", "status": "True"}]}});
     let allowed = path(&["status", "conditions"]).child(PathElement::key(&[("type", &json!("DisruptionAllowed"))]));
     assert!(field_set(Kind::PodDisruptionBudget, &pdb).contains(&allowed.child(PathElement::field("status"))));
     let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
         "status": {"hostIPs": [{"ip": "10.0.0.1"}]}});
+    let set = field_set(Kind::Pod, &pod);
+    assert!(set.contains(&path(&["status", "hostIPs"])));
     let host_ip = path(&["status", "hostIPs"]).child(PathElement::key(&[("ip", &json!("10.0.0.1"))]));
-    assert!(field_set(Kind::Pod, &pod).contains(&host_ip));
+    assert!(!set.contains(&host_ip));
+}
+
+#[test]
+fn a_custom_resources_list_markers_come_from_its_crd() {
+    let schema = json!({"type": "object", "properties": {"spec": {"type": "object", "properties": {
+        "routes": {"type": "array", "x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["host"],
+            "items": {"type": "object", "properties": {"host": {"type": "string"}, "port": {"type": "integer"}}}},
+        "plain": {"type": "array", "items": {"type": "object", "properties": {"host": {"type": "string"}}}},
+    }}}});
+    let structure = crate::structure::Structure::custom(&schema);
+    let obj = json!({"metadata": {"name": "w", "finalizers": ["f"]},
+        "spec": {"routes": [{"host": "a", "port": 1}], "plain": [{"host": "a"}]}});
+    let set = field_set(structure.root(), &obj);
+    let route = path(&["spec", "routes"]).child(PathElement::key(&[("host", &json!("a"))]));
+    assert!(set.contains(&route.child(PathElement::field("port"))), "{set:?}");
+    assert!(set.contains(&path(&["spec", "plain"])), "unmarked lists are atomic");
+    assert!(set.contains(&path(&["metadata", "finalizers"]).child(PathElement::value(&json!("f")))));
+
+    // Two appliers each own their own route; dropping one keeps the other's.
+    let w = |name| Writer { api_version: "example.com/v1", ..writer(name) };
+    let (obj, managers) = apply(
+        structure.root(),
+        &Value::Null,
+        &json!({"spec": {"routes": [{"host": "a", "port": 1}]}}),
+        Vec::new(),
+        &w("one"),
+        false,
+    )
+    .unwrap();
+    let (obj, managers) = apply(
+        structure.root(),
+        &obj,
+        &json!({"spec": {"routes": [{"host": "b", "port": 2}]}}),
+        managers,
+        &w("two"),
+        false,
+    )
+    .unwrap();
+    assert_eq!(obj["spec"]["routes"], json!([{"host": "a", "port": 1}, {"host": "b", "port": 2}]));
+    let (obj, _) = apply(structure.root(), &obj, &json!({"spec": {"routes": []}}), managers, &w("one"), false).unwrap();
+    assert_eq!(obj["spec"]["routes"], json!([{"host": "b", "port": 2}]));
 }
 
 #[test]
