@@ -592,6 +592,13 @@ spec:
         assert!(big.ends_with(&expected), "{} bytes through the port-forward, want {}", big.len(), expected.len());
     }
     drop(forward);
+    // The same over a bare SPDY upgrade (a POST; the WebSocket tunnel is a GET).
+    let spdy = PortForward::start_spdy(&setup.api, &format!("pod/{}", name(a)), 8080);
+    let big = http_get("127.0.0.1", spdy.local, "/big").unwrap_or_default();
+    assert!(big.ends_with(&expected), "{} bytes through SPDY, want {}: {}", big.len(), expected.len(), spdy.stderr());
+    let upgraded = spdy.stderr().lines().any(|l| l.contains("POST ") && l.contains("/portforward 101"));
+    assert!(upgraded, "kubectl did not upgrade to SPDY:\n{}", spdy.stderr());
+    drop(spdy);
     // Nothing listens on the pod's port 9: kubectl shows the error the
     // node met and ends, as it does against kube.
     let mut refused = PortForward::start(&setup.api, &format!("pod/{}", name(a)), 9);

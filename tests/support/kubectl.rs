@@ -131,16 +131,27 @@ impl PortForward {
     /// Starts `kubectl port-forward <target> :<remote>` and waits for it
     /// to say where it listens.
     pub fn start(api: &Api, target: &str, remote: u16) -> PortForward {
+        PortForward::start_with(api, target, remote, false)
+    }
+
+    /// The same over a bare SPDY upgrade instead of kubectl's WebSocket
+    /// tunnel (`KUBECTL_PORT_FORWARD_WEBSOCKETS=false`: what kubectl falls
+    /// back to and client-go's SPDY dialer speaks), at `-v=6` so that its
+    /// requests are in [`PortForward::stderr`].
+    pub fn start_spdy(api: &Api, target: &str, remote: u16) -> PortForward {
+        PortForward::start_with(api, target, remote, true)
+    }
+
+    fn start_with(api: &Api, target: &str, remote: u16, spdy: bool) -> PortForward {
         use std::io::BufRead;
         let dir = tempfile::tempdir().unwrap();
         let stderr = std::fs::File::create(dir.path().join("stderr")).unwrap();
-        let mut child = api
-            .command(&dir.path().join("cache"))
-            .args(["port-forward", target, &format!(":{remote}")])
-            .stdout(Stdio::piped())
-            .stderr(stderr)
-            .spawn()
-            .unwrap();
+        let mut command = api.command(&dir.path().join("cache"));
+        command.args(["port-forward", target, &format!(":{remote}")]);
+        if spdy {
+            command.env("KUBECTL_PORT_FORWARD_WEBSOCKETS", "false").arg("-v=6");
+        }
+        let mut child = command.stdout(Stdio::piped()).stderr(stderr).spawn().unwrap();
         let stdout = child.stdout.take().unwrap();
         let (tx, rx) = std::sync::mpsc::channel();
         // Reads on for the session's life ("Handling connection for ...").

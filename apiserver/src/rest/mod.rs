@@ -264,12 +264,12 @@ async fn stream_to_node(
         "portforward" => {
             let located = node_proxy::locate_pod(&state.registry, &ctx, &namespace, &pod).await;
             if !websocket {
-                // The SPDY fallback kubectl tries after a failed WebSocket
-                // attempt: its error is the one kubectl prints.
-                located?;
+                let target = located?;
+                if port_forward::wants_spdy(&parts.headers) {
+                    return port_forward::spdy_upgrade(parts, target);
+                }
                 return Err(ApiError::bad_request(
-                    "Skiff serves port-forward over WebSocket (SPDY/3.1+portforward.k8s.io) only; \
-                     a bare SPDY upgrade is not supported",
+                    "pods/portforward is an upgrade: to a WebSocket (SPDY/3.1+portforward.k8s.io) or to SPDY/3.1",
                 ));
             }
             let target = located?;

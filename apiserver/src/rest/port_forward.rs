@@ -1,7 +1,12 @@
 //! `pods/<name>/portforward`: kubectl's port-forward protocol
-//! (`portforward.k8s.io`, SPDY/3.1 streams) over the WebSocket tunnel
-//! kubectl 1.32 opens first (`SPDY/3.1+portforward.k8s.io`): binary
-//! messages carry a SPDY byte stream and their boundaries mean nothing.
+//! (`portforward.k8s.io`, SPDY/3.1 streams), over either transport:
+//! - the WebSocket tunnel kubectl 1.32 opens first
+//!   (`SPDY/3.1+portforward.k8s.io`, [`session`]): binary messages carry a
+//!   SPDY byte stream and their boundaries mean nothing;
+//! - a bare `Upgrade: SPDY/3.1` of the HTTP/1.1 connection ([`spdy_upgrade`]):
+//!   what kubectl falls back to, what it sends with
+//!   `KUBECTL_PORT_FORWARD_WEBSOCKETS=false`, and what client-go's SPDY
+//!   dialer and older kubectls send.
 //!
 //! kubectl upgrades once and multiplexes every local connection over that
 //! one tunnel, each as a pair of streams sharing a `requestid`: an error
@@ -18,9 +23,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::extract::ws::{CloseFrame, Message, WebSocket};
-use axum::http::{header, Request, StatusCode, Uri};
-use bytes::Bytes;
-use futures::{SinkExt, StreamExt};
+use axum::http::{header, HeaderValue, Request, StatusCode, Uri};
+use axum::response::Response;
+use bytes::{Bytes, BytesMut};
+use futures::{SinkExt, Stream, StreamExt};
 use http_body_util::{BodyExt, Empty};
 use hyper::upgrade::Upgraded;
 use hyper_util::rt::TokioIo;
@@ -29,11 +35,16 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::mpsc;
 use tokio::task::{AbortHandle, JoinSet};
 
+use skiff_api::status::ApiError;
+
 use super::node_proxy::PodTarget;
 use super::spdy::{self, Decoder, Encoder, Frame};
 
 /// The WebSocket subprotocol the tunnel is served in.
 pub const PROTOCOLS: [&str; 1] = ["SPDY/3.1+portforward.k8s.io"];
+/// The stream protocol of a bare SPDY upgrade (`X-Stream-Protocol-Version`).
+const STREAM_PROTOCOL: &str = "portforward.k8s.io";
+const STREAM_PROTOCOL_HEADER: &str = "x-stream-protocol-version";
 /// The largest data frame sent to kubectl.
 const MAX_DATA_FRAME: usize = 32 * 1024;
 /// How long the node agent has to accept a forwarded connection.
@@ -67,9 +78,9 @@ struct Session {
     tasks: JoinSet<()>,
 }
 
-/// Serves one port-forward tunnel until kubectl goes away.
+/// Serves one port-forward tunnel over a WebSocket until kubectl goes away.
 pub async fn session(socket: WebSocket, target: PodTarget) {
-    let (mut sink, mut source) = socket.split();
+    let (mut sink, source) = socket.split();
     let (out, mut outgoing) = mpsc::channel::<Frame>(64);
     let writer = tokio::spawn(async move {
         let mut encoder = Encoder::default();
@@ -80,6 +91,93 @@ pub async fn session(socket: WebSocket, target: PodTarget) {
         }
         let _ = sink.send(Message::Close(Some(CloseFrame { code: 1000, reason: "".into() }))).await;
     });
+    let incoming = futures::stream::unfold(source, |mut source| async move {
+        loop {
+            match source.next().await? {
+                Ok(Message::Binary(bytes)) => return Some((Bytes::from(bytes), source)),
+                Ok(Message::Close(_)) | Err(_) => return None,
+                Ok(_) => continue,
+            }
+        }
+    });
+    serve(Box::pin(incoming), out, target).await;
+    let _ = tokio::time::timeout(Duration::from_secs(5), writer).await;
+}
+
+/// Whether a request asks for a bare SPDY upgrade.
+pub fn wants_spdy(headers: &header::HeaderMap) -> bool {
+    headers
+        .get(header::UPGRADE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|u| u.trim().eq_ignore_ascii_case("SPDY/3.1"))
+}
+
+/// Accepts a bare SPDY upgrade: `101 Switching Protocols` now, and the
+/// session on the connection once hyper hands it over. A client that names
+/// stream protocols must name `portforward.k8s.io` (kube-apiserver's
+/// handshake: 403 otherwise); one that names none gets it.
+pub fn spdy_upgrade(parts: &mut axum::http::request::Parts, target: PodTarget) -> Result<Response, ApiError> {
+    let offered: Vec<String> = parts
+        .headers
+        .get_all(STREAM_PROTOCOL_HEADER)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .map(|p| p.trim().to_string())
+        .filter(|p| !p.is_empty())
+        .collect();
+    if !offered.is_empty() && !offered.iter().any(|p| p == STREAM_PROTOCOL) {
+        return Err(ApiError::forbidden(format!(
+            "unable to upgrade: unable to negotiate protocol: client supports {offered:?}, server accepts [\"{STREAM_PROTOCOL}\"]"
+        )));
+    }
+    let on_upgrade = parts
+        .extensions
+        .remove::<hyper::upgrade::OnUpgrade>()
+        .ok_or_else(|| ApiError::bad_request("a SPDY upgrade needs an HTTP/1.1 connection"))?;
+    tokio::spawn(async move {
+        match on_upgrade.await {
+            Ok(upgraded) => spdy_session(upgraded, target).await,
+            Err(e) => tracing::debug!(error = %e, "port-forward: the SPDY upgrade did not complete"),
+        }
+    });
+    let mut response = Response::new(axum::body::Body::empty());
+    *response.status_mut() = StatusCode::SWITCHING_PROTOCOLS;
+    let headers = response.headers_mut();
+    headers.insert(header::CONNECTION, HeaderValue::from_static("Upgrade"));
+    headers.insert(header::UPGRADE, HeaderValue::from_static("SPDY/3.1"));
+    headers.insert(STREAM_PROTOCOL_HEADER, HeaderValue::from_static(STREAM_PROTOCOL));
+    Ok(response)
+}
+
+/// Serves one port-forward session on an upgraded connection: SPDY frames
+/// straight on the bytes.
+async fn spdy_session(upgraded: Upgraded, target: PodTarget) {
+    let (read, mut write) = tokio::io::split(TokioIo::new(upgraded));
+    let (out, mut outgoing) = mpsc::channel::<Frame>(64);
+    let writer = tokio::spawn(async move {
+        let mut encoder = Encoder::default();
+        while let Some(frame) = outgoing.recv().await {
+            if write.write_all(&encoder.encode(&frame)).await.is_err() {
+                return;
+            }
+        }
+        let _ = write.shutdown().await;
+    });
+    let incoming = futures::stream::unfold(read, |mut read| async move {
+        let mut buf = BytesMut::with_capacity(MAX_DATA_FRAME);
+        match read.read_buf(&mut buf).await {
+            Ok(0) | Err(_) => None,
+            Ok(_) => Some((buf.freeze(), read)),
+        }
+    });
+    serve(Box::pin(incoming), out, target).await;
+    let _ = tokio::time::timeout(Duration::from_secs(5), writer).await;
+}
+
+/// Runs a session on the SPDY bytes kubectl sends (`incoming` ends when
+/// the transport does), answering through `out` until kubectl goes away.
+async fn serve(mut incoming: impl Stream<Item = Bytes> + Unpin, out: mpsc::Sender<Frame>, target: PodTarget) {
     let mut session = Session {
         target: Arc::new(target),
         out,
@@ -89,12 +187,8 @@ pub async fn session(socket: WebSocket, target: PodTarget) {
         tasks: JoinSet::new(),
     };
     let mut decoder = Decoder::default();
-    'tunnel: while let Some(message) = source.next().await {
-        match message {
-            Ok(Message::Binary(bytes)) => decoder.push(&bytes),
-            Ok(Message::Close(_)) | Err(_) => break,
-            Ok(_) => continue,
-        }
+    'tunnel: while let Some(bytes) = incoming.next().await {
+        decoder.push(&bytes);
         loop {
             match decoder.next_frame() {
                 Ok(Some(frame)) => {
@@ -112,8 +206,6 @@ pub async fn session(socket: WebSocket, target: PodTarget) {
         }
     }
     session.tasks.abort_all();
-    drop(session);
-    let _ = tokio::time::timeout(Duration::from_secs(5), writer).await;
 }
 
 impl Session {
