@@ -4,6 +4,7 @@
 use std::pin::Pin;
 
 use futures::Stream;
+use openraft::raft::{AppendEntriesRequest, InstallSnapshotRequest};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use skiff_proto::peer::peer_server::{Peer, PeerServer};
@@ -15,7 +16,7 @@ use tonic::{Request, Response, Status, Streaming};
 use crate::error::to_wire;
 use crate::network::{Envelope, MAX_PEER_MESSAGE};
 use crate::store::{AdminRequest, Store};
-use crate::types::{NodeId, Proposal};
+use crate::types::{NodeId, Proposal, TypeConfig};
 
 pub struct PeerService {
     store: Store,
@@ -114,7 +115,21 @@ impl Peer for PeerService {
     }
 
     async fn install_snapshot(&self, request: Request<Payload>) -> Result<Response<Payload>, Status> {
-        let req = self.open(request)?;
+        let req: InstallSnapshotRequest<TypeConfig> = self.open(request)?;
+        // openraft 0.9 hands a chunk to its snapshot receiver without telling
+        // Raft that the leader was heard from, and the leader sends no
+        // heartbeat to this member until the whole snapshot is in: a
+        // transfer longer than the election timeout made this member
+        // campaign, depose the leader with its higher term, and have the
+        // next leader start the transfer over, for ever (200 MB at some
+        // 100 MB/s). Each chunk now counts as the heartbeat it is: an empty
+        // AppendEntries under the chunk's vote, which checks no log entry
+        // (no previous log id), commits nothing, and is refused like any
+        // message of a stale leader.
+        let heartbeat = AppendEntriesRequest { vote: req.vote, prev_log_id: None, leader_commit: None, entries: vec![] };
+        if let Err(e) = self.store.raft().append_entries(heartbeat).await {
+            tracing::debug!(error = %e, "a snapshot chunk's heartbeat was not taken");
+        }
         reply(&self.store.raft().install_snapshot(req).await)
     }
 
