@@ -18,6 +18,7 @@
 //! FIN'd: kubectl closes its local socket only once the error stream is.
 
 use std::collections::HashMap;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -177,7 +178,10 @@ async fn spdy_session(upgraded: Upgraded, target: PodTarget) {
 
 /// Runs a session on the SPDY bytes kubectl sends (`incoming` ends when
 /// the transport does), answering through `out` until kubectl goes away.
-async fn serve(mut incoming: impl Stream<Item = Bytes> + Unpin, out: mpsc::Sender<Frame>, target: PodTarget) {
+///
+/// Not generic over the stream: one copy of the session's state machine
+/// serves both transports.
+async fn serve(mut incoming: Pin<Box<dyn Stream<Item = Bytes> + Send>>, out: mpsc::Sender<Frame>, target: PodTarget) {
     let mut session = Session {
         target: Arc::new(target),
         out,
