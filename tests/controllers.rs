@@ -597,3 +597,82 @@ async fn a_disruption_budget_holds_evictions_and_a_drain_to_what_it_allows() {
     let fewest = census.lock().unwrap().fewest_ready;
     assert!(fewest.is_some_and(|f| f >= 2), "the budget kept 2 pods Ready throughout: {fewest:?}");
 }
+
+/// The definition of an operator's kind whose objects control pods: a
+/// Flock, with a `scale` subresource on `spec.replicas`.
+const FLOCKS: &str = r#"apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata: {name: flocks.example.com}
+spec:
+  group: example.com
+  scope: Namespaced
+  names: {plural: flocks, singular: flock, kind: Flock}
+  versions:
+  - name: v1
+    served: true
+    storage: true
+    subresources:
+      scale: {specReplicasPath: .spec.replicas, statusReplicasPath: .status.replicas}
+    schema:
+      openAPIV3Schema:
+        type: object
+        properties:
+          spec: {type: object, properties: {replicas: {type: integer}}}
+          status: {type: object, properties: {replicas: {type: integer}}}
+"#;
+
+/// Pods an operator made for its custom resource, as kube-rs and
+/// controller-runtime operators do: the controllers meet the Flock only as
+/// the pods' controller reference. The disruption controller counts the
+/// Flock's scale for the budget, the garbage collector keeps the pods
+/// while the Flock lives and deletes them once it is gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pods_a_custom_resource_controls_count_its_scale_and_go_with_it() {
+    let s = Setup::new(|_| PodFate::Ready, &[]).await;
+    s.apply(&node("n1"));
+    s.apply(FLOCKS);
+    s.kubectl(&["wait", "--for=condition=Established", "crd/flocks.example.com", "--timeout=30s"]);
+    s.apply(
+        "apiVersion: example.com/v1\nkind: Flock\nmetadata: {name: birds, namespace: default}\nspec: {replicas: 4}\n",
+    );
+    let uid = s.kubectl(&["get", "flock", "birds", "-o", "jsonpath={.metadata.uid}"]);
+    // Two of the Flock's four pods exist (its operator is slow).
+    for i in 0..2 {
+        s.apply(&format!(
+            "apiVersion: v1\nkind: Pod\nmetadata:\n  name: bird-{i}\n  namespace: default\n  labels: {{app: birds}}\n  \
+             ownerReferences:\n  - {{apiVersion: example.com/v1, kind: Flock, name: birds, uid: {uid}, controller: \
+             true, blockOwnerDeletion: true}}\nspec:\n  nodeName: n1\n  containers:\n  - {{name: bird, image: \
+             nginx}}\n"
+        ));
+    }
+    s.kubectl(&["create", "pdb", "birds", "--selector=app=birds", "--max-unavailable=1"]);
+    let status = || -> Value {
+        serde_json::from_str::<Value>(&s.kubectl(&["get", "pdb", "birds", "-o", "json"])).unwrap()["status"].clone()
+    };
+    let counts = |st: &Value| {
+        ["expectedPods", "desiredHealthy", "currentHealthy", "disruptionsAllowed"].map(|k| st[k].as_i64().unwrap_or(-1))
+    };
+    // Of the Flock's 4, one may be unavailable: 3 must be healthy, and only
+    // 2 are, so none may go.
+    s.must_eventually("the budget counts the Flock's scale", Duration::from_secs(30), || {
+        (counts(&status()) == [4, 3, 2, 0]).then_some(())
+    })
+    .await;
+    // Scaled down through its scale subresource, the Flock wants 2, so one
+    // of the 2 may go: the budget sees the new scale without a pod changing.
+    s.kubectl(&["scale", "flock", "birds", "--replicas=2"]);
+    s.must_eventually("the budget follows the Flock's scale", Duration::from_secs(45), || {
+        (counts(&status()) == [2, 1, 2, 1]).then_some(())
+    })
+    .await;
+    ok(evict(&s, "bird-0"));
+    // All along, the garbage collector left the live Flock's pods alone.
+    assert_eq!(s.kubectl(&["get", "pod", "bird-1", "-o", "jsonpath={.metadata.name}"]), "bird-1");
+
+    // A Flock deleted takes its pods with it.
+    s.kubectl(&["delete", "flock", "birds"]);
+    s.must_eventually("the Flock's pods are collected", Duration::from_secs(60), || {
+        (s.count(&["get", "pods", "-l", "app=birds"]) == 0).then_some(())
+    })
+    .await;
+}

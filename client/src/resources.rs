@@ -212,6 +212,10 @@ fn resource_ref(info: &ResourceInfo, namespace: &str) -> Option<ResourceRef> {
     })
 }
 
+fn named_ref(group: &str, plural: &str, namespace: &str) -> Option<ResourceRef> {
+    Some(ResourceRef { group: group.to_string(), resource: plural.to_string(), namespace: namespace.to_string() })
+}
+
 fn to_json(v: &Value) -> Vec<u8> {
     serde_json::to_vec(v).expect("JSON values serialize")
 }
@@ -382,11 +386,33 @@ impl Client {
     }
 
     pub async fn get_scale(&self, info: &ResourceInfo, namespace: &str, name: &str) -> Result<Value, ClientError> {
+        self.get_at(resource_ref(info, namespace), name, "scale").await
+    }
+
+    /// The object `name` among the namespaced resources `plural` of
+    /// `group`: for kinds a client knows only from a reference to one of
+    /// their objects, such as a custom resource that owns pods.
+    pub async fn get_of(&self, group: &str, plural: &str, namespace: &str, name: &str) -> Result<Value, ClientError> {
+        self.get_at(named_ref(group, plural, namespace), name, "").await
+    }
+
+    /// [`Client::get_of`]'s `scale` subresource (an `autoscaling/v1` Scale).
+    pub async fn get_scale_of(
+        &self,
+        group: &str,
+        plural: &str,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Value, ClientError> {
+        self.get_at(named_ref(group, plural, namespace), name, "scale").await
+    }
+
+    async fn get_at(&self, resource: Option<ResourceRef>, name: &str, subresource: &str) -> Result<Value, ClientError> {
         let req = GetRequest {
-            resource: resource_ref(info, namespace),
+            resource,
             name: name.to_string(),
             resource_version: String::new(),
-            subresource: "scale".into(),
+            subresource: subresource.to_string(),
         };
         let obj = rpc!(self, get, req)?;
         from_json(&obj.json)

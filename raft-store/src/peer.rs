@@ -126,7 +126,8 @@ impl Peer for PeerService {
         // AppendEntries under the chunk's vote, which checks no log entry
         // (no previous log id), commits nothing, and is refused like any
         // message of a stale leader.
-        let heartbeat = AppendEntriesRequest { vote: req.vote, prev_log_id: None, leader_commit: None, entries: vec![] };
+        let heartbeat =
+            AppendEntriesRequest { vote: req.vote, prev_log_id: None, leader_commit: None, entries: vec![] };
         if let Err(e) = self.store.raft().append_entries(heartbeat).await {
             tracing::debug!(error = %e, "a snapshot chunk's heartbeat was not taken");
         }

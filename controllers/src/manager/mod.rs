@@ -10,6 +10,7 @@
 //!   and [`drive`], which carries out one reconcile's actions and records
 //!   its metrics.
 //! - `dynamic`: every kind's shared informer seen as JSON.
+//! - `custom`: custom resources met as references (a pod's owner).
 //! - `workloads`: ReplicaSets, ReplicationControllers, Deployments.
 //! - `batch`: Jobs, CronJobs, DaemonSets.
 //! - `network`: Endpoints, EndpointSlices; ResourceQuota usage.
@@ -19,6 +20,7 @@
 
 mod batch;
 mod cluster;
+mod custom;
 mod disruption;
 mod dynamic;
 mod network;
