@@ -389,9 +389,10 @@ impl Client {
         self.get_at(resource_ref(info, namespace), name, "scale").await
     }
 
-    /// The object `name` among the namespaced resources `plural` of
-    /// `group`: for kinds a client knows only from a reference to one of
-    /// their objects, such as a custom resource that owns pods.
+    /// The object `name` among the resources `plural` of `group` in
+    /// `namespace` ("" for a cluster-scoped resource): for kinds a client
+    /// knows only from a reference to one of their objects, such as a
+    /// custom resource that owns pods.
     pub async fn get_of(&self, group: &str, plural: &str, namespace: &str, name: &str) -> Result<Value, ClientError> {
         self.get_at(named_ref(group, plural, namespace), name, "").await
     }

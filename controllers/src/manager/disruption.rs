@@ -9,7 +9,7 @@
 //! that scale, so a budget that counts one is looked at again every
 //! [`CUSTOM_SCALE_RESYNC`].
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -81,8 +81,10 @@ impl Scales {
     /// same name is left out, so the sync fails safe on its pods.
     async fn custom(&self, client: &Client, namespace: &str, pods: &[&Pod]) -> HashMap<String, Scale> {
         let mut scales = HashMap::new();
+        // Each owner is read once, however many of the pods it controls.
+        let mut read = HashSet::new();
         for owner in pods.iter().filter_map(|p| controller_of(&p.metadata)).filter(|o| !built_in(o)) {
-            if scales.contains_key(&owner.uid) {
+            if !read.insert(owner.uid.as_str()) {
                 continue;
             }
             let Some(served) = self.definitions.serving(&owner.api_version, &owner.kind, true).filter(|s| s.namespaced)
