@@ -333,8 +333,10 @@ async fn killing_the_active_scheduler_with_1000_pods_pending_binds_each_once_wit
     });
     let created: Vec<_> = creates.buffer_unordered(32).collect().await;
     assert!(created.iter().all(Result::is_ok), "every pod is created");
+    // Killed at its first bindings: a faster build bound all 1,000 between
+    // the 100th and the kill.
     s.must_eventually("some pods are bound", Duration::from_secs(30), || async {
-        (ledger.lock().unwrap().node_of.len() >= 100).then_some(())
+        (!ledger.lock().unwrap().node_of.is_empty()).then_some(())
     })
     .await;
     let active = s.schedulers.iter().position(|c| c.identity == holder).unwrap();
@@ -344,8 +346,12 @@ async fn killing_the_active_scheduler_with_1000_pods_pending_binds_each_once_wit
         (ledger.lock().unwrap().node_of.len() == 1000).then_some(())
     })
     .await;
-    let now = s.active();
-    assert!(!now.is_empty() && now != holder, "the standby took the lease over: {now:?}");
+    // The standby takes over once the killed holder's lease runs out.
+    s.must_eventually("the standby took the lease over", Duration::from_secs(30), || async {
+        let now = s.active();
+        (!now.is_empty() && now != holder).then_some(())
+    })
+    .await;
     assert!(bound_at_kill < 1000, "the kill came while pods were pending ({bound_at_kill} bound)");
     watching.abort();
     let ledger = ledger.lock().unwrap();
