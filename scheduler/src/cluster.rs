@@ -17,6 +17,7 @@ use skiff_client::runtime::reflector::ObjectKey;
 
 use crate::framework::{AffinityTerm, Namespaces, NodeInfo, PodInfo};
 use crate::selector::{Selector, NO_LABELS};
+use crate::spread::SpreadQuery;
 
 /// Placed pods by key.
 type PodSet = HashMap<ObjectKey, Arc<PodInfo>>;
@@ -128,6 +129,12 @@ pub struct Cluster {
     /// a mutex only because decisions take `&Cluster`; the loop is the
     /// one user, so it is never contended.
     match_cache: Mutex<HashMap<MatchQuery, Arc<MatchCounts>>>,
+    /// Answers to the topology spread questions of recent decisions:
+    /// matching pods per domain, every domain with a counted node present.
+    /// Kept current by every pod change; dropped when a node comes, goes
+    /// or changes its labels or taints (the domains and the nodes counted
+    /// may change). Behind a mutex for the same reason as `match_cache`.
+    spread_cache: Mutex<HashMap<SpreadQuery, Arc<DomainCounts>>>,
 }
 
 impl Cluster {
@@ -142,6 +149,10 @@ impl Cluster {
         match self.positions.get(&name).copied() {
             Some(i) => {
                 let labels_changed = self.nodes[i].labels() != node.metadata.labels.as_ref().unwrap_or(&NO_LABELS);
+                let taints = node.spec.as_ref().and_then(|s| s.taints.as_deref()).unwrap_or_default();
+                if labels_changed || self.nodes[i].taints.as_slice() != taints {
+                    self.forget_spread_counts();
+                }
                 if labels_changed {
                     self.unindex_node(i);
                 }
@@ -151,6 +162,7 @@ impl Cluster {
                 }
             }
             None => {
+                self.forget_spread_counts();
                 let mut info = NodeInfo::new(node);
                 for (_, pod) in self.waiting.remove(&name).unwrap_or_default() {
                     info.add_pod(pod);
@@ -166,6 +178,7 @@ impl Cluster {
     /// removed or the node comes back, as kube's cache does.
     pub fn remove_node(&mut self, name: &str) {
         let Some(i) = self.positions.remove(name) else { return };
+        self.forget_spread_counts();
         self.unindex_node(i);
         let info = self.nodes.swap_remove(i);
         if let Some(moved) = self.nodes.get(i) {
@@ -405,6 +418,56 @@ impl Cluster {
         }
     }
 
+    /// Matching pods per domain for a topology spread question, from the
+    /// cache, or counted once and cached. Every domain of a node the
+    /// question counts is present, with 0 when no matching pod is there.
+    pub(crate) fn spread_counts(&self, query: &SpreadQuery) -> Arc<DomainCounts> {
+        if let Some(hit) = self.spread_cache.lock().unwrap_or_else(PoisonError::into_inner).get(query) {
+            return hit.clone();
+        }
+        let mut domains = DomainCounts::new();
+        for node in &self.nodes {
+            if let Some(v) = node.labels().get(&query.topology_key) {
+                if !domains.contains_key(v) && query.nodes.admits(node) {
+                    domains.insert(v.clone(), 0);
+                }
+            }
+        }
+        let namespaces = Namespaces { names: [query.namespace.clone()].into(), selector: None };
+        self.for_each_match(&namespaces, &query.selector, |other, node| {
+            if let Some(n) = query.domain_of(other, node).and_then(|v| domains.get_mut(v)) {
+                *n += 1;
+            }
+        });
+        let domains = Arc::new(domains);
+        let mut cache = self.spread_cache.lock().unwrap_or_else(PoisonError::into_inner);
+        if cache.len() >= MAX_CACHED_QUERIES {
+            cache.clear();
+        }
+        cache.insert(query.clone(), domains.clone());
+        domains
+    }
+
+    fn forget_spread_counts(&mut self) {
+        self.spread_cache.get_mut().unwrap_or_else(PoisonError::into_inner).clear();
+    }
+
+    fn update_spread_cache(&mut self, pod: &PodInfo, node: usize, delta: i64) {
+        let cache = self.spread_cache.get_mut().unwrap_or_else(PoisonError::into_inner);
+        if cache.is_empty() {
+            return;
+        }
+        let node = &self.nodes[node];
+        for (query, counts) in cache.iter_mut() {
+            if let Some(value) = query.domain_of(pod, node) {
+                // Only a counted node's domain is present; this node is one.
+                if let Some(n) = Arc::make_mut(counts).get_mut(value) {
+                    *n += delta;
+                }
+            }
+        }
+    }
+
     fn index_node(&mut self, i: usize) {
         let pods = self.nodes[i].pods.clone();
         for pod in &pods {
@@ -434,6 +497,7 @@ impl Cluster {
             self.terms.apply(pod, labels, 1);
         }
         self.update_match_cache(pod, node, 1);
+        self.update_spread_cache(pod, node, 1);
     }
 
     fn unindex_pod(&mut self, pod: &PodInfo, node: usize) {
@@ -461,6 +525,7 @@ impl Cluster {
             self.terms.apply(pod, labels, -1);
         }
         self.update_match_cache(pod, node, -1);
+        self.update_spread_cache(pod, node, -1);
     }
 }
 
@@ -594,5 +659,104 @@ mod tests {
             let fresh_node = fresh.node(&n.name).expect("node");
             assert_eq!(n.requested, fresh_node.requested, "{}", n.name);
         }
+    }
+
+    #[test]
+    fn kept_spread_counts_equal_a_recount_through_pod_and_node_changes() {
+        use crate::spread::SpreadQuery;
+        let web = |name: &str, extra: serde_json::Value| {
+            must_pod(name, "", "", crate::testkit::merge(json!({"metadata": {"labels": {"app": "web"}}}), extra))
+        };
+        let tainted = |name: &str, zone: &str| {
+            must_node(
+                name,
+                "4",
+                "8Gi",
+                json!({"metadata": {"labels": {"zone": zone}}, "spec": {"taints": [{"key": "k", "effect": "NoSchedule"}]}}),
+            )
+        };
+        let constraint = |taints: &str| {
+            json!({"spec": {"topologySpreadConstraints": [{"maxSkew": 1, "topologyKey": "zone", "whenUnsatisfiable": "DoNotSchedule",
+                "labelSelector": {"matchLabels": {"app": "web"}}, "nodeTaintsPolicy": taints}]}})
+        };
+        let honor = web("asker", constraint("Honor"));
+        let ignore = web("asker", constraint("Ignore"));
+        let queries = [
+            SpreadQuery::new(&honor, &honor.spread_constraints[0]),
+            SpreadQuery::new(&ignore, &ignore.spread_constraints[0]),
+        ];
+        let mut cluster = Cluster::new();
+        for n in [
+            zoned("a1", "a"),
+            zoned("a2", "a"),
+            zoned("b1", "b"),
+            tainted("t1", "c"),
+            must_node("x", "4", "8Gi", json!({})),
+        ] {
+            cluster.upsert_node(n);
+        }
+        let check = |cluster: &Cluster, step: &str| -> Vec<DomainCounts> {
+            queries
+                .iter()
+                .map(|q| {
+                    let kept = cluster.spread_counts(q);
+                    cluster.spread_cache.lock().expect("cache").remove(q);
+                    let recounted = cluster.spread_counts(q);
+                    assert_eq!(kept, recounted, "{step}: {q:?}");
+                    (*kept).clone()
+                })
+                .collect()
+        };
+        let counts =
+            |pairs: &[(&str, i64)]| -> DomainCounts { pairs.iter().map(|(k, v)| (k.to_string(), *v)).collect() };
+        assert_eq!(
+            check(&cluster, "empty"),
+            vec![counts(&[("a", 0), ("b", 0)]), counts(&[("a", 0), ("b", 0), ("c", 0)])]
+        );
+        type Step<'a> = (&'static str, Box<dyn Fn(&mut Cluster) + 'a>);
+        let steps: Vec<Step> = vec![
+            ("a pod in a", Box::new(|c| c.add_pod(must_place(&web("w0", json!({})), "a1")))),
+            ("a pod on the tainted node", Box::new(|c| c.add_pod(must_place(&web("w1", json!({})), "t1")))),
+            ("a pod on the node without a zone", Box::new(|c| c.add_pod(must_place(&web("w2", json!({})), "x")))),
+            (
+                "a pod of another app",
+                Box::new(|c| {
+                    c.add_pod(must_place(&must_pod("db", "", "", json!({"metadata": {"labels": {"app": "db"}}})), "b1"))
+                }),
+            ),
+            (
+                "a pod of another namespace",
+                Box::new(|c| c.add_pod(must_place(&web("w3", json!({"metadata": {"namespace": "other"}})), "b1"))),
+            ),
+            ("a second pod in a", Box::new(|c| c.add_pod(must_place(&web("w4", json!({})), "a2")))),
+            (
+                "a pod starts terminating",
+                Box::new(|c| {
+                    c.add_pod(must_place(
+                        &web("w4", json!({"metadata": {"deletionTimestamp": "2026-12-05T00:00:00Z"}})),
+                        "a2",
+                    ))
+                }),
+            ),
+            ("a pod moves to b", Box::new(|c| c.add_pod(must_place(&web("w0", json!({})), "b1")))),
+            ("a pod is removed", Box::new(|c| drop(c.remove_pod(&ObjectKey::new("default", "w1"))))),
+            ("a node joins zone d", Box::new(|c| c.upsert_node(zoned("d1", "d")))),
+            ("a pod in d", Box::new(|c| c.add_pod(must_place(&web("w5", json!({})), "d1")))),
+            ("a node moves from a to c", Box::new(|c| c.upsert_node(zoned("a2", "c")))),
+            ("the tainted node is untainted", Box::new(|c| c.upsert_node(zoned("t1", "c")))),
+            ("b is tainted", Box::new(|c| c.upsert_node(tainted("b1", "b")))),
+            ("a pod on the unknown node e1", Box::new(|c| c.add_pod(must_place(&web("w6", json!({})), "e1")))),
+            ("e1 joins zone e with its pod", Box::new(|c| c.upsert_node(zoned("e1", "e")))),
+            ("a1 leaves", Box::new(|c| c.remove_node("a1"))),
+        ];
+        for (step, change) in steps {
+            change(&mut cluster);
+            check(&cluster, step);
+        }
+        // b tainted leaves b out of the Honor count; a1 gone empties zone a.
+        assert_eq!(
+            check(&cluster, "the end"),
+            vec![counts(&[("c", 0), ("d", 1), ("e", 1)]), counts(&[("b", 1), ("c", 0), ("d", 1), ("e", 1)]),]
+        );
     }
 }

@@ -3,14 +3,16 @@
 //! state computed once per decision from the cluster's indexes
 //! (`AffinityState`, `SpreadState`), which preemption adjusts for victims.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{Taint, Toleration};
 
 use crate::cluster::{Cluster, DomainCounts};
-use crate::framework::{Namespaces, NodeInfo, PodInfo, SpreadConstraint};
+use crate::framework::{NodeInfo, PodInfo};
+use crate::selector::NodeSelectorTerms;
+use crate::spread::SpreadQuery;
 
 /// Why a node cannot take a pod. The Display text is kube's.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -154,9 +156,18 @@ pub fn taint_toleration(pod: &PodInfo, node: &NodeInfo) -> Result<(), Reason> {
 
 /// Whether the node matches the pod's nodeSelector and required node affinity.
 pub fn matches_node_affinity(pod: &PodInfo, node: &NodeInfo) -> bool {
+    node_matches_selectors(&pod.node_selector, pod.required_node_affinity.as_ref(), node)
+}
+
+/// Whether `node` has every label of `node_selector` and matches `required` node affinity.
+pub(crate) fn node_matches_selectors(
+    node_selector: &BTreeMap<String, String>,
+    required: Option<&NodeSelectorTerms>,
+    node: &NodeInfo,
+) -> bool {
     let labels = node.labels();
-    pod.node_selector.iter().all(|(k, v)| labels.get(k) == Some(v))
-        && pod.required_node_affinity.as_ref().is_none_or(|a| a.matches(labels, &node.name))
+    node_selector.iter().all(|(k, v)| labels.get(k) == Some(v))
+        && required.is_none_or(|a| a.matches(labels, &node.name))
 }
 
 /// The seed's PodSelectorMatches, with required node affinity.
@@ -370,67 +381,76 @@ pub fn inter_pod_affinity(
     Ok(())
 }
 
-/// Whether `node` counts for a spread constraint of `pod`: it has every
-/// hard constraint's topology key and passes the constraint's node
-/// inclusion policies.
-pub(crate) fn spread_counts_node(pod: &PodInfo, constraint: &SpreadConstraint, node: &NodeInfo, hard: bool) -> bool {
-    let labels = node.labels();
-    pod.spread_constraints.iter().filter(|c| c.hard == hard).all(|c| labels.contains_key(&c.topology_key))
-        && (!constraint.honor_node_affinity || matches_node_affinity(pod, node))
-        && (!constraint.honor_taints || untolerated_taint(&node.taints, &pod.tolerations).is_none())
-}
-
-/// Whether `other` counts for a spread constraint of `pod`.
-pub(crate) fn spread_counts_pod(pod: &PodInfo, constraint: &SpreadConstraint, other: &PodInfo) -> bool {
-    other.key.namespace == pod.key.namespace && !other.terminating && constraint.selector.matches(other.labels())
-}
-
 /// What hard topology spread reads, computed once per decision: matching
-/// pods per domain of every DoNotSchedule constraint, and each minimum.
+/// pods per domain of every DoNotSchedule constraint, and how many a
+/// domain may hold before taking the pod.
 #[derive(Debug, Clone, Default)]
 pub struct SpreadState {
-    /// Per hard constraint (in the pod's order): matching pods per domain; every eligible domain is present.
-    counts: Vec<DomainCounts>,
-    /// Per hard constraint: the least count over its domains.
-    min: Vec<i64>,
+    /// Per hard constraint, in the pod's order.
+    constraints: Vec<HardSpread>,
+}
+
+/// One DoNotSchedule constraint of the pod being decided.
+#[derive(Debug, Clone)]
+struct HardSpread {
+    /// What it counts.
+    query: SpreadQuery,
+    /// Matching pods per domain; every eligible domain is present. Shared
+    /// with the cluster's cache until preemption adjusts them.
+    counts: Arc<DomainCounts>,
+    /// maxSkew.
+    max_skew: i64,
+    /// minDomains.
+    min_domains: i64,
+    /// 1 when the pod matches its own selector (it adds to the domain it joins).
+    self_match: i64,
+    /// The most matching pods a domain may hold and still take the pod:
+    /// maxSkew + the least count (0 below minDomains) - self_match.
+    limit: i64,
+}
+
+impl HardSpread {
+    fn set_limit(&mut self) {
+        let min = if (self.counts.len() as i64) < self.min_domains {
+            0
+        } else {
+            self.counts.values().copied().min().unwrap_or(0)
+        };
+        self.limit = self.max_skew + min - self.self_match;
+    }
 }
 
 impl SpreadState {
-    /// Counts matching pods per domain over every eligible node.
+    /// Reads matching pods per domain from the cluster's spread counts.
     pub fn new(pod: &PodInfo, cluster: &Cluster) -> SpreadState {
-        let mut state = SpreadState::default();
-        for c in pod.spread_constraints.iter().filter(|c| c.hard) {
-            let mut counts = DomainCounts::new();
-            for node in cluster.nodes() {
-                if let Some(v) = node.labels().get(&c.topology_key) {
-                    if !counts.contains_key(v) && spread_counts_node(pod, c, node, true) {
-                        counts.insert(v.clone(), 0);
-                    }
-                }
-            }
-            let namespaces = Namespaces { names: [pod.key.namespace.clone()].into(), selector: None };
-            cluster.for_each_match(&namespaces, &c.selector, |other, node| {
-                if let Some(n) = node.labels().get(&c.topology_key).and_then(|v| counts.get_mut(v)) {
-                    if !other.terminating && spread_counts_node(pod, c, node, true) {
-                        *n += 1;
-                    }
-                }
-            });
-            state.min.push(counts.values().copied().min().unwrap_or(0));
-            state.counts.push(counts);
-        }
-        state
+        let constraints = pod
+            .spread_constraints
+            .iter()
+            .filter(|c| c.hard)
+            .map(|c| {
+                let query = SpreadQuery::new(pod, c);
+                let mut hard = HardSpread {
+                    counts: cluster.spread_counts(&query),
+                    query,
+                    max_skew: i64::from(c.max_skew),
+                    min_domains: i64::from(c.min_domains),
+                    self_match: i64::from(c.selector.matches(pod.labels())),
+                    limit: 0,
+                };
+                hard.set_limit();
+                hard
+            })
+            .collect();
+        SpreadState { constraints }
     }
 
     /// Counts `other`, placed on `node`, as gone (-1) or back (+1).
-    pub fn update(&mut self, pod: &PodInfo, other: &PodInfo, node: &NodeInfo, delta: i64) {
-        for (i, c) in pod.spread_constraints.iter().filter(|c| c.hard).enumerate() {
-            if !spread_counts_pod(pod, c, other) || !spread_counts_node(pod, c, node, true) {
-                continue;
-            }
-            if let Some(n) = node.labels().get(&c.topology_key).and_then(|v| self.counts[i].get_mut(v)) {
+    pub fn update(&mut self, other: &PodInfo, node: &NodeInfo, delta: i64) {
+        for c in &mut self.constraints {
+            let Some(value) = c.query.domain_of(other, node) else { continue };
+            if let Some(n) = Arc::make_mut(&mut c.counts).get_mut(value) {
                 *n += delta;
-                self.min[i] = self.counts[i].values().copied().min().unwrap_or(0);
+                c.set_limit();
             }
         }
     }
@@ -439,15 +459,11 @@ impl SpreadState {
 /// DoNotSchedule topology spread constraints: the node must have each
 /// topology key, and taking the pod must keep its domain within maxSkew
 /// of the least-loaded domain.
-pub fn topology_spread(pod: &PodInfo, node: &NodeInfo, state: &SpreadState) -> Result<(), Reason> {
+pub fn topology_spread(node: &NodeInfo, state: &SpreadState) -> Result<(), Reason> {
     let labels = node.labels();
-    for (i, c) in pod.spread_constraints.iter().filter(|c| c.hard).enumerate() {
-        let Some(value) = labels.get(&c.topology_key) else { return Err(Reason::SpreadMissingLabel) };
-        let counts = &state.counts[i];
-        let min = if (counts.len() as i64) < i64::from(c.min_domains) { 0 } else { state.min[i] };
-        let self_match = i64::from(c.selector.matches(pod.labels()));
-        let skew = counts.get(value).copied().unwrap_or(0) + self_match - min;
-        if skew > i64::from(c.max_skew) {
+    for c in &state.constraints {
+        let Some(value) = labels.get(&c.query.topology_key) else { return Err(Reason::SpreadMissingLabel) };
+        if c.counts.get(value).copied().unwrap_or(0) > c.limit {
             return Err(Reason::SpreadSkew);
         }
     }
@@ -481,7 +497,7 @@ impl FilterState {
             a.update(pod, other, node, cluster, delta);
         }
         if let Some(s) = self.spread.as_mut() {
-            s.update(pod, other, node, delta);
+            s.update(other, node, delta);
         }
     }
 }
@@ -501,7 +517,7 @@ pub fn filter(pod: &PodInfo, node: &NodeInfo, state: &FilterState, cluster: &Clu
     resources_fit(pod, node)?;
     one(no_disk_conflict(pod, node))?;
     if let Some(s) = &state.spread {
-        one(topology_spread(pod, node, s))?;
+        one(topology_spread(node, s))?;
     }
     if let Some(a) = &state.affinity {
         one(inter_pod_affinity(pod, node, a, cluster))?;
@@ -956,14 +972,11 @@ mod tests {
             crate::testkit::merge(spread(1, "zone", json!({})), json!({"nodeSelector": {"zone": "a"}})),
         );
         let state = FilterState::new(&honor, &cluster);
-        assert_eq!(
-            topology_spread(&honor, cluster.node("a1").expect("node"), state.spread.as_ref().expect("spread")),
-            Ok(())
-        );
+        assert_eq!(topology_spread(cluster.node("a1").expect("node"), state.spread.as_ref().expect("spread")), Ok(()));
         let pod = labelled("p", "default", json!({"app": "web"}), spread(1, "zone", json!({})));
         let state = FilterState::new(&pod, &cluster);
         let s = state.spread.as_ref().expect("spread");
-        assert_eq!(topology_spread(&pod, cluster.node("x").expect("node"), s), Err(Reason::SpreadMissingLabel));
-        assert_eq!(topology_spread(&pod, cluster.node("a1").expect("node"), s), Err(Reason::SpreadSkew));
+        assert_eq!(topology_spread(cluster.node("x").expect("node"), s), Err(Reason::SpreadMissingLabel));
+        assert_eq!(topology_spread(cluster.node("a1").expect("node"), s), Err(Reason::SpreadSkew));
     }
 }

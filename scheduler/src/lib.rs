@@ -16,6 +16,7 @@
 //! - `selector`: label selectors and node selector terms, parsed once.
 //! - `framework`: `PodInfo` and `NodeInfo`, everything a decision reads, computed once.
 //! - `cluster`: every node and placed pod, with the label and affinity-term indexes.
+//! - `spread`: what topology spread counts, as questions the cluster answers from kept counts.
 //! - `filters`: one function per filter, with kube's reasons; per-decision affinity and spread state.
 //! - `scores`: one function per score, normalized 0..=100 as kube normalizes.
 //! - `algorithm`: one decision (filter a sample, score, pick), `FitError`, weights and profile.
@@ -44,6 +45,7 @@ pub mod resources;
 pub mod run;
 pub mod scores;
 pub mod selector;
+pub mod spread;
 #[cfg(test)]
 mod testkit;
 

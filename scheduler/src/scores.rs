@@ -7,9 +7,10 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use crate::cluster::{Cluster, DomainCounts};
-use crate::filters::{spread_counts_node, spread_counts_pod, tolerates};
+use crate::filters::tolerates;
 use crate::framework::{NodeInfo, PodInfo};
 use crate::resources::Resources;
+use crate::spread::SpreadQuery;
 
 /// The highest score a node can get from one score.
 pub const MAX_SCORE: i64 = 100;
@@ -170,20 +171,14 @@ pub fn topology_spread(pod: &PodInfo, nodes: &[&NodeInfo], cluster: &Cluster) ->
         nodes.iter().map(|n| soft.iter().any(|c| !n.labels().contains_key(&c.topology_key))).collect();
     let mut raw = vec![0f64; nodes.len()];
     for c in &soft {
+        // The domains of the nodes being scored, with the cluster's counts.
+        let counts = cluster.spread_counts(&SpreadQuery::new(pod, c));
         let mut domains: HashMap<&str, i64> = HashMap::new();
         for (n, _) in nodes.iter().zip(&ignored).filter(|(_, ignored)| !**ignored) {
             if let Some(v) = n.labels().get(&c.topology_key) {
-                domains.insert(v, 0);
+                domains.insert(v, counts.get(v).copied().unwrap_or(0));
             }
         }
-        let namespaces = crate::framework::Namespaces { names: [pod.key.namespace.clone()].into(), selector: None };
-        cluster.for_each_match(&namespaces, &c.selector, |other, node| {
-            if let Some(n) = node.labels().get(&c.topology_key).and_then(|v| domains.get_mut(v.as_str())) {
-                if spread_counts_pod(pod, c, other) && spread_counts_node(pod, c, node, false) {
-                    *n += 1;
-                }
-            }
-        });
         let weight = ((domains.len() + 2) as f64).ln();
         for (i, n) in nodes.iter().enumerate() {
             if let Some(count) = n.labels().get(&c.topology_key).and_then(|v| domains.get(v.as_str())) {

@@ -166,7 +166,7 @@ impl Selector {
 
 /// One term of a node selector: every label expression and every field
 /// expression must hold. A term with neither matches no node.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct NodeTerm {
     labels: Vec<Requirement>,
     /// `matchFields` on `metadata.name`, the only field kube supports.
@@ -214,7 +214,7 @@ impl NodeTerm {
 }
 
 /// A required node selector: any term may match.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct NodeSelectorTerms {
     terms: Vec<NodeTerm>,
 }
