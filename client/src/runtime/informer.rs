@@ -9,6 +9,12 @@
 //! subscriber that falls more than the channel's capacity behind is not
 //! waited for: it gets [`Notification::Resync`] and should re-read the
 //! store, as client-go's resync would.
+//!
+//! Informers cache objects without `metadata.managedFields`, as
+//! kube-scheduler's and kube-controller-manager's do (client-go's
+//! `TransformStripManagedFields`): no component reads them, a write
+//! without them keeps the live ones, and they are a large share of an
+//! object's bytes (about 45% of a server-side-applied pod's JSON).
 
 use std::any::{Any, TypeId};
 use std::collections::HashMap;
@@ -20,7 +26,7 @@ use tokio::sync::broadcast;
 
 use super::api::{Api, ListWatch, Resource};
 use super::reflector::{Change, Store, Writer};
-use super::watcher::{watcher, WatcherConfig};
+use super::watcher::{watcher, Event, WatcherConfig};
 use crate::resources::Client;
 
 /// Changes an informer buffers for each subscriber before that subscriber
@@ -91,7 +97,7 @@ impl<K: Resource> Informer<K> {
                 };
                 match event {
                     Some(Ok(event)) => {
-                        for change in writer.apply(event) {
+                        for change in writer.apply(without_managed_fields(event)) {
                             // No subscriber yet is fine: the store has it.
                             let _ = tx.send(change);
                         }
@@ -113,6 +119,20 @@ impl<K: Resource> Informer<K> {
     /// reading the store to miss nothing.
     pub fn subscribe(&self) -> Subscription<K> {
         Subscription { changes: self.changes.subscribe() }
+    }
+}
+
+/// The event with its object's `metadata.managedFields` dropped.
+fn without_managed_fields<K: Resource>(event: Event<K>) -> Event<K> {
+    let strip = |mut obj: K| {
+        obj.metadata_mut().managed_fields = None;
+        obj
+    };
+    match event {
+        Event::InitApply(obj) => Event::InitApply(strip(obj)),
+        Event::Apply(obj) => Event::Apply(strip(obj)),
+        Event::Delete(obj) => Event::Delete(strip(obj)),
+        other => other,
     }
 }
 
@@ -192,6 +212,34 @@ mod tests {
             other => panic!("unexpected {other:?}"),
         }
         assert_eq!(informer.store().len(), 2);
+        shutdown.stop().await;
+    }
+
+    #[tokio::test]
+    async fn informers_cache_objects_without_managed_fields() {
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::ManagedFieldsEntry;
+        let managed = |name: &str| {
+            let mut obj = cm(name);
+            obj.metadata.managed_fields =
+                Some(vec![ManagedFieldsEntry { manager: Some("kubectl".into()), ..Default::default() }]);
+            obj
+        };
+        let shutdown = Shutdown::new();
+        let source = FakeSource::new(vec![managed("listed")]);
+        let informer = Informer::spawn(source.clone(), WatcherConfig::default(), 16, &shutdown);
+        let mut sub = informer.subscribe();
+        informer.store().wait_until_ready().await.unwrap();
+        assert!(matches!(sub.recv().await, Some(Notification::Changed(Change::Applied(_)))));
+        source.apply(managed("watched"));
+        match sub.recv().await {
+            Some(Notification::Changed(Change::Applied(obj))) => assert_eq!(obj.metadata.managed_fields, None),
+            other => panic!("unexpected {other:?}"),
+        }
+        for name in ["listed", "watched"] {
+            let cached = informer.store().get(&ObjectKey::new("ns", name)).expect("cached");
+            assert_eq!(cached.metadata.managed_fields, None, "{name}");
+            assert_eq!(cached.metadata.name.as_deref(), Some(name));
+        }
         shutdown.stop().await;
     }
 
