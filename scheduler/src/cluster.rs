@@ -21,8 +21,9 @@ use crate::spread::SpreadQuery;
 
 /// Placed pods by key.
 type PodSet = HashMap<ObjectKey, Arc<PodInfo>>;
-/// Pods per topology value (the value of a term's topology key on their node).
-pub(crate) type DomainCounts = HashMap<String, i64>;
+/// Pods per topology value (the value of a term's topology key on their
+/// node). Read for every node of a decision, hence FxHash.
+pub(crate) type DomainCounts = HashMap<String, i64, rustc_hash::FxBuildHasher>;
 
 /// The (anti-)affinity terms of placed pods, equal terms merged, each with
 /// how many of its pods sit in each domain. A decision walks the distinct
@@ -372,7 +373,7 @@ impl Cluster {
         if let Some(hit) = self.match_cache.lock().unwrap_or_else(PoisonError::into_inner).get(&query) {
             return hit.clone();
         }
-        let mut domains = DomainCounts::new();
+        let mut domains = DomainCounts::default();
         let mut total = 0;
         self.for_each_match(namespaces, selector, |_, node| {
             if let Some(v) = node.labels().get(topology_key) {
@@ -425,7 +426,7 @@ impl Cluster {
         if let Some(hit) = self.spread_cache.lock().unwrap_or_else(PoisonError::into_inner).get(query) {
             return hit.clone();
         }
-        let mut domains = DomainCounts::new();
+        let mut domains = DomainCounts::default();
         for node in &self.nodes {
             if let Some(v) = node.labels().get(&query.topology_key) {
                 if !domains.contains_key(v) && query.nodes.admits(node) {

@@ -255,7 +255,7 @@ impl Domains {
 }
 
 /// Domains per topology key.
-pub(crate) type PairCounts = HashMap<String, Domains>;
+pub(crate) type PairCounts = HashMap<String, Domains, rustc_hash::FxBuildHasher>;
 
 fn pair_count(counts: &PairCounts, key: &str, value: &str) -> i64 {
     counts.get(key).map_or(0, |d| d.get(value))
