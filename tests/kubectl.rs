@@ -280,3 +280,35 @@ async fn pod_security_warns_in_warn_mode_and_refuses_in_enforce_mode() {
     let err = fails(kubectl_stdin(&server, &["-n", "strict", "create", "-f", "-"], pod));
     assert!(err.contains("violates PodSecurity \"baseline:latest\": host namespaces (hostNetwork=true)"), "{err}");
 }
+
+/// An eviction through a follower marks the pod (its `DisruptionTarget`
+/// condition) on the leader and then deletes it on the version it marked,
+/// which the follower may not have applied yet: that is a fresh read, not
+/// a Conflict (`kubectl drain` failed on it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn evictions_through_a_follower_delete_the_pods_they_marked() {
+    let cluster = Cluster::spawn(3).await;
+    let leader = cluster.must_leader().await;
+    let follower = cluster.members.keys().copied().find(|id| *id != leader).unwrap();
+    let api = cluster.api(follower);
+    must_ready(&api).await;
+    const PODS: usize = 20;
+    let pods: Vec<String> = (0..PODS)
+        .map(|i| {
+            format!(
+                "apiVersion: v1\nkind: Pod\nmetadata: {{name: p{i}, namespace: default}}\nspec:\n  containers: [{{name: a, \
+                 image: busybox}}]\n"
+            )
+        })
+        .collect();
+    ok(kubectl_stdin(&api, &["apply", "-f", "-"], &pods.join("---\n")));
+    for i in 0..PODS {
+        let eviction =
+            format!("{{\"apiVersion\": \"policy/v1\", \"kind\": \"Eviction\", \"metadata\": {{\"name\": \"p{i}\"}}}}");
+        let path = format!("/api/v1/namespaces/default/pods/p{i}/eviction");
+        let out = kubectl_stdin(&api, &["create", "--raw", &path, "-f", "-"], &eviction);
+        assert!(out.status.success(), "evicting p{i}: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    let left = ok(kubectl(&api, &["get", "pods", "-o", "name"]));
+    assert_eq!(left, "", "every evicted pod is gone");
+}

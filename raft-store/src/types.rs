@@ -343,6 +343,18 @@ pub enum Output {
     },
 }
 
+impl Output {
+    /// The store revision the command left, for the outputs that have one.
+    pub fn revision(&self) -> Option<i64> {
+        match self {
+            Output::Txn { revision, .. } | Output::Compacted { revision } | Output::LeaseRevoked { revision } => {
+                Some(*revision)
+            }
+            _ => None,
+        }
+    }
+}
+
 /// A deterministic, replicated failure of one proposal: every member
 /// computes the same one.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]

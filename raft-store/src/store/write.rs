@@ -4,7 +4,9 @@
 //! flight; a follower's forwarder sends every write waiting at that moment
 //! to the leader in one peer call. Each write has a [`RequestId`] fixed when
 //! it first arrives, so a retry after a failover is applied once (the state
-//! machine remembers recent ids).
+//! machine remembers recent ids). A forwarded write is answered once this
+//! member has applied it too, so a client sees its own writes on the
+//! member it wrote through.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -44,7 +46,13 @@ impl Store {
         loop {
             let attempt = match self.leader() {
                 Some(l) if l == self.id() => self.submit_local(vec![proposal.clone()]).await.pop(),
-                Some(l) => Some(self.forward_one(l, proposal.clone(), deadline).await),
+                Some(l) => {
+                    let forwarded = self.forward_one(l, proposal.clone(), deadline).await;
+                    if let Ok(Ok(output)) = &forwarded {
+                        self.see_own_write(output, deadline).await;
+                    }
+                    Some(forwarded)
+                }
                 None => Some(Err(StoreError::NoLeader)),
             };
             let result = attempt.unwrap_or_else(|| Err(StoreError::Internal("empty response".into())));
@@ -59,6 +67,19 @@ impl Store {
                 Err(e) if e.is_retryable() => return Err(StoreError::Timeout),
                 Err(e) => return Err(e),
             }
+        }
+    }
+
+    /// Waits, until `deadline` at most, for this member to apply a write
+    /// the leader answered, so that what the client does next on this
+    /// member sees its own write, as on etcd's members. The leader sends
+    /// the new commit index at once, so this is about one round trip. A
+    /// member that cannot catch up in time answers anyway: the write is
+    /// committed.
+    async fn see_own_write(&self, output: &Output, deadline: Instant) {
+        let Some(revision) = output.revision() else { return };
+        if tokio::time::timeout_at(deadline.into(), self.wait_for_revision(revision)).await.is_err() {
+            tracing::debug!(revision, "answering a forwarded write this member has not applied yet");
         }
     }
 
