@@ -1307,6 +1307,10 @@ impl Registry {
                 &[FieldError::invalid("gracePeriodSeconds", &json!(opts.grace_period_seconds), "must be >= 0")],
             ));
         }
+        let precondition = opts.resource_version.as_deref().map(parse_resource_version).transpose()?;
+        // As in read_modify_write: the first read is this member's, which
+        // may trail the leader, so a failed precondition is checked again
+        // on a fresh read before it is reported.
         let mut fresh = false;
         for _ in 0..UPDATE_ATTEMPTS {
             let Some(stored) = self.current(info, ns, name).await? else {
@@ -1317,6 +1321,12 @@ impl Registry {
                 continue;
             };
             let current = stored.decode()?;
+            let uid_holds = opts.uid.as_ref().is_none_or(|uid| meta::uid(&current) == Some(uid.as_str()));
+            let version_holds = precondition.is_none_or(|rv| rv == stored.mod_revision);
+            if !(uid_holds && version_holds) && !fresh {
+                fresh = self.refresh().await?;
+                continue;
+            }
             if let Some(uid) = &opts.uid {
                 if meta::uid(&current) != Some(uid.as_str()) {
                     return Err(ApiError::conflict(
@@ -1329,13 +1339,12 @@ impl Registry {
                     ));
                 }
             }
-            if let Some(rv) = &opts.resource_version {
-                if parse_resource_version(rv)? != stored.mod_revision {
-                    return Err(ApiError::conflict(info, name, &format!(
-                        "Precondition failed: ResourceVersion in precondition: {rv}, ResourceVersion in object meta: {}",
-                        stored.mod_revision
-                    )));
-                }
+            if let Some(rv) = precondition.filter(|rv| *rv != stored.mod_revision) {
+                let at = stored.mod_revision;
+                let why = format!(
+                    "Precondition failed: ResourceVersion in precondition: {rv}, ResourceVersion in object meta: {at}"
+                );
+                return Err(ApiError::conflict(info, name, &why));
             }
             let attrs = Attributes {
                 user: &ctx.user,
