@@ -201,6 +201,14 @@ fn alive(pid: u32) -> bool {
     stat.rfind(')').and_then(|i| stat[i + 1..].split_whitespace().next()).is_some_and(|state| state != "Z")
 }
 
+/// The `THP_enabled` line of `pid`'s status: false once the process has
+/// turned transparent huge pages off (`PR_SET_THP_DISABLE`).
+fn thp_enabled(pid: u32) -> Option<bool> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = status.lines().find_map(|l| l.strip_prefix("THP_enabled:"))?;
+    Some(line.trim() == "1")
+}
+
 /// The pid of master `id` among the processes of `skiff up` `up_pid`.
 #[track_caller]
 fn master_pid(up_pid: u32, id: u64) -> u32 {
@@ -345,6 +353,13 @@ fn up_runs_five_masters() {
     assert!(String::from_utf8_lossy(&anonymous.stderr).contains("Unauthenticated"), "{anonymous:?}");
     for i in 1..=5 {
         assert!(members.contains(&format!("started, master-{i},")), "{members}");
+    }
+    // The masters turn transparent huge pages off for themselves; `skiff
+    // up` keeps the host's policy, which the nodes it starts inherit.
+    let ours = thp_enabled(std::process::id()).expect("the kernel reports THP_enabled in /proc/PID/status");
+    assert_eq!(thp_enabled(up.pid()), Some(ours), "skiff up keeps its parent's setting");
+    for i in 1..=5 {
+        assert_eq!(thp_enabled(master_pid(up.pid(), i)), Some(false), "master-{i}");
     }
     let status = up.must_stop("INT");
     assert!(status.success(), "skiff up exited with {status}:\n{}", up.logs());
