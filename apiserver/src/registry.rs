@@ -1321,9 +1321,9 @@ impl Registry {
                 continue;
             };
             let current = stored.decode()?;
-            let uid_holds = opts.uid.as_ref().is_none_or(|uid| meta::uid(&current) == Some(uid.as_str()));
-            let version_holds = precondition.is_none_or(|rv| rv == stored.mod_revision);
-            if !(uid_holds && version_holds) && !fresh {
+            let holds = opts.uid.as_ref().is_none_or(|uid| meta::uid(&current) == Some(uid.as_str()))
+                && precondition.is_none_or(|rv| rv == stored.mod_revision);
+            if !holds && !fresh {
                 fresh = self.refresh().await?;
                 continue;
             }
