@@ -166,6 +166,27 @@ impl DeleteOptions {
             dry_run: body["dryRun"].as_array().is_some_and(|a| a.iter().any(|v| v == "All")),
         }
     }
+
+    /// The preconditions (uid, resourceVersion) against `obj` of `info` as
+    /// read at `version`: the Conflict a delete answers when one fails. A
+    /// resourceVersion that is not a number is a Bad Request.
+    pub fn check(&self, info: &ResourceInfo, obj: &Value, version: i64) -> Result<(), ApiError> {
+        let name = meta::name(obj).unwrap_or_default();
+        let uid = meta::uid(obj).unwrap_or_default();
+        if let Some(wanted) = self.uid.as_deref().filter(|u| *u != uid) {
+            let why = format!("Precondition failed: UID in precondition: {wanted}, UID in object meta: {uid}");
+            return Err(ApiError::conflict(info, name, &why));
+        }
+        if let Some(wanted) = self.resource_version.as_deref() {
+            if parse_resource_version(wanted)? != version {
+                let why = format!(
+                    "Precondition failed: ResourceVersion in precondition: {wanted}, ResourceVersion in object meta: {version}"
+                );
+                return Err(ApiError::conflict(info, name, &why));
+            }
+        }
+        Ok(())
+    }
 }
 
 /// What a delete did.
@@ -1307,7 +1328,6 @@ impl Registry {
                 &[FieldError::invalid("gracePeriodSeconds", &json!(opts.grace_period_seconds), "must be >= 0")],
             ));
         }
-        let precondition = opts.resource_version.as_deref().map(parse_resource_version).transpose()?;
         // As in read_modify_write: the first read is this member's, which
         // may trail the leader, so a failed precondition is checked again
         // on a fresh read before it is reported.
@@ -1321,30 +1341,12 @@ impl Registry {
                 continue;
             };
             let current = stored.decode()?;
-            let holds = opts.uid.as_ref().is_none_or(|uid| meta::uid(&current) == Some(uid.as_str()))
-                && precondition.is_none_or(|rv| rv == stored.mod_revision);
-            if !holds && !fresh {
+            if let Err(e) = opts.check(info, &current, stored.mod_revision) {
+                if fresh || e.reason != skiff_api::Reason::Conflict {
+                    return Err(e);
+                }
                 fresh = self.refresh().await?;
                 continue;
-            }
-            if let Some(uid) = &opts.uid {
-                if meta::uid(&current) != Some(uid.as_str()) {
-                    return Err(ApiError::conflict(
-                        info,
-                        name,
-                        &format!(
-                            "Precondition failed: UID in precondition: {uid}, UID in object meta: {}",
-                            meta::uid(&current).unwrap_or_default()
-                        ),
-                    ));
-                }
-            }
-            if let Some(rv) = precondition.filter(|rv| *rv != stored.mod_revision) {
-                let at = stored.mod_revision;
-                let why = format!(
-                    "Precondition failed: ResourceVersion in precondition: {rv}, ResourceVersion in object meta: {at}"
-                );
-                return Err(ApiError::conflict(info, name, &why));
             }
             let attrs = Attributes {
                 user: &ctx.user,

@@ -194,25 +194,6 @@ pub(crate) fn delete_options(name: &str, eviction: &Value, dry_run: bool) -> Res
     Ok(opts)
 }
 
-/// The eviction's delete preconditions (uid, resourceVersion) against the
-/// pod as read: a Conflict, as the delete would answer.
-pub(crate) fn preconditions_hold(pod: &Value, version: i64, opts: &DeleteOptions) -> Result<(), ApiError> {
-    let pods = resources::of(Kind::Pod);
-    let name = meta::name(pod).unwrap_or_default();
-    let uid = meta::uid(pod).unwrap_or_default();
-    if let Some(wanted) = opts.uid.as_deref().filter(|u| *u != uid) {
-        let why = format!("Precondition failed: UID in precondition: {wanted}, UID in object meta: {uid}");
-        return Err(ApiError::conflict(pods, name, &why));
-    }
-    if let Some(wanted) = opts.resource_version.as_deref().filter(|rv| *rv != version.to_string()) {
-        let why = format!(
-            "Precondition failed: ResourceVersion in precondition: {wanted}, ResourceVersion in object meta: {version}"
-        );
-        return Err(ApiError::conflict(pods, name, &why));
-    }
-    Ok(())
-}
-
 impl Registry {
     /// `pods/eviction` (see the module documentation).
     pub async fn evict(
@@ -245,7 +226,7 @@ impl Registry {
         self.security.admit(&attrs, &mut eviction.clone(), Some(&pod))?;
         // The delete's preconditions, checked before a budget is charged
         // for a delete that would fail on them.
-        preconditions_hold(&pod, judged_version, &opts)?;
+        opts.check(pods, &pod, judged_version)?;
         let ignore = can_ignore_budgets(&pod);
         if !ignore {
             let budgets = self.budgets_selecting(ns, &pod).await?;
@@ -442,6 +423,7 @@ mod tests {
 
     #[test]
     fn preconditions_that_cannot_hold_refuse_before_a_budget_is_charged() {
+        let pods = resources::of(Kind::Pod);
         let mut p = pod("Running", true);
         p["metadata"]["uid"] = json!("u1");
         let with = |uid: Option<&str>, rv: Option<&str>| DeleteOptions {
@@ -449,12 +431,13 @@ mod tests {
             resource_version: rv.map(str::to_string),
             ..Default::default()
         };
-        assert!(preconditions_hold(&p, 7, &with(Some("u1"), Some("7"))).is_ok());
-        assert!(preconditions_hold(&p, 7, &with(None, None)).is_ok());
-        let uid = preconditions_hold(&p, 7, &with(Some("u2"), None)).unwrap_err();
+        assert!(with(Some("u1"), Some("7")).check(pods, &p, 7).is_ok());
+        assert!(with(None, None).check(pods, &p, 7).is_ok());
+        let uid = with(Some("u2"), None).check(pods, &p, 7).unwrap_err();
         assert_eq!(uid.code(), 409);
         assert!(uid.message.contains("UID in precondition: u2"), "{}", uid.message);
-        assert_eq!(preconditions_hold(&p, 7, &with(None, Some("6"))).unwrap_err().code(), 409);
+        assert_eq!(with(None, Some("6")).check(pods, &p, 7).unwrap_err().code(), 409);
+        assert_eq!(with(None, Some("x")).check(pods, &p, 7).unwrap_err().code(), 400, "not a version");
     }
 
     #[test]
