@@ -166,6 +166,28 @@ pub fn schedule(pod: &PodInfo, cluster: &Cluster, profile: &Profile, start: &mut
     let first = *start % nodes.len();
     let mut feasible: Vec<&NodeInfo> = Vec::with_capacity(want);
     let mut evaluated = 0;
+    if let Some(candidates) = candidates(pod, &state, cluster) {
+        // The same walk over only the nodes that can pass, from the first
+        // one at or after `first`. Nothing is recorded: when none fits,
+        // the full walk below says why, node by node.
+        let from = candidates.partition_point(|&i| i < first);
+        let mut last = first;
+        for &i in candidates[from..].iter().chain(&candidates[..from]) {
+            evaluated += 1;
+            last = i;
+            if filter(pod, &nodes[i], &state, cluster).is_ok() {
+                feasible.push(&nodes[i]);
+                if feasible.len() >= want {
+                    break;
+                }
+            }
+        }
+        if !feasible.is_empty() {
+            *start = (last + 1) % nodes.len();
+            return Ok(pick(pod, feasible, evaluated, cluster, &profile.weights));
+        }
+        evaluated = 0;
+    }
     for i in 0..nodes.len() {
         let node = &nodes[(first + i) % nodes.len()];
         evaluated += 1;
@@ -183,12 +205,49 @@ pub fn schedule(pod: &PodInfo, cluster: &Cluster, profile: &Profile, start: &mut
     if feasible.is_empty() {
         return Err(error);
     }
+    Ok(pick(pod, feasible, evaluated, cluster, &profile.weights))
+}
+
+/// Scores the feasible nodes and picks the best.
+fn pick(pod: &PodInfo, feasible: Vec<&NodeInfo>, evaluated: usize, cluster: &Cluster, weights: &Weights) -> Placement {
     let best = if feasible.len() == 1 {
         0
     } else {
-        best_node(&score(pod, &feasible, cluster, &profile.weights), &mut rand::thread_rng())
+        best_node(&score(pod, &feasible, cluster, weights), &mut rand::thread_rng())
     };
-    Ok(Placement { node: feasible[best].name.clone(), evaluated, feasible: feasible.len() })
+    Placement { node: feasible[best].name.clone(), evaluated, feasible: feasible.len() }
+}
+
+/// The nodes that can pass the filters, in order, when the pod's own
+/// constraints narrow them well below the whole cluster (the node-label
+/// index answers): the nodes with the rarest of its nodeSelector labels,
+/// or those in the domains its required affinity wants. None when every
+/// node must be looked at. A superset: the filters still run on each.
+fn candidates(pod: &PodInfo, state: &FilterState, cluster: &Cluster) -> Option<Vec<usize>> {
+    // Narrowing to most of the cluster saves less than it costs.
+    let limit = cluster.node_count() / 2;
+    let by_selector = pod
+        .node_selector
+        .iter()
+        .map(|(k, v)| cluster.nodes_labelled(k, v))
+        .min_by_key(|set| set.map_or(0, BTreeSet::len))
+        .filter(|set| set.map_or(0, BTreeSet::len) <= limit)
+        .map(|set| set.into_iter().flatten().copied().collect::<Vec<_>>());
+    let by_affinity =
+        state.affinity.as_ref().and_then(|a| a.wanted_domains(pod, cluster)).and_then(|(key, domains)| {
+            let sets: Vec<&BTreeSet<usize>> =
+                domains.into_iter().filter_map(|v| cluster.nodes_labelled(key, v)).collect();
+            if sets.iter().map(|s| s.len()).sum::<usize>() > limit {
+                return None;
+            }
+            let mut nodes: Vec<usize> = sets.into_iter().flatten().copied().collect();
+            nodes.sort_unstable();
+            Some(nodes)
+        });
+    match (by_selector, by_affinity) {
+        (Some(a), Some(b)) => Some(if a.len() <= b.len() { a } else { b }),
+        (a, b) => a.or(b),
+    }
 }
 
 /// The index of the highest total; among equal highest totals each is
@@ -342,6 +401,46 @@ mod tests {
         schedule(&must_pod("r", "1", "1Gi", json!({})), &cluster, &profile, &mut start).expect("fits");
         schedule(&must_pod("s", "1", "1Gi", json!({})), &cluster, &profile, &mut start).expect("fits");
         assert_eq!(start, 80, "the start wraps around");
+    }
+
+    #[test]
+    fn a_pod_that_names_its_nodes_is_filtered_on_those_alone() {
+        let nodes = (0..400)
+            .map(|i| {
+                let zone = format!("z{}", i % 10);
+                must_node(&format!("n{i:03}"), "4", "8Gi", json!({"metadata": {"labels": {"zone": zone}}}))
+            })
+            .collect();
+        let anchor = must_pod("anchor", "", "", json!({"metadata": {"labels": {"team": "a"}}}));
+        let cluster = must_cluster(nodes, vec![(anchor, "n007")]);
+        let in_zone = |p: &Placement, zone: usize| p.node[1..].parse::<usize>().expect("n<i>") % 10 == zone;
+        let mut start = 0;
+
+        let selected = must_pod("s", "1", "1Gi", json!({"spec": {"nodeSelector": {"zone": "z3"}}}));
+        let placed = schedule(&selected, &cluster, &Profile::default(), &mut start).expect("fits");
+        assert!(in_zone(&placed, 3), "{placed:?}");
+        assert_eq!((placed.evaluated, placed.feasible), (40, 40), "only zone z3's nodes were filtered");
+
+        let drawn = must_pod(
+            "d",
+            "1",
+            "1Gi",
+            json!({"metadata": {"labels": {"team": "a"}}, "spec": {"affinity": {"podAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": [{"labelSelector": {"matchLabels": {"team": "a"}}, "topologyKey": "zone"}]
+            }}}}),
+        );
+        let placed = schedule(&drawn, &cluster, &Profile::default(), &mut start).expect("fits");
+        assert!(in_zone(&placed, 7), "drawn to the anchor's zone: {placed:?}");
+        assert_eq!((placed.evaluated, placed.feasible), (40, 40), "only zone z7's nodes were filtered");
+
+        // When none of them fits, the message counts every node, as before.
+        let big = must_pod("big", "5", "1Gi", json!({"spec": {"nodeSelector": {"zone": "z3"}}}));
+        let err = schedule(&big, &cluster, &Profile::default(), &mut start).expect_err("too big");
+        assert_eq!(
+            err.to_string(),
+            "0/400 nodes are available: 360 node(s) didn't match Pod's node affinity/selector, 40 Insufficient cpu."
+        );
+        assert_eq!(err.resolvable.len(), 40);
     }
 
     #[test]

@@ -9,7 +9,7 @@
 //! seen, or removed) waits, accounted to that name, until the node
 //! appears or the pod is removed, as kube's cache keeps them.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use k8s_openapi::api::core::v1::Node;
@@ -111,6 +111,10 @@ impl TermIndex {
 pub struct Cluster {
     nodes: Vec<NodeInfo>,
     positions: HashMap<String, usize>,
+    /// Node positions by label key, then value, so a decision whose pod
+    /// names its nodes (a nodeSelector, the domains its required affinity
+    /// wants) filters those instead of every node.
+    nodes_by_label: HashMap<String, HashMap<String, BTreeSet<usize>>>,
     /// Every placed pod, on a known node or not.
     pods: PodSet,
     /// Pods placed on a node the cluster does not know, by node name.
@@ -156,10 +160,12 @@ impl Cluster {
                 }
                 if labels_changed {
                     self.unindex_node(i);
+                    self.unlabel_node(i, i);
                 }
                 self.nodes[i] = self.nodes[i].with_node(node);
                 if labels_changed {
                     self.index_node(i);
+                    self.label_node(i, i);
                 }
             }
             None => {
@@ -171,6 +177,7 @@ impl Cluster {
                 self.positions.insert(name, self.nodes.len());
                 self.nodes.push(info);
                 self.index_node(self.nodes.len() - 1);
+                self.label_node(self.nodes.len() - 1, self.nodes.len() - 1);
             }
         }
     }
@@ -181,6 +188,13 @@ impl Cluster {
         let Some(i) = self.positions.remove(name) else { return };
         self.forget_spread_counts();
         self.unindex_node(i);
+        self.unlabel_node(i, i);
+        let last = self.nodes.len() - 1;
+        if i != last {
+            // The last node takes position i.
+            self.unlabel_node(last, last);
+            self.label_node(last, i);
+        }
         let info = self.nodes.swap_remove(i);
         if let Some(moved) = self.nodes.get(i) {
             self.positions.insert(moved.name.clone(), i);
@@ -469,6 +483,34 @@ impl Cluster {
         }
     }
 
+    /// Lists node `i`'s labels at `position` in `nodes_by_label`.
+    fn label_node(&mut self, i: usize, position: usize) {
+        for (k, v) in self.nodes[i].labels() {
+            self.nodes_by_label.entry(k.clone()).or_default().entry(v.clone()).or_default().insert(position);
+        }
+    }
+
+    /// Takes `position` out of `nodes_by_label` for node `i`'s labels.
+    fn unlabel_node(&mut self, i: usize, position: usize) {
+        for (k, v) in self.nodes[i].labels() {
+            let Some(values) = self.nodes_by_label.get_mut(k) else { continue };
+            if let Some(set) = values.get_mut(v) {
+                set.remove(&position);
+                if set.is_empty() {
+                    values.remove(v);
+                }
+            }
+            if values.is_empty() {
+                self.nodes_by_label.remove(k);
+            }
+        }
+    }
+
+    /// Positions (in `nodes()`) of the nodes labelled `key=value`, in order.
+    pub(crate) fn nodes_labelled(&self, key: &str, value: &str) -> Option<&BTreeSet<usize>> {
+        self.nodes_by_label.get(key).and_then(|values| values.get(value))
+    }
+
     fn index_node(&mut self, i: usize) {
         let pods = self.nodes[i].pods.clone();
         for pod in &pods {
@@ -538,6 +580,43 @@ mod tests {
 
     fn zoned(name: &str, zone: &str) -> Arc<Node> {
         must_node(name, "4", "8Gi", json!({"metadata": {"labels": {"zone": zone}}}))
+    }
+
+    /// `nodes_labelled` for every label of every node, against a walk of `nodes()`.
+    fn assert_node_labels_indexed(c: &Cluster) {
+        let mut walked: HashMap<(String, String), BTreeSet<usize>> = HashMap::new();
+        for (i, n) in c.nodes().iter().enumerate() {
+            for (k, v) in n.labels() {
+                walked.entry((k.clone(), v.clone())).or_default().insert(i);
+            }
+        }
+        for ((k, v), positions) in &walked {
+            assert_eq!(c.nodes_labelled(k, v), Some(positions), "{k}={v}");
+        }
+        let indexed: usize = c.nodes_by_label.values().map(HashMap::len).sum();
+        assert_eq!(indexed, walked.len(), "no label is left indexed for a node that lost it");
+    }
+
+    #[test]
+    fn the_node_label_index_follows_nodes_added_relabelled_and_removed() {
+        let mut c = Cluster::new();
+        for i in 0..6 {
+            c.upsert_node(zoned(&format!("n{i}"), &format!("z{}", i % 3)));
+        }
+        assert_node_labels_indexed(&c);
+        assert_eq!(c.nodes_labelled("zone", "z1"), Some(&BTreeSet::from([1, 4])));
+        c.upsert_node(zoned("n1", "z2"));
+        assert_node_labels_indexed(&c);
+        // Removing a node moves the last one into its place.
+        c.remove_node("n0");
+        assert_node_labels_indexed(&c);
+        assert_eq!(c.nodes()[0].name, "n5");
+        c.remove_node("n5");
+        c.remove_node("n4");
+        assert_node_labels_indexed(&c);
+        assert_eq!(c.nodes_labelled("zone", "z1"), None, "z1 lost its last node");
+        c.upsert_node(zoned("n4", "z1"));
+        assert_node_labels_indexed(&c);
     }
 
     fn shy(name: &str, node: &str) -> Arc<PodInfo> {

@@ -3,7 +3,7 @@
 //! state computed once per decision from the cluster's indexes
 //! (`AffinityState`, `SpreadState`), which preemption adjusts for victims.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt;
 use std::sync::Arc;
 
@@ -252,6 +252,12 @@ impl Domains {
             shared + self.delta.get(value).copied().unwrap_or(0)
         }
     }
+
+    /// The domains holding at least one pod.
+    fn occupied(&self) -> BTreeSet<&str> {
+        let values = self.shared.iter().flat_map(|c| c.keys()).chain(self.delta.keys());
+        values.map(String::as_str).filter(|v| self.get(v) > 0).collect()
+    }
 }
 
 /// Domains per topology key.
@@ -325,6 +331,20 @@ impl AffinityState {
         }
     }
 
+    /// Where the pod's required affinity lets it go, when that is narrower
+    /// than anywhere: the first term's topology key and the domains of it
+    /// holding pods that match every term. None when the pod has no
+    /// required affinity, or is the first of a group with affinity to
+    /// itself (which may go anywhere the keys exist).
+    pub(crate) fn wanted_domains<'p>(&self, pod: &'p PodInfo, cluster: &Cluster) -> Option<(&'p str, BTreeSet<&str>)> {
+        let first = pod.required_affinity.first()?;
+        if first_of_group(pod, self, cluster) {
+            return None;
+        }
+        let domains = self.affinity.get(&first.topology_key).map(Domains::occupied).unwrap_or_default();
+        Some((first.topology_key.as_str(), domains))
+    }
+
     /// Counts `other`, placed on `node`, as gone (`delta` -1, a preemption
     /// victim) or back (`delta` 1, reprieved).
     pub fn update(&mut self, pod: &PodInfo, other: &PodInfo, node: &NodeInfo, cluster: &Cluster, delta: i64) {
@@ -347,6 +367,12 @@ impl AffinityState {
     }
 }
 
+/// The first pod of a group with affinity to itself may go anywhere its
+/// topology keys exist, or it would wait forever.
+fn first_of_group(pod: &PodInfo, state: &AffinityState, cluster: &Cluster) -> bool {
+    state.affinity_pods <= 0 && pod.required_affinity.iter().all(|t| cluster.term_matches(t, pod))
+}
+
 /// Required inter-pod affinity and anti-affinity, both ways.
 pub fn inter_pod_affinity(
     pod: &PodInfo,
@@ -362,10 +388,7 @@ pub fn inter_pod_affinity(
             None => return Err(Reason::PodAffinity),
         }
     }
-    // The first pod of a group with affinity to itself may go anywhere
-    // its topology keys exist, or it would wait forever.
-    let first_of_group = state.affinity_pods <= 0 && pod.required_affinity.iter().all(|t| cluster.term_matches(t, pod));
-    if !pods_exist && !first_of_group {
+    if !pods_exist && !first_of_group(pod, state, cluster) {
         return Err(Reason::PodAffinity);
     }
     for t in &pod.required_anti_affinity {
