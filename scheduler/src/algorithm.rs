@@ -10,6 +10,7 @@ use crate::cluster::Cluster;
 use crate::filters::{filter, FilterState, Reason};
 use crate::framework::{NodeInfo, PodInfo};
 use crate::scores;
+use crate::selector::Narrowing;
 
 /// The weight of every score (kube's defaults); 0 turns a score off.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -219,13 +220,16 @@ fn pick(pod: &PodInfo, feasible: Vec<&NodeInfo>, evaluated: usize, cluster: &Clu
 }
 
 /// The nodes that can pass the filters, in order, when the pod's own
-/// constraints narrow them well below the whole cluster (the node-label
+/// constraints narrow them to at most half the cluster (the node-label
 /// index answers): the nodes with the rarest of its nodeSelector labels,
-/// or those in the domains its required affinity wants. None when every
-/// node must be looked at. A superset: the filters still run on each.
+/// those its required node affinity's `In` requirements name, or those in
+/// the domains its required pod affinity wants, whichever are fewest. None
+/// when every node must be looked at. A superset: the filters still run
+/// on each.
 fn candidates(pod: &PodInfo, state: &FilterState, cluster: &Cluster) -> Option<Vec<usize>> {
     // Narrowing to most of the cluster saves less than it costs.
     let limit = cluster.node_count() / 2;
+    let labelled = |key: &str, value: &str| cluster.nodes_labelled(key, value).into_iter().flatten().copied();
     let by_selector = pod
         .node_selector
         .iter()
@@ -233,6 +237,22 @@ fn candidates(pod: &PodInfo, state: &FilterState, cluster: &Cluster) -> Option<V
         .min_by_key(|set| set.map_or(0, BTreeSet::len))
         .filter(|set| set.map_or(0, BTreeSet::len) <= limit)
         .map(|set| set.into_iter().flatten().copied().collect::<Vec<_>>());
+    let by_node_affinity = pod.required_node_affinity.as_ref().and_then(|t| t.narrowing()).and_then(|terms| {
+        let mut nodes = Vec::new();
+        for term in terms {
+            match term {
+                Narrowing::Names(names) => nodes.extend(names.iter().filter_map(|n| cluster.position(n))),
+                Narrowing::Labels { key, values } => nodes.extend(values.iter().flat_map(|v| labelled(key, v))),
+                Narrowing::Nothing => {}
+            }
+            if nodes.len() > limit {
+                return None;
+            }
+        }
+        nodes.sort_unstable();
+        nodes.dedup();
+        Some(nodes)
+    });
     let by_affinity =
         state.affinity.as_ref().and_then(|a| a.wanted_domains(pod, cluster)).and_then(|(key, domains)| {
             let sets: Vec<&BTreeSet<usize>> =
@@ -244,10 +264,7 @@ fn candidates(pod: &PodInfo, state: &FilterState, cluster: &Cluster) -> Option<V
             nodes.sort_unstable();
             Some(nodes)
         });
-    match (by_selector, by_affinity) {
-        (Some(a), Some(b)) => Some(if a.len() <= b.len() { a } else { b }),
-        (a, b) => a.or(b),
-    }
+    [by_selector, by_node_affinity, by_affinity].into_iter().flatten().min_by_key(Vec::len)
 }
 
 /// The index of the highest total; among equal highest totals each is
@@ -420,6 +437,32 @@ mod tests {
         let placed = schedule(&selected, &cluster, &Profile::default(), &mut start).expect("fits");
         assert!(in_zone(&placed, 3), "{placed:?}");
         assert_eq!((placed.evaluated, placed.feasible), (40, 40), "only zone z3's nodes were filtered");
+
+        let required = |terms: serde_json::Value| json!({"spec": {"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": terms}}}}});
+        let zones = must_pod(
+            "z",
+            "1",
+            "1Gi",
+            required(json!([{"matchExpressions": [
+                {"key": "zone", "operator": "In", "values": ["z1", "z2"]},
+                {"key": "zone", "operator": "NotIn", "values": ["z2"]}
+            ]}])),
+        );
+        let placed = schedule(&zones, &cluster, &Profile::default(), &mut start).expect("fits");
+        assert!(in_zone(&placed, 1), "{placed:?}");
+        assert_eq!((placed.evaluated, placed.feasible), (80, 40), "zones z1 and z2 were filtered, z2 failed");
+        let named = must_pod(
+            "n",
+            "1",
+            "1Gi",
+            required(json!([
+                {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n005", "n404"]}]},
+                {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["z9"]}]}
+            ])),
+        );
+        let placed = schedule(&named, &cluster, &Profile::default(), &mut start).expect("fits");
+        assert!(placed.node == "n005" || in_zone(&placed, 9), "{placed:?}");
+        assert_eq!((placed.evaluated, placed.feasible), (41, 41), "n005 and zone z9");
 
         let drawn = must_pod(
             "d",

@@ -506,6 +506,11 @@ impl Cluster {
         }
     }
 
+    /// The position of node `name` in `nodes()`.
+    pub(crate) fn position(&self, name: &str) -> Option<usize> {
+        self.positions.get(name).copied()
+    }
+
     /// Positions (in `nodes()`) of the nodes labelled `key=value`, in order.
     pub(crate) fn nodes_labelled(&self, key: &str, value: &str) -> Option<&BTreeSet<usize>> {
         self.nodes_by_label.get(key).and_then(|values| values.get(value))

@@ -202,6 +202,20 @@ impl NodeTerm {
         NodeTerm { labels, names, valid }
     }
 
+    /// The nodes this term can match, as an index can name them: those
+    /// of its `metadata.name In` field, or of its label `In` requirement
+    /// with the fewest values. None when it names no such set.
+    fn narrowing(&self) -> Option<Narrowing<'_>> {
+        if !self.valid {
+            return Some(Narrowing::Nothing);
+        }
+        if let Some(names) = self.names.iter().find(|r| r.operator == Operator::In) {
+            return Some(Narrowing::Names(&names.values));
+        }
+        let labels = self.labels.iter().filter(|r| r.operator == Operator::In).min_by_key(|r| r.values.len())?;
+        Some(Narrowing::Labels { key: &labels.key, values: &labels.values })
+    }
+
     /// Whether the node with `labels` and `name` matches.
     pub fn matches(&self, labels: &BTreeMap<String, String>, name: &str) -> bool {
         self.valid
@@ -229,6 +243,24 @@ impl NodeSelectorTerms {
     pub fn matches(&self, labels: &BTreeMap<String, String>, name: &str) -> bool {
         self.terms.iter().any(|t| t.matches(labels, name))
     }
+
+    /// Per term, the nodes it can match (see [`Narrowing`]); None when some
+    /// term can match nodes no index names.
+    pub(crate) fn narrowing(&self) -> Option<Vec<Narrowing<'_>>> {
+        self.terms.iter().map(NodeTerm::narrowing).collect()
+    }
+}
+
+/// A superset of the nodes a node selector term matches, as the cluster's
+/// indexes name them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Narrowing<'a> {
+    /// Nodes with one of these names.
+    Names(&'a [String]),
+    /// Nodes labelled `key` with one of these values.
+    Labels { key: &'a str, values: &'a [String] },
+    /// No node (a malformed term).
+    Nothing,
 }
 
 #[cfg(test)]
