@@ -352,3 +352,93 @@ async fn a_patch_through_a_partitioned_member_is_never_answered_from_its_stale_c
     }
     assert_eq!(writer.get(cms, "default", "cm").await.unwrap()["metadata"]["labels"]["v"], "a");
 }
+
+/// `DELETE` of ConfigMap `name` with `body`, sent by curl from inside
+/// member `id`'s network namespace (the only way to reach it while it is
+/// cut off); its status and body, once it ends.
+fn delete_from_inside(
+    net: &support::netns::Network,
+    cluster: &Cluster,
+    id: u64,
+    name: &str,
+    body: &str,
+) -> std::process::Child {
+    let api = cluster.api(id);
+    Command::new("ip")
+        .args(["netns", "exec", net.namespace(id), "curl", "-sS", "--max-time", "40", "-X", "DELETE"])
+        .args(api.curl_flags())
+        .args(["-H", "Content-Type: application/json", "--data", body, "-w", "\n%{http_code}"])
+        .arg(format!("{}/api/v1/namespaces/default/configmaps/{name}", api.url()))
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("curl is installed (make deps)")
+}
+
+fn status_of(child: std::process::Child) -> (u16, String) {
+    let out = child.wait_with_output().expect("curl ran");
+    let text = stdout(&out);
+    let (body, code) = text.rsplit_once('\n').unwrap_or_else(|| panic!("curl: {text}{}", stderr(&out)));
+    (code.parse().unwrap_or_else(|_| panic!("curl: {text}{}", stderr(&out))), body.to_string())
+}
+
+/// A delete whose resourceVersion precondition names a version written
+/// through the leader, sent to a member that has not applied it (it is
+/// cut off), is judged on a current read once the member can make one,
+/// not refused at once from the member's older copy (which is what a
+/// member without the second read does, every time). A precondition
+/// naming a version the object no longer has is still refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_delete_precondition_through_a_trailing_member_is_checked_on_a_current_read() {
+    let net = support::netns::Network::create(&[1, 2, 3]).expect("network namespaces (run as root with iproute2)");
+    let cluster = Cluster::spawn_in(&net, 3, &[]).await;
+    let leader = cluster.must_leader().await;
+    let trailing = *cluster.members.keys().find(|id| **id != leader).unwrap();
+    let cms = of(Kind::ConfigMap);
+    let writer = cluster.resource_client(&[&cluster.members[&leader].client]);
+    let via_trailing = cluster.resource_client(&[&cluster.members[&trailing].client]);
+    for name in ["old", "new"] {
+        let cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": "default"}});
+        writer.create(cms, "default", &cm).await.unwrap();
+        via_trailing.get(cms, "default", name).await.unwrap();
+    }
+
+    net.split(&[trailing]).unwrap();
+    let mut versions = std::collections::HashMap::new();
+    for name in ["old", "new"] {
+        let mut live = writer.get(cms, "default", name).await.unwrap();
+        live["data"] = json!({"k": "v"});
+        let updated = writer.update(cms, &live).await.unwrap();
+        let before = live["metadata"]["resourceVersion"].as_str().unwrap().to_string();
+        versions.insert(name, (before, updated["metadata"]["resourceVersion"].as_str().unwrap().to_string()));
+    }
+    let at = |rv: &str| format!(r#"{{"preconditions": {{"resourceVersion": "{rv}"}}}}"#);
+    let (new_body, old_body) = (at(&versions["new"].1), at(&versions["old"].0));
+    let new = delete_from_inside(&net, &cluster, trailing, "new", &new_body);
+    let old = delete_from_inside(&net, &cluster, trailing, "old", &old_body);
+    // Long enough for a member that judged from its own copy to have answered.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    net.heal().unwrap();
+    let (mut new, mut old) = tokio::task::spawn_blocking(move || (status_of(new), status_of(old))).await.unwrap();
+    // Cut off past its election timeout, the member may have campaigned and
+    // unseated the leader when let back: a 503 is then the right answer,
+    // and a client tries again.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while new.0 == 503 || old.0 == 503 {
+        assert!(Instant::now() < deadline, "still unavailable: {new:?} {old:?}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        if new.0 == 503 {
+            new = status_of(delete_from_inside(&net, &cluster, trailing, "new", &new_body));
+        }
+        if old.0 == 503 {
+            old = status_of(delete_from_inside(&net, &cluster, trailing, "old", &old_body));
+        }
+    }
+
+    assert_eq!(new.0, 200, "the version written through the leader is the object's version: {}", new.1);
+    assert_eq!(old.0, 409, "the version before the update is no longer the object's: {}", old.1);
+    assert!(old.1.contains("Precondition failed"), "{}", old.1);
+    assert!(writer.get(cms, "default", "old").await.is_ok(), "a refused delete deletes nothing");
+    let gone = writer.get(cms, "default", "new").await.expect_err("deleted");
+    assert!(gone.is(Reason::NotFound), "{gone}");
+}

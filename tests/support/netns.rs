@@ -8,6 +8,7 @@
 
 use std::collections::BTreeMap;
 use std::process::Command;
+use std::sync::atomic::{AtomicU32, Ordering};
 
 fn ip(args: &[&str]) -> Result<(), String> {
     let out = Command::new("ip").args(args).output().map_err(|e| format!("cannot run ip: {e}"))?;
@@ -31,9 +32,13 @@ pub struct Network {
 impl Network {
     /// A bridge and one namespace per member id, members at 10.<subnet>.0.<id>.
     pub fn create(ids: &[u64]) -> Result<Network, String> {
-        let tag = std::process::id() % 10_000;
-        let subnet = 100 + (std::process::id() % 100) as u8;
-        let prefix = format!("sk{tag}");
+        // Unique per process and per network in it, so tests of one file
+        // may each have their own at once.
+        static CREATED: AtomicU32 = AtomicU32::new(0);
+        let n = CREATED.fetch_add(1, Ordering::Relaxed);
+        let pid = std::process::id();
+        let subnet = 100 + ((pid + 37 * n) % 100) as u8;
+        let prefix = format!("sk{}x{n}", pid % 10_000);
         let mut net = Network {
             main_bridge: format!("{prefix}b0"),
             minority_bridge: format!("{prefix}b1"),
