@@ -676,3 +676,72 @@ async fn pods_a_custom_resource_controls_count_its_scale_and_go_with_it() {
     })
     .await;
 }
+
+/// A Flock owned by `owner` (`kind` `name` `uid` in `apiVersion`), blocking its foreground deletion.
+fn owned_flock(name: &str, api_version: &str, kind: &str, owner: &str, uid: &str) -> String {
+    format!(
+        "apiVersion: example.com/v1\nkind: Flock\nmetadata:\n  name: {name}\n  namespace: default\n  ownerReferences:\n  \
+         - {{apiVersion: {api_version}, kind: {kind}, name: {owner}, uid: {uid}, blockOwnerDeletion: true}}\nspec: \
+         {{replicas: 1}}\n"
+    )
+}
+
+/// Custom objects as dependents, as Kubernetes' garbage collector treats
+/// every kind: a Flock whose ConfigMap owner is deleted is collected; a
+/// Flock deleted in the foreground waits for its Flock and the ConfigMap
+/// under that to go first; a Flock deleted with `--cascade=orphan` leaves
+/// its dependent Flock without the reference.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn custom_objects_are_collected_deleted_in_the_foreground_and_orphaned() {
+    let s = Setup::new(|_| PodFate::Ready, &[]).await;
+    s.apply(FLOCKS);
+    s.kubectl(&["wait", "--for=condition=Established", "crd/flocks.example.com", "--timeout=30s"]);
+    let uid = |kind: &str, name: &str| s.kubectl(&["get", kind, name, "-o", "jsonpath={.metadata.uid}"]);
+    let exists = |kind: &str, name: &str| kubectl(&s.api, &["get", kind, name]).status.success();
+
+    // A built-in owner, a custom dependent.
+    s.kubectl(&["create", "configmap", "keeper"]);
+    s.apply(&owned_flock("kept", "v1", "ConfigMap", "keeper", &uid("configmap", "keeper")));
+    s.kubectl(&["delete", "configmap", "keeper"]);
+    s.must_eventually("the Flock whose owner went is collected", Duration::from_secs(30), || {
+        (!exists("flock", "kept")).then_some(())
+    })
+    .await;
+
+    // Foreground: parent <- child (a Flock) <- leaf (a ConfigMap).
+    s.apply(
+        "apiVersion: example.com/v1\nkind: Flock\nmetadata: {name: parent, namespace: default}\nspec: {replicas: 1}\n",
+    );
+    s.apply(&owned_flock("child", "example.com/v1", "Flock", "parent", &uid("flock", "parent")));
+    let child = uid("flock", "child");
+    s.apply(&format!(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: leaf\n  namespace: default\n  ownerReferences:\n  - \
+         {{apiVersion: example.com/v1, kind: Flock, name: child, uid: {child}, blockOwnerDeletion: true}}\n"
+    ));
+    s.kubectl(&["delete", "flock", "parent", "--cascade=foreground", "--wait=false"]);
+    s.must_eventually("the parent waits for what it owns, then goes", Duration::from_secs(60), || {
+        let left: Vec<bool> = [("flock", "parent"), ("flock", "child"), ("configmap", "leaf")]
+            .iter()
+            .map(|(k, n)| exists(k, n))
+            .collect();
+        // The parent never goes before its child, nor the child before its leaf.
+        let (parent, child, leaf) = (left[0], left[1], left[2]);
+        assert!((parent || !child) && (child || !leaf), "left out of order: {left:?}");
+        (left == [false, false, false]).then_some(())
+    })
+    .await;
+
+    // Orphan: the dependent stays, without the reference.
+    s.apply(
+        "apiVersion: example.com/v1\nkind: Flock\nmetadata: {name: elder, namespace: default}\nspec: {replicas: 1}\n",
+    );
+    s.apply(&owned_flock("heir", "example.com/v1", "Flock", "elder", &uid("flock", "elder")));
+    s.kubectl(&["delete", "flock", "elder", "--cascade=orphan"]);
+    s.must_eventually("the orphaned Flock loses its reference", Duration::from_secs(30), || {
+        let refs = s.kubectl(&["get", "flock", "heir", "-o", "jsonpath={.metadata.ownerReferences}"]);
+        (refs.is_empty() && !exists("flock", "elder")).then_some(())
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(exists("flock", "heir"), "an orphan is not collected");
+}

@@ -212,6 +212,19 @@ fn resource_ref(info: &ResourceInfo, namespace: &str) -> Option<ResourceRef> {
     })
 }
 
+fn list_request(resource: Option<ResourceRef>, p: &ListParams, as_table: bool) -> ListRequest {
+    ListRequest {
+        resource,
+        label_selector: p.label_selector.clone(),
+        field_selector: p.field_selector.clone(),
+        limit: p.limit,
+        r#continue: p.continue_token.clone(),
+        resource_version: p.resource_version.clone(),
+        resource_version_match: String::new(),
+        as_table,
+    }
+}
+
 fn named_ref(group: &str, plural: &str, namespace: &str) -> Option<ResourceRef> {
     Some(ResourceRef { group: group.to_string(), resource: plural.to_string(), namespace: namespace.to_string() })
 }
@@ -426,14 +439,7 @@ impl Client {
         namespace: &str,
         params: &ListParams,
     ) -> Result<ObjectList, ClientError> {
-        let req = self.list_request(info, namespace, params, false);
-        let r = rpc!(self, list, req)?;
-        Ok(ObjectList {
-            items: r.items.iter().map(|b| from_json(b)).collect::<Result<_, _>>()?,
-            resource_version: r.resource_version,
-            continue_token: r.r#continue,
-            remaining_item_count: r.remaining_item_count,
-        })
+        self.list_at(resource_ref(info, namespace), params).await
     }
 
     /// Every page of a list, concatenated.
@@ -443,11 +449,38 @@ impl Client {
         namespace: &str,
         params: &ListParams,
     ) -> Result<ObjectList, ClientError> {
+        self.list_all_at(resource_ref(info, namespace), params).await
+    }
+
+    /// Every page of a list of the resources `plural` of `group` (see
+    /// [`Client::get_of`]); `namespace` "": all namespaces.
+    pub async fn list_all_of(
+        &self,
+        group: &str,
+        plural: &str,
+        namespace: &str,
+        params: &ListParams,
+    ) -> Result<ObjectList, ClientError> {
+        self.list_all_at(named_ref(group, plural, namespace), params).await
+    }
+
+    async fn list_at(&self, resource: Option<ResourceRef>, params: &ListParams) -> Result<ObjectList, ClientError> {
+        let req = list_request(resource, params, false);
+        let r = rpc!(self, list, req)?;
+        Ok(ObjectList {
+            items: r.items.iter().map(|b| from_json(b)).collect::<Result<_, _>>()?,
+            resource_version: r.resource_version,
+            continue_token: r.r#continue,
+            remaining_item_count: r.remaining_item_count,
+        })
+    }
+
+    async fn list_all_at(&self, resource: Option<ResourceRef>, params: &ListParams) -> Result<ObjectList, ClientError> {
         let mut params = params.clone();
-        let mut all = self.list(info, namespace, &params).await?;
+        let mut all = self.list_at(resource.clone(), &params).await?;
         while !all.continue_token.is_empty() {
             params.continue_token = std::mem::take(&mut all.continue_token);
-            let page = self.list(info, namespace, &params).await?;
+            let page = self.list_at(resource.clone(), &params).await?;
             all.items.extend(page.items);
             all.continue_token = page.continue_token;
         }
@@ -461,22 +494,9 @@ impl Client {
         namespace: &str,
         params: &ListParams,
     ) -> Result<Value, ClientError> {
-        let req = self.list_request(info, namespace, params, true);
+        let req = list_request(resource_ref(info, namespace), params, true);
         let r = rpc!(self, list, req)?;
         from_json(&r.table)
-    }
-
-    fn list_request(&self, info: &ResourceInfo, namespace: &str, p: &ListParams, as_table: bool) -> ListRequest {
-        ListRequest {
-            resource: resource_ref(info, namespace),
-            label_selector: p.label_selector.clone(),
-            field_selector: p.field_selector.clone(),
-            limit: p.limit,
-            r#continue: p.continue_token.clone(),
-            resource_version: p.resource_version.clone(),
-            resource_version_match: String::new(),
-            as_table,
-        }
     }
 
     pub async fn create(&self, info: &ResourceInfo, namespace: &str, obj: &Value) -> Result<Value, ClientError> {
@@ -559,9 +579,34 @@ impl Client {
         patch: &Value,
         subresource: &str,
     ) -> Result<Value, ClientError> {
+        self.patch_at(resource_ref(info, namespace), name, patch_type, patch, subresource).await
+    }
+
+    /// [`Client::patch`] of an object of the resources `plural` of `group`
+    /// (see [`Client::get_of`]).
+    pub async fn patch_of(
+        &self,
+        group: &str,
+        plural: &str,
+        namespace: &str,
+        name: &str,
+        patch_type: &str,
+        patch: &Value,
+    ) -> Result<Value, ClientError> {
+        self.patch_at(named_ref(group, plural, namespace), name, patch_type, patch, "").await
+    }
+
+    async fn patch_at(
+        &self,
+        resource: Option<ResourceRef>,
+        name: &str,
+        patch_type: &str,
+        patch: &Value,
+        subresource: &str,
+    ) -> Result<Value, ClientError> {
         self.throttle_write().await;
         let req = PatchRequest {
-            resource: resource_ref(info, namespace),
+            resource,
             name: name.to_string(),
             patch_type: patch_type.to_string(),
             patch: to_json(patch),
@@ -579,9 +624,31 @@ impl Client {
         name: &str,
         params: &DeleteParams,
     ) -> Result<Value, ClientError> {
+        self.delete_at(resource_ref(info, namespace), name, params).await
+    }
+
+    /// [`Client::delete`] of an object of the resources `plural` of `group`
+    /// (see [`Client::get_of`]).
+    pub async fn delete_of(
+        &self,
+        group: &str,
+        plural: &str,
+        namespace: &str,
+        name: &str,
+        params: &DeleteParams,
+    ) -> Result<Value, ClientError> {
+        self.delete_at(named_ref(group, plural, namespace), name, params).await
+    }
+
+    async fn delete_at(
+        &self,
+        resource: Option<ResourceRef>,
+        name: &str,
+        params: &DeleteParams,
+    ) -> Result<Value, ClientError> {
         self.throttle_write().await;
         let req = DeleteRequest {
-            resource: resource_ref(info, namespace),
+            resource,
             name: name.to_string(),
             preconditions: Some(Preconditions {
                 uid: params.uid.clone(),
@@ -604,8 +671,28 @@ impl Client {
         namespace: &str,
         params: &WatchParams,
     ) -> Result<impl Stream<Item = Result<WatchEvent, ClientError>> + Send + 'static, ClientError> {
+        self.watch_at(resource_ref(info, namespace), params).await
+    }
+
+    /// [`Client::watch`] of the resources `plural` of `group` (see
+    /// [`Client::get_of`]); `namespace` "": all namespaces.
+    pub async fn watch_of(
+        &self,
+        group: &str,
+        plural: &str,
+        namespace: &str,
+        params: &WatchParams,
+    ) -> Result<impl Stream<Item = Result<WatchEvent, ClientError>> + Send + 'static, ClientError> {
+        self.watch_at(named_ref(group, plural, namespace), params).await
+    }
+
+    async fn watch_at(
+        &self,
+        resource: Option<ResourceRef>,
+        params: &WatchParams,
+    ) -> Result<impl Stream<Item = Result<WatchEvent, ClientError>> + Send + 'static, ClientError> {
         let req = WatchRequest {
-            resource: resource_ref(info, namespace),
+            resource,
             label_selector: params.label_selector.clone(),
             field_selector: params.field_selector.clone(),
             resource_version: params.resource_version.clone(),

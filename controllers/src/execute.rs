@@ -62,6 +62,38 @@ fn info_named(api_version: &str, kind: &str) -> Result<&'static ResourceInfo, Ex
         .ok_or_else(|| ExecuteError::UnknownKind { api_version: api_version.into(), kind: kind.into() })
 }
 
+/// Where the API serves kinds the built-in catalog lacks: custom
+/// resources, found by the definition serving an `apiVersion` and `kind`.
+pub trait CustomKinds: Sync {
+    /// The API group and plural serving `api_version` and `kind`, if a
+    /// custom resource does.
+    fn serving(&self, api_version: &str, kind: &str) -> Option<(String, String)>;
+}
+
+/// Built-in kinds only.
+pub struct BuiltinOnly;
+
+impl CustomKinds for BuiltinOnly {
+    fn serving(&self, _: &str, _: &str) -> Option<(String, String)> {
+        None
+    }
+}
+
+/// The resource an action's `apiVersion` and `kind` name.
+enum Target {
+    Builtin(&'static ResourceInfo),
+    Custom { group: String, plural: String },
+}
+
+fn target(api_version: &str, kind: &str, custom: &dyn CustomKinds) -> Result<Target, ExecuteError> {
+    match info_named(api_version, kind) {
+        Ok(info) => Ok(Target::Builtin(info)),
+        Err(unknown) => {
+            custom.serving(api_version, kind).map(|(group, plural)| Target::Custom { group, plural }).ok_or(unknown)
+        }
+    }
+}
+
 fn failed<'a>(verb: &'static str, obj: &'a Value) -> impl FnOnce(ClientError) -> ExecuteError + 'a {
     move |source| ExecuteError::Api {
         verb,
@@ -97,8 +129,14 @@ fn is_delete(action: &Action) -> bool {
 
 /// Carries out `actions` in order; the first failure ends the run. A run of
 /// consecutive creates goes in slow-start batches, each batch's creates
-/// concurrently; a run of consecutive deletes goes concurrently.
-pub async fn execute(client: &Client, recorder: &Recorder, actions: Vec<Action>) -> Result<Outcome, Failed> {
+/// concurrently; a run of consecutive deletes goes concurrently. Patches
+/// and deletes of custom objects go to the resource `custom` names.
+pub async fn execute(
+    client: &Client,
+    recorder: &Recorder,
+    custom: &dyn CustomKinds,
+    actions: Vec<Action>,
+) -> Result<Outcome, Failed> {
     let mut outcome = Outcome::default();
     let mut rest = actions.into_iter().peekable();
     while let Some(action) = rest.next() {
@@ -107,7 +145,7 @@ pub async fn execute(client: &Client, recorder: &Recorder, actions: Vec<Action>)
             while let Some(next) = rest.next_if(is_delete) {
                 deletes.push(next);
             }
-            if let Err(mut failed) = delete_together(client, recorder, deletes).await {
+            if let Err(mut failed) = delete_together(client, recorder, custom, deletes).await {
                 failed.skipped.extend(rest);
                 return Err(failed);
             }
@@ -124,7 +162,7 @@ pub async fn execute(client: &Client, recorder: &Recorder, actions: Vec<Action>)
             }
             continue;
         }
-        if let Err(error) = execute_one(client, recorder, &action).await {
+        if let Err(error) = execute_one(client, recorder, custom, &action).await {
             let mut skipped = vec![action];
             skipped.extend(rest);
             return Err(Failed { error, skipped });
@@ -135,10 +173,15 @@ pub async fn execute(client: &Client, recorder: &Recorder, actions: Vec<Action>)
 
 /// Deletes concurrently; on failure the failed deletes are the skipped ones
 /// (the others are done), the first failure in action order the error.
-async fn delete_together(client: &Client, recorder: &Recorder, deletes: Vec<Action>) -> Result<(), Failed> {
+async fn delete_together(
+    client: &Client,
+    recorder: &Recorder,
+    custom: &dyn CustomKinds,
+    deletes: Vec<Action>,
+) -> Result<(), Failed> {
     let results: Vec<(Action, Result<(), ExecuteError>)> = futures::stream::iter(deletes)
         .map(|action| async move {
-            let result = execute_one(client, recorder, &action).await;
+            let result = execute_one(client, recorder, custom, &action).await;
             (action, result)
         })
         .buffered(DELETES_IN_FLIGHT)
@@ -202,7 +245,12 @@ async fn create(client: &Client, obj: &Value) -> Result<Value, ExecuteError> {
     client.create(info, ns, obj).await.map_err(failed("create", obj))
 }
 
-async fn execute_one(client: &Client, recorder: &Recorder, action: &Action) -> Result<(), ExecuteError> {
+async fn execute_one(
+    client: &Client,
+    recorder: &Recorder,
+    custom: &dyn CustomKinds,
+    action: &Action,
+) -> Result<(), ExecuteError> {
     match action {
         Action::Create(obj) => {
             create(client, obj).await?;
@@ -218,9 +266,14 @@ async fn execute_one(client: &Client, recorder: &Recorder, action: &Action) -> R
             client.update_subresource(info, namespace, "finalize").await.map_err(failed("finalize", namespace))?;
         }
         Action::Patch { api_version, kind, namespace, name, patch } => {
-            let info = info_named(api_version, kind)?;
-            let target = json!({"kind": kind, "metadata": {"namespace": namespace, "name": name}});
-            client.patch(info, namespace, name, "merge", patch, "").await.map_err(failed("patch", &target))?;
+            let patched = match target(api_version, kind, custom)? {
+                Target::Builtin(info) => client.patch(info, namespace, name, "merge", patch, "").await,
+                Target::Custom { group, plural } => {
+                    client.patch_of(&group, &plural, namespace, name, "merge", patch).await
+                }
+            };
+            let about = json!({"kind": kind, "metadata": {"namespace": namespace, "name": name}});
+            patched.map_err(failed("patch", &about))?;
         }
         Action::Delete { api_version, kind, namespace, name, uid, propagation } => {
             let params = DeleteParams {
@@ -228,7 +281,7 @@ async fn execute_one(client: &Client, recorder: &Recorder, action: &Action) -> R
                 propagation_policy: propagation.clone().unwrap_or_default(),
                 ..Default::default()
             };
-            delete(client, api_version, kind, namespace, name, &params).await?;
+            delete(client, custom, api_version, kind, namespace, name, &params).await?;
         }
         Action::ForceDelete { api_version, kind, namespace, name, uid } => {
             let params = DeleteParams {
@@ -236,7 +289,7 @@ async fn execute_one(client: &Client, recorder: &Recorder, action: &Action) -> R
                 grace_period_seconds: Some(0),
                 ..Default::default()
             };
-            delete(client, api_version, kind, namespace, name, &params).await?;
+            delete(client, custom, api_version, kind, namespace, name, &params).await?;
         }
         Action::Event { regarding, type_, reason, message } => {
             recorder.record(client, regarding, type_, reason, message).await;
@@ -249,14 +302,18 @@ async fn execute_one(client: &Client, recorder: &Recorder, action: &Action) -> R
 /// that name, when the uid is a precondition) counts as deleted.
 async fn delete(
     client: &Client,
+    custom: &dyn CustomKinds,
     api_version: &str,
     kind: &str,
     namespace: &str,
     name: &str,
     params: &DeleteParams,
 ) -> Result<(), ExecuteError> {
-    let info = info_named(api_version, kind)?;
-    match client.delete(info, namespace, name, params).await {
+    let deleted = match target(api_version, kind, custom)? {
+        Target::Builtin(info) => client.delete(info, namespace, name, params).await,
+        Target::Custom { group, plural } => client.delete_of(&group, &plural, namespace, name, params).await,
+    };
+    match deleted {
         Err(e) if e.is(Reason::NotFound) || (!params.uid.is_empty() && e.is(Reason::Conflict)) => Ok(()),
         Err(e) => {
             let target = json!({"kind": kind, "metadata": {"namespace": namespace, "name": name}});
@@ -288,7 +345,7 @@ mod tests {
         let recorder = Recorder::new("test");
         let update = Action::Update(json!({"apiVersion": "widgets/v1", "kind": "Widget"}));
         let actions = vec![delete_of("Widget", "a"), delete_of("Widget", "b"), update];
-        let failed = execute(&client, &recorder, actions).await.unwrap_err();
+        let failed = execute(&client, &recorder, &BuiltinOnly, actions).await.unwrap_err();
         assert!(matches!(failed.error, ExecuteError::UnknownKind { .. }));
         let skipped: Vec<bool> = failed.skipped.iter().map(is_delete).collect();
         assert_eq!(skipped, vec![true, true, false], "both deletes failed, the update never ran");

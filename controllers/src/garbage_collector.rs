@@ -135,12 +135,23 @@ impl Node {
     /// This object without the owner references `drop` says to remove.
     fn without_owners(&self, drop: impl Fn(&OwnerRef) -> bool) -> Action {
         let kept: Vec<&Value> = self.owners.iter().filter(|o| !drop(o)).map(|o| &o.raw).collect();
-        self.patch_metadata(json!({ "ownerReferences": kept }))
+        self.patch_metadata(json!({ "ownerReferences": none_if_empty(kept) }))
     }
 
     fn without_finalizer(&self, finalizer: &str) -> Action {
         let kept: Vec<&String> = self.finalizers.iter().filter(|f| *f != finalizer).collect();
-        self.patch_metadata(json!({ "finalizers": kept }))
+        self.patch_metadata(json!({ "finalizers": none_if_empty(kept) }))
+    }
+}
+
+/// A list, or null (which a merge patch takes as "remove the field") when
+/// it is empty: a built-in object leaves an empty list out, and so must a
+/// custom one, whose JSON is stored as written.
+fn none_if_empty<T: serde::Serialize>(list: Vec<T>) -> Value {
+    if list.is_empty() {
+        Value::Null
+    } else {
+        json!(list)
     }
 }
 
@@ -400,7 +411,7 @@ mod tests {
         let actions = graph.reconcile("rs");
         assert_eq!(
             patches(&actions),
-            vec![("rs".into(), json!({"metadata": {"finalizers": [], "resourceVersion": "5"}}))]
+            vec![("rs".into(), json!({"metadata": {"finalizers": null, "resourceVersion": "5"}}))]
         );
     }
 
@@ -426,8 +437,8 @@ mod tests {
         assert_eq!(
             patches(&actions),
             vec![
-                ("p1".into(), json!({"metadata": {"ownerReferences": [], "resourceVersion": "5"}})),
-                ("rs".into(), json!({"metadata": {"finalizers": [], "resourceVersion": "5"}})),
+                ("p1".into(), json!({"metadata": {"ownerReferences": null, "resourceVersion": "5"}})),
+                ("rs".into(), json!({"metadata": {"finalizers": null, "resourceVersion": "5"}})),
             ]
         );
         assert!(deleted(&actions).is_empty(), "orphans are kept");

@@ -9,7 +9,6 @@ use std::time::{Duration, Instant};
 use chrono::Utc;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Node, Pod, ServiceAccount};
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use skiff_api::resources;
 use skiff_client::runtime::controller::{Controller, ReconcileAction, Request};
 use skiff_client::runtime::informer::{Notification, Subscription};
@@ -19,7 +18,7 @@ use skiff_client::runtime::watcher::WatcherConfig;
 use skiff_shutdown::Shutdown;
 use tokio::sync::mpsc;
 
-use super::custom::{Definitions, SeenAlive};
+use super::custom::feed_custom_objects;
 use super::dynamic::{every_kind, AnyChange, AnyInformer};
 use super::{drive, drive_about, export_queue_depth, Context};
 use crate::action::Reconciled;
@@ -183,7 +182,7 @@ pub(super) fn garbage_collector(ctx: &Arc<Context>, shutdown: &Shutdown) {
     for informer in &informers {
         (informer.forward)(tx.clone(), shutdown.clone());
     }
-    drop(tx);
+    feed_custom_objects(ctx, shutdown, tx);
     // Feed: first every kind's initial list, then changes as they come.
     let (feed_graph, feed_queue, stop) = (graph.clone(), queue.clone(), shutdown.clone());
     let all = informers.clone();
@@ -237,12 +236,8 @@ pub(super) fn garbage_collector(ctx: &Arc<Context>, shutdown: &Shutdown) {
             queue.shut_down();
         });
     }
-    let custom = Arc::new(CustomOwners {
-        definitions: Definitions(ctx.informers.informer::<CustomResourceDefinition>().store()),
-        alive: SeenAlive::new(CUSTOM_OWNER_RECHECK),
-    });
     for _ in 0..ctx.config.workers("garbagecollector") {
-        let (ctx, graph, queue, custom) = (ctx.clone(), graph.clone(), queue.clone(), custom.clone());
+        let (ctx, graph, queue) = (ctx.clone(), graph.clone(), queue.clone());
         shutdown.spawn(async move {
             while let Some(uid) = queue.next().await {
                 let started = Instant::now();
@@ -251,7 +246,7 @@ pub(super) fn garbage_collector(ctx: &Arc<Context>, shutdown: &Shutdown) {
                     (g.get(&uid).cloned(), g.reconcile(&uid))
                 };
                 let result = match node {
-                    Some(node) if !actions.is_empty() => collect(&ctx, &custom, &graph, &node, actions, started).await,
+                    Some(node) if !actions.is_empty() => collect(&ctx, &graph, &node, actions, started).await,
                     _ => Ok(ReconcileAction::AwaitChange),
                 };
                 match result {
@@ -271,24 +266,18 @@ pub(super) fn garbage_collector(ctx: &Arc<Context>, shutdown: &Shutdown) {
     }
 }
 
-/// How often a dependent of a custom object is looked at again while that
-/// object lives (no informer announces its deletion).
+/// How often a dependent of a custom object the graph lacks is looked at
+/// again while that object lives.
 const CUSTOM_OWNER_RECHECK: Duration = Duration::from_secs(10);
-
-/// What the collector knows of custom owners, which its graph lacks.
-struct CustomOwners {
-    definitions: Definitions,
-    alive: SeenAlive,
-}
 
 /// Carries out the collector's actions for `node`, after confirming with a
 /// live read that the owners the graph misses are really gone (one created
-/// a moment ago may not have reached its informer yet). Custom objects are
-/// not in the graph: a dependent of a live one waits, and is looked at
-/// again every [`CUSTOM_OWNER_RECHECK`].
+/// a moment ago may not have reached its informer yet). A custom owner
+/// the graph lacks (its resource's feed has not listed it yet) is read
+/// live too: a dependent of a live one waits, and is looked at again every
+/// [`CUSTOM_OWNER_RECHECK`].
 async fn collect(
     ctx: &Context,
-    custom: &CustomOwners,
     graph: &Mutex<Graph>,
     node: &GraphNode,
     actions: Vec<crate::Action>,
@@ -305,12 +294,7 @@ async fn collect(
                 ctx.client.get(info, namespace, &owner.name).await
             }
             None => {
-                // No informer sees custom objects: one found alive stays so
-                // for a while, and is read again after that.
-                if custom.alive.recently(&owner.uid, Instant::now()) {
-                    return Ok(ReconcileAction::RequeueAfter(CUSTOM_OWNER_RECHECK));
-                }
-                let Some(served) = custom.definitions.serving(&owner.api_version, &owner.kind, false) else {
+                let Some(served) = ctx.custom.serving(&owner.api_version, &owner.kind, false) else {
                     // A kind nobody serves (its definition not created yet,
                     // or deleted): the reference cannot be checked, so the
                     // object stays, as in Kubernetes.
@@ -320,7 +304,6 @@ async fn collect(
                 let namespace = if served.namespaced { node.namespace.as_str() } else { "" };
                 let live = ctx.client.get_of(&served.group, &served.plural, namespace, &owner.name).await;
                 if live.as_ref().is_ok_and(|l| skiff_api::meta::uid(l) == Some(owner.uid.as_str())) {
-                    custom.alive.saw(&owner.uid, Instant::now());
                     return Ok(ReconcileAction::RequeueAfter(CUSTOM_OWNER_RECHECK));
                 }
                 live

@@ -29,6 +29,7 @@ mod workloads;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use skiff_client::runtime::controller::{ControllerMetrics, ReconcileAction};
 use skiff_client::runtime::informer::Informers;
 use skiff_client::runtime::leader::{LeaderElectionConfig, LeaderElector};
@@ -60,6 +61,9 @@ pub struct Context {
     pub informers: Informers,
     pub recorder: Recorder,
     pub config: ControllerManagerConfig,
+    /// The CustomResourceDefinitions, so that actions on custom objects
+    /// (the garbage collector's) find their resource.
+    custom: custom::Definitions,
 }
 
 /// Runs the controller manager until `shutdown`.
@@ -117,7 +121,9 @@ pub async fn run(config: ControllerManagerConfig, shutdown: Shutdown) -> Result<
 /// for them.
 async fn run_controllers(client: Client, config: ControllerManagerConfig, shutdown: Shutdown) {
     let informers = Informers::new(client.clone(), shutdown.clone());
-    let ctx = Arc::new(Context { client, informers, recorder: Recorder::new("controller-manager"), config });
+    let custom = custom::Definitions(informers.informer::<CustomResourceDefinition>().store());
+    let recorder = Recorder::new("controller-manager");
+    let ctx = Arc::new(Context { client, informers, recorder, config, custom });
     for &name in &ctx.config.controllers {
         if !start(name, &ctx, &shutdown) {
             tracing::warn!(controller = name, "not built yet; not started");
@@ -161,7 +167,7 @@ pub(crate) async fn drive(
     reconciled: Reconciled,
     skipped: impl FnOnce(&[Action], &ExecuteError),
 ) -> Result<ReconcileAction, ExecuteError> {
-    let result = execute(&ctx.client, &ctx.recorder, reconciled.actions).await;
+    let result = execute(&ctx.client, &ctx.recorder, &ctx.custom, reconciled.actions).await;
     let outcome = match &result {
         Ok(_) => "success",
         Err(Failed { error, .. }) if error.is_conflict() => "conflict",
