@@ -690,7 +690,8 @@ fn owned_flock(name: &str, api_version: &str, kind: &str, owner: &str, uid: &str
 /// every kind: a Flock whose ConfigMap owner is deleted is collected; a
 /// Flock deleted in the foreground waits for its Flock and the ConfigMap
 /// under that to go first; a Flock deleted with `--cascade=orphan` leaves
-/// its dependent Flock without the reference.
+/// its dependent Flock without the reference; a namespace deleted waits
+/// for the finalizer of a Flock in it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn custom_objects_are_collected_deleted_in_the_foreground_and_orphaned() {
     let s = Setup::new(|_| PodFate::Ready, &[]).await;
@@ -744,4 +745,29 @@ async fn custom_objects_are_collected_deleted_in_the_foreground_and_orphaned() {
     .await;
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert!(exists("flock", "heir"), "an orphan is not collected");
+
+    // A namespace deleted waits for its custom objects' finalizers.
+    s.kubectl(&["create", "namespace", "herd"]);
+    s.apply(
+        "apiVersion: example.com/v1\nkind: Flock\nmetadata: {name: held, namespace: herd, finalizers:          [example.com/keep]}\nspec: {replicas: 1}\n",
+    );
+    s.kubectl(&["delete", "namespace", "herd", "--wait=false"]);
+    let flock_deleting =
+        || s.kubectl(&["get", "flock", "held", "-n", "herd", "-o", "jsonpath={.metadata.deletionTimestamp}"]);
+    s.must_eventually("the namespace's Flock is deleted", Duration::from_secs(30), || {
+        (!flock_deleting().is_empty()).then_some(())
+    })
+    .await;
+    let conditions = s.kubectl(&["get", "namespace", "herd", "-o", "jsonpath={.status.conditions}"]);
+    s.must_eventually("the namespace says what holds it", Duration::from_secs(30), || {
+        let c = s.kubectl(&["get", "namespace", "herd", "-o", "jsonpath={.status.conditions}"]);
+        c.contains("example.com/keep in 1 resource instances").then_some(())
+    })
+    .await;
+    assert!(exists("namespace", "herd"), "held by the Flock's finalizer: {conditions}");
+    s.kubectl(&["patch", "flock", "held", "-n", "herd", "--type=merge", "-p", r#"{"metadata":{"finalizers":null}}"#]);
+    s.must_eventually("the namespace goes once its Flock has", Duration::from_secs(60), || {
+        (!exists("namespace", "herd")).then_some(())
+    })
+    .await;
 }

@@ -10,9 +10,12 @@
 //! `kubernetes` from `spec.finalizers` through the `finalize` subresource,
 //! after which the apiserver removes the namespace.
 //!
-//! The content comes as JSON, grouped by [`Kind`]: the wiring lists every
+//! The content comes as JSON, grouped by resource: the wiring lists every
 //! namespaced kind of [`namespaced_resources`] in the namespace (from its
-//! caches or from the API) and passes what it found. The wiring requeues
+//! caches), and every namespaced custom resource (from the API, as
+//! Kubernetes finds them through discovery), and passes what it found, so
+//! custom objects go through their own deletion, finalizers included,
+//! before the namespace does. The wiring requeues
 //! the namespace while content remains (Kubernetes re-checks after a few
 //! seconds), since objects with finalizers or grace periods leave later.
 
@@ -21,15 +24,17 @@ use std::collections::BTreeMap;
 use chrono::{DateTime, SecondsFormat, Utc};
 use k8s_openapi::api::core::v1::Namespace;
 use serde_json::{json, Value};
-use skiff_api::resources::{self, Kind, ResourceInfo};
+use skiff_api::resources::{self, ResourceInfo};
 
 use crate::action::Action;
 
 /// The finalizer in `spec.finalizers` that this controller owns.
 pub const FINALIZER: &str = "kubernetes";
 
-/// The objects left in a namespace, by kind.
-pub type Content = BTreeMap<Kind, Vec<Value>>;
+/// The objects left in a namespace (each with its `apiVersion` and
+/// `kind`), by resource as Kubernetes names it in the namespace's
+/// conditions: `pods`, `deployments.apps`, `widgets.example.com`.
+pub type Content = BTreeMap<String, Vec<Value>>;
 
 /// The namespaced resources a namespace's content is made of: the kinds
 /// the wiring lists for [`reconcile`].
@@ -49,15 +54,14 @@ pub fn reconcile(namespace: &Namespace, content: &Content, now: DateTime<Utc>) -
     // Per resource: how many objects remain; per finalizer: on how many.
     let mut remaining: BTreeMap<String, usize> = BTreeMap::new();
     let mut held: BTreeMap<String, usize> = BTreeMap::new();
-    for (kind, objects) in content {
-        let info = resources::of(*kind);
+    for (resource, objects) in content {
         for obj in objects {
-            *remaining.entry(info.qualified()).or_default() += 1;
+            *remaining.entry(resource.clone()).or_default() += 1;
             for finalizer in skiff_api::meta::finalizers(obj) {
                 *held.entry(finalizer).or_default() += 1;
             }
             if skiff_api::meta::deletion_timestamp(obj).is_none() {
-                actions.push(delete(info, obj));
+                actions.push(delete(obj));
             }
         }
     }
@@ -75,10 +79,11 @@ pub fn reconcile(namespace: &Namespace, content: &Content, now: DateTime<Utc>) -
     actions
 }
 
-fn delete(info: &ResourceInfo, obj: &Value) -> Action {
+fn delete(obj: &Value) -> Action {
+    let field = |name: &str| obj[name].as_str().unwrap_or_default().to_string();
     Action::Delete {
-        api_version: info.api_version(),
-        kind: info.kind.to_string(),
+        api_version: field("apiVersion"),
+        kind: field("kind"),
         namespace: skiff_api::meta::namespace(obj).unwrap_or_default().to_string(),
         name: skiff_api::meta::name(obj).unwrap_or_default().to_string(),
         uid: skiff_api::meta::uid(obj).map(str::to_string),
@@ -201,6 +206,7 @@ mod tests {
     use chrono::TimeZone;
     use k8s_openapi::api::core::v1::NamespaceSpec;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+    use skiff_api::resources::Kind;
 
     use super::*;
 
@@ -243,7 +249,7 @@ mod tests {
     fn an_active_namespace_is_left_alone() {
         let mut ns = terminating(&["kubernetes"]);
         ns.metadata.deletion_timestamp = None;
-        let content = Content::from([(Kind::ConfigMap, vec![cm("a", json!({}))])]);
+        let content = Content::from([("configmaps".to_string(), vec![cm("a", json!({}))])]);
         assert!(reconcile(&ns, &content, now()).is_empty());
     }
 
@@ -257,8 +263,11 @@ mod tests {
     fn every_object_not_yet_deleting_is_deleted_in_the_background() {
         let ns = terminating(&["kubernetes"]);
         let content = Content::from([
-            (Kind::ConfigMap, vec![cm("a", json!({})), cm("b", json!({"deletionTimestamp": "2026-01-01T00:00:00Z"}))]),
-            (Kind::Pod, vec![]),
+            (
+                "configmaps".to_string(),
+                vec![cm("a", json!({})), cm("b", json!({"deletionTimestamp": "2026-01-01T00:00:00Z"}))],
+            ),
+            ("pods".to_string(), vec![]),
         ]);
         let actions = reconcile(&ns, &content, now());
         let deletes: Vec<&Action> = actions.iter().filter(|a| matches!(a, Action::Delete { .. })).collect();
@@ -277,10 +286,36 @@ mod tests {
     }
 
     #[test]
+    fn custom_objects_are_deleted_as_their_definition_names_them_and_hold_the_namespace() {
+        let ns = terminating(&["kubernetes"]);
+        let flock = json!({"apiVersion": "example.com/v1", "kind": "Flock",
+            "metadata": {"name": "birds", "namespace": "team", "uid": "u1", "finalizers": ["example.com/keep"]}});
+        let content = Content::from([("flocks.example.com".to_string(), vec![flock])]);
+        let actions = reconcile(&ns, &content, now());
+        assert!(actions.contains(&Action::Delete {
+            api_version: "example.com/v1".into(),
+            kind: "Flock".into(),
+            namespace: "team".into(),
+            name: "birds".into(),
+            uid: Some("u1".into()),
+            propagation: Some("Background".into()),
+        }));
+        assert!(!actions.iter().any(|a| matches!(a, Action::Finalize(_))), "the Flock remains");
+        assert_eq!(
+            condition(&actions, "NamespaceContentRemaining")["message"],
+            "Some resources are remaining: flocks.example.com has 1 resource instances"
+        );
+        assert_eq!(
+            condition(&actions, "NamespaceFinalizersRemaining")["message"],
+            "Some content in the namespace has finalizers remaining: example.com/keep in 1 resource instances"
+        );
+    }
+
+    #[test]
     fn conditions_name_what_remains_and_which_finalizers_hold_it() {
         let ns = terminating(&["kubernetes"]);
         let content = Content::from([(
-            Kind::ConfigMap,
+            "configmaps".to_string(),
             vec![cm("a", json!({"finalizers": ["example.com/keep"]})), cm("b", json!({}))],
         )]);
         let actions = reconcile(&ns, &content, now());
@@ -299,7 +334,7 @@ mod tests {
     #[test]
     fn unchanged_conditions_are_not_written_again() {
         let mut ns = terminating(&["kubernetes"]);
-        let content = Content::from([(Kind::ConfigMap, vec![cm("a", json!({"deletionTimestamp": "x"}))])]);
+        let content = Content::from([("configmaps".to_string(), vec![cm("a", json!({"deletionTimestamp": "x"}))])]);
         let first = reconcile(&ns, &content, now());
         let Some(Action::UpdateStatus(written)) = first.iter().find(|a| matches!(a, Action::UpdateStatus(_))) else {
             panic!("first pass writes the conditions");
@@ -312,7 +347,7 @@ mod tests {
     #[test]
     fn an_empty_namespace_is_finalized_keeping_other_finalizers() {
         let ns = terminating(&["example.com/other", "kubernetes"]);
-        let actions = reconcile(&ns, &Content::from([(Kind::Pod, vec![])]), now());
+        let actions = reconcile(&ns, &Content::from([("pods".to_string(), vec![])]), now());
         let [Action::Finalize(obj)] = &actions[..] else { panic!("finalize alone: {actions:?}") };
         assert_eq!(obj["spec"]["finalizers"], json!(["example.com/other"]));
         assert_eq!(obj["metadata"]["resourceVersion"], "7");

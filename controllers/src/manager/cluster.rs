@@ -10,6 +10,7 @@ use chrono::Utc;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Node, Pod, ServiceAccount};
 use skiff_api::resources;
+use skiff_client::resources::ListParams;
 use skiff_client::runtime::controller::{Controller, ReconcileAction, Request};
 use skiff_client::runtime::informer::{Notification, Subscription};
 use skiff_client::runtime::queue::{QueueConfig, WorkQueue};
@@ -53,7 +54,28 @@ pub(super) fn namespaces(ctx: &Arc<Context>, shutdown: &Shutdown) {
             (informer.ready)().await;
             let objects = (informer.in_namespace)(name);
             if !objects.is_empty() {
-                content.insert(informer.kind, objects);
+                content.insert(resources::of(informer.kind).qualified(), objects);
+            }
+        }
+        let _ = shared.ctx.custom.0.wait_until_ready().await;
+        for served in shared.ctx.custom.namespaced() {
+            let params = ListParams { limit: 500, ..ListParams::default() };
+            match shared.ctx.client.list_all_of(&served.group, &served.plural, name, &params).await {
+                Ok(list) if !list.items.is_empty() => {
+                    content.insert(served.qualified(), list.items);
+                }
+                Ok(_) => {}
+                // Defined but not served yet (not Established), or gone.
+                Err(e) if e.is(skiff_api::Reason::NotFound) => {}
+                Err(e) => {
+                    return Err(ExecuteError::Api {
+                        verb: "list",
+                        kind: served.qualified(),
+                        namespace: name.to_string(),
+                        name: String::new(),
+                        source: Box::new(e),
+                    })
+                }
             }
         }
         let left = !content.is_empty();

@@ -65,6 +65,20 @@ impl CustomKinds for Definitions {
     }
 }
 
+impl Served {
+    /// The resource as Kubernetes names it in messages: `widgets.example.com`.
+    pub fn qualified(&self) -> String {
+        format!("{}.{}", self.plural, self.group)
+    }
+}
+
+impl Definitions {
+    /// The namespaced resources the definitions serve.
+    pub fn namespaced(&self) -> Vec<Served> {
+        self.0.list().iter().filter_map(|crd| served_by(crd)).filter(|s| s.namespaced).collect()
+    }
+}
+
 /// The resource a definition serves, if it serves any version.
 fn served_by(crd: &CustomResourceDefinition) -> Option<Served> {
     let spec = &crd.spec;
