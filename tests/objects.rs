@@ -296,14 +296,36 @@ async fn a_watch_on_a_follower_misses_nothing_and_repeats_nothing_across_leader_
 /// network namespace (the only place a partitioned member can be reached
 /// from); returns the HTTP status and the body.
 fn patch_from_inside(net: &support::netns::Network, cluster: &Cluster, id: u64, body: &str) -> (u16, String) {
+    let path = "/api/v1/namespaces/default/configmaps/cm";
+    status_of(curl_from_inside(net, cluster, id, "PATCH", path, "application/merge-patch+json", body))
+}
+
+/// curl sending `method` to `path` with `body`, from inside member `id`'s
+/// network namespace (the only way to reach it while it is cut off).
+fn curl_from_inside(
+    net: &support::netns::Network,
+    cluster: &Cluster,
+    id: u64,
+    method: &str,
+    path: &str,
+    content_type: &str,
+    body: &str,
+) -> std::process::Child {
     let api = cluster.api(id);
-    let out = Command::new("ip")
-        .args(["netns", "exec", net.namespace(id), "curl", "-sS", "--max-time", "40", "-X", "PATCH"])
+    Command::new("ip")
+        .args(["netns", "exec", net.namespace(id), "curl", "-sS", "--max-time", "40", "-X", method])
         .args(api.curl_flags())
-        .args(["-H", "Content-Type: application/merge-patch+json", "--data", body, "-w", "\n%{http_code}"])
-        .arg(format!("{}/api/v1/namespaces/default/configmaps/cm", api.url()))
-        .output()
-        .expect("curl is installed (make deps)");
+        .args(["-H", &format!("Content-Type: {content_type}"), "--data", body, "-w", "\n%{http_code}"])
+        .arg(format!("{}{path}", api.url()))
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("curl is installed (make deps)")
+}
+
+/// The status and body curl got, once it ends.
+fn status_of(child: std::process::Child) -> (u16, String) {
+    let out = child.wait_with_output().expect("curl ran");
     let text = stdout(&out);
     let (body, code) = text.rsplit_once('\n').unwrap_or_else(|| panic!("curl: {text}{}", stderr(&out)));
     (code.parse().unwrap_or_else(|_| panic!("curl: {text}{}", stderr(&out))), body.to_string())
@@ -353,9 +375,7 @@ async fn a_patch_through_a_partitioned_member_is_never_answered_from_its_stale_c
     assert_eq!(writer.get(cms, "default", "cm").await.unwrap()["metadata"]["labels"]["v"], "a");
 }
 
-/// `DELETE` of ConfigMap `name` with `body`, sent by curl from inside
-/// member `id`'s network namespace (the only way to reach it while it is
-/// cut off); its status and body, once it ends.
+/// `DELETE` of ConfigMap `name` with `body`, from inside member `id`'s namespace.
 fn delete_from_inside(
     net: &support::netns::Network,
     cluster: &Cluster,
@@ -363,23 +383,8 @@ fn delete_from_inside(
     name: &str,
     body: &str,
 ) -> std::process::Child {
-    let api = cluster.api(id);
-    Command::new("ip")
-        .args(["netns", "exec", net.namespace(id), "curl", "-sS", "--max-time", "40", "-X", "DELETE"])
-        .args(api.curl_flags())
-        .args(["-H", "Content-Type: application/json", "--data", body, "-w", "\n%{http_code}"])
-        .arg(format!("{}/api/v1/namespaces/default/configmaps/{name}", api.url()))
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("curl is installed (make deps)")
-}
-
-fn status_of(child: std::process::Child) -> (u16, String) {
-    let out = child.wait_with_output().expect("curl ran");
-    let text = stdout(&out);
-    let (body, code) = text.rsplit_once('\n').unwrap_or_else(|| panic!("curl: {text}{}", stderr(&out)));
-    (code.parse().unwrap_or_else(|_| panic!("curl: {text}{}", stderr(&out))), body.to_string())
+    let path = format!("/api/v1/namespaces/default/configmaps/{name}");
+    curl_from_inside(net, cluster, id, "DELETE", &path, "application/json", body)
 }
 
 /// A delete whose resourceVersion precondition names a version written
