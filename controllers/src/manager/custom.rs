@@ -135,7 +135,9 @@ impl Known {
     }
 }
 
-/// How long a feed waits before listing again after a failure, at most.
+/// How long a feed waits before watching or listing again, at first and
+/// (doubling while lists fail) at most.
+const FEED_RETRY_MIN: Duration = Duration::from_millis(200);
 const FEED_RETRY_MAX: Duration = Duration::from_secs(10);
 /// Objects per page of a feed's list.
 const FEED_PAGE: i64 = 500;
@@ -185,8 +187,10 @@ pub(super) fn feed_custom_objects(ctx: &Arc<Context>, shutdown: &Shutdown, to: m
 }
 
 /// One custom resource's objects: a list, then a watch from the list's
-/// revision; after the watch ends (an error, a compaction, a lost
-/// apiserver) a new list, which also reports the objects deleted meanwhile.
+/// revision, resumed from the last revision seen when the server ends it
+/// (its timeout, an apiserver restarting); after a failure (the revision
+/// compacted away, no apiserver) a new list, which also reports the
+/// objects deleted meanwhile.
 async fn feed_one(
     client: Client,
     served: Served,
@@ -194,7 +198,7 @@ async fn feed_one(
     to: mpsc::Sender<AnyChange>,
     stop: Shutdown,
 ) {
-    let mut retry = Duration::from_millis(200);
+    let mut retry = FEED_RETRY_MIN;
     let pause = |d: Duration| {
         let stop = stop.clone();
         async move {
@@ -214,7 +218,7 @@ async fn feed_one(
             Ok(list) => list,
             Err(e) => {
                 // A definition not yet Established is not served yet.
-                tracing::debug!(resource = %served.plural, group = %served.group, error = %e, "cannot list custom objects");
+                tracing::debug!(resource = %served.qualified(), error = %e, "cannot list custom objects");
                 if !pause(retry).await {
                     return;
                 }
@@ -222,40 +226,52 @@ async fn feed_one(
                 continue;
             }
         };
-        retry = Duration::from_millis(200);
+        retry = FEED_RETRY_MIN;
         let changes = known.lock().unwrap_or_else(|e| e.into_inner()).relisted(list.items);
         for change in changes {
             if to.send(change).await.is_err() {
                 return;
             }
         }
-        let params =
-            WatchParams { resource_version: list.resource_version, allow_bookmarks: true, ..WatchParams::default() };
-        let mut events = match client.watch_of(&served.group, &served.plural, "", &params).await {
-            Ok(events) => Box::pin(events),
-            Err(e) => {
-                tracing::debug!(resource = %served.plural, error = %e, "cannot watch custom objects");
-                if !pause(retry).await {
-                    return;
-                }
-                continue;
-            }
-        };
+        let mut revision = list.resource_version;
+        // Watches from `revision` until one fails; then the list again.
         loop {
-            let event = tokio::select! {
-                _ = stop.cancelled() => return,
-                e = events.next() => e,
+            let params =
+                WatchParams { resource_version: revision.clone(), allow_bookmarks: true, ..WatchParams::default() };
+            let mut events = match client.watch_of(&served.group, &served.plural, "", &params).await {
+                Ok(events) => Box::pin(events),
+                Err(e) => {
+                    tracing::debug!(resource = %served.qualified(), error = %e, "cannot watch custom objects");
+                    break;
+                }
             };
-            let Some(Ok(event)) = event else { break };
-            if event.kind == EventType::Error {
+            let failed = loop {
+                let event = tokio::select! {
+                    _ = stop.cancelled() => return,
+                    e = events.next() => e,
+                };
+                let event = match event {
+                    None => break false,
+                    Some(Err(_)) => break true,
+                    Some(Ok(event)) if event.kind == EventType::Error => break true,
+                    Some(Ok(event)) => event,
+                };
+                if let Some(rv) = event.resource_version() {
+                    revision = rv.to_string();
+                }
+                let change = known.lock().unwrap_or_else(|e| e.into_inner()).watched(event.kind, event.object);
+                if let Some(change) = change {
+                    if to.send(change).await.is_err() {
+                        return;
+                    }
+                }
+            };
+            if failed || !pause(FEED_RETRY_MIN).await {
                 break;
             }
-            let change = known.lock().unwrap_or_else(|e| e.into_inner()).watched(event.kind, event.object);
-            if let Some(change) = change {
-                if to.send(change).await.is_err() {
-                    return;
-                }
-            }
+        }
+        if !pause(retry).await {
+            return;
         }
     }
 }
