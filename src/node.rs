@@ -72,9 +72,15 @@ pub struct NodeArgs {
     /// be allowed.
     #[arg(long, value_delimiter = ',')]
     pub allowed_unsafe_sysctls: Vec<String>,
-    /// DNS servers for pods with dnsPolicy ClusterFirst, comma-separated.
+    /// DNS servers for pods with dnsPolicy ClusterFirst, comma-separated
+    /// [default: the node's own, at its pod bridge's gateway address]
     #[arg(long, value_delimiter = ',')]
     pub cluster_dns: Vec<String>,
+    /// Serve no cluster DNS: pods without --cluster-dns get the host's resolvers.
+    #[arg(long)]
+    pub disable_dns: bool,
+    #[command(flatten)]
+    pub proxy: ProxyFlags,
     /// The cluster's DNS domain.
     #[arg(long, default_value = "cluster.local")]
     pub cluster_domain: String,
@@ -99,6 +105,96 @@ pub struct NodeArgs {
 }
 
 /// A join token from the command line (`--token`).
+/// The service proxy's flags, kube-proxy's names, shared by `skiff node`
+/// and `skiff proxy`.
+#[derive(Args, Clone, Debug)]
+pub struct ProxyFlags {
+    /// How Services are proxied: `iptables` (kube-proxy's iptables mode) or
+    /// `none` (another proxy runs on this host).
+    #[arg(long, default_value = "iptables", value_parser = ["iptables", "none"])]
+    pub proxy_mode: String,
+    /// The whole pod range: traffic to a cluster IP from outside it is masqueraded.
+    #[arg(long, default_value = skiff_node::cni::CLUSTER_CIDR)]
+    pub cluster_cidr: String,
+    /// Rules are synced at most this often, however often Services and
+    /// endpoints change.
+    #[arg(long, default_value = "1s", value_parser = parse_duration)]
+    pub iptables_min_sync_period: Duration,
+    /// How often the kernel is checked for the rules (and they are rewritten if gone).
+    #[arg(long, default_value = "30s", value_parser = parse_duration)]
+    pub iptables_sync_period: Duration,
+}
+
+impl ProxyFlags {
+    /// The proxy's config for the node `name`; `None` with `--proxy-mode none`.
+    pub fn into_config(
+        self,
+        name: &str,
+        bridge: Option<String>,
+    ) -> Result<Option<skiff_node::proxy::ProxyConfig>, String> {
+        if self.proxy_mode == "none" {
+            return Ok(None);
+        }
+        let cidr = &self.cluster_cidr;
+        let valid = cidr.split_once('/').is_some_and(|(ip, bits)| {
+            ip.parse::<std::net::Ipv4Addr>().is_ok() && bits.parse::<u8>().is_ok_and(|b| b <= 32)
+        });
+        if !valid {
+            return Err(format!("--cluster-cidr {cidr:?}: expected an IPv4 CIDR such as 10.244.0.0/16"));
+        }
+        if self.iptables_sync_period.is_zero() {
+            return Err("--iptables-sync-period must be positive".into());
+        }
+        let mut config = skiff_node::proxy::ProxyConfig::new(name, cidr);
+        config.bridge = bridge;
+        config.min_sync_period = self.iptables_min_sync_period;
+        config.sync_period = self.iptables_sync_period;
+        Ok(Some(config))
+    }
+}
+
+/// `skiff proxy`: the service proxy alone, for a host that runs no node
+/// agent, or `--cleanup` to remove every rule Skiff's proxies made.
+#[derive(Args, Clone, Debug)]
+pub struct ProxyArgs {
+    /// Apiservers' client addresses, comma-separated.
+    #[arg(long, value_delimiter = ',', required_unless_present = "cleanup")]
+    pub server: Vec<String>,
+    #[command(flatten)]
+    pub tls: skiff_client::runtime::config::ClientTlsArgs,
+    /// The node whose endpoints count as local [default: the hostname].
+    #[arg(long)]
+    pub hostname_override: Option<String>,
+    #[command(flatten)]
+    pub proxy: ProxyFlags,
+    /// Remove every Skiff chain and the jumps to them from iptables, and exit.
+    #[arg(long)]
+    pub cleanup: bool,
+}
+
+impl ProxyArgs {
+    /// Runs the proxy, or the cleanup, until `shutdown`.
+    pub async fn run(self, shutdown: skiff_shutdown::Shutdown) -> Result<(), String> {
+        if self.cleanup {
+            let removed = skiff_node::proxy::cleanup(None).await.map_err(|e| e.to_string())?;
+            eprintln!("removed {removed} Skiff chains");
+            return Ok(());
+        }
+        let name = self.hostname_override.clone().unwrap_or_else(hostname);
+        let Some(config) = self.proxy.into_config(&name, None)? else {
+            return Err("--proxy-mode none: nothing to run".into());
+        };
+        let mut client_config = skiff_client::ClientConfig::new(&self.server);
+        client_config.tls = self.tls.files();
+        client_config.token = self.tls.token();
+        let client = skiff_client::Client::from_config(&client_config).map_err(|e| e.to_string())?;
+        let informers = skiff_client::runtime::informer::Informers::new(client.clone(), shutdown.clone());
+        skiff_node::proxy::run(&informers, client, config, shutdown.clone()).await;
+        shutdown.stop().await;
+        Ok(())
+    }
+}
+
 pub fn parse_token(s: &str) -> Result<skiff_pki::token::JoinToken, String> {
     skiff_pki::token::JoinToken::parse(s).map_err(|e| e.to_string())
 }
@@ -173,6 +269,8 @@ impl NodeArgs {
         node.allowed_unsafe_sysctls = self.allowed_unsafe_sysctls;
         node.cluster_dns = self.cluster_dns;
         node.cluster_domain = self.cluster_domain;
+        node.serve_dns = !self.disable_dns;
+        node.proxy = self.proxy.into_config(&name, Some(skiff_node::cni::bridge_name(&name)))?;
         if node.lease_renew_interval.is_zero()
             || node.status_update_frequency.is_zero()
             || node.housekeeping_interval.is_zero()

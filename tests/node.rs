@@ -1096,3 +1096,149 @@ spec:
     assert_ne!(condition(&node, "Ready"), "True", "{node}");
     drop(setup);
 }
+
+/// `iptables-save` of the host.
+fn iptables_save() -> String {
+    let out = std::process::Command::new("iptables-save").output().expect("iptables-save runs");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// What `wget` fetched from inside pod `pod` for each of `count` requests
+/// to `url` (an empty line for a failed one), in one exec. (busybox's
+/// static wget crashes with its own `-T`; `timeout` bounds it instead.)
+fn fetch_from(setup: &Setup, pod: &str, url: &str, count: usize) -> Vec<String> {
+    let script = format!("for i in $(seq {count}); do timeout 3 wget -qO- {url} 2>/dev/null || echo; done");
+    let out = setup.kubectl(&["exec", pod, "--", "sh", "-c", &script]);
+    out.lines().map(str::to_string).collect()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn services_reach_ready_pods_by_cluster_ip_dns_and_node_port_and_survive_the_agent() {
+    if !is_root() {
+        eprintln!("skipped: needs root for containerd, runc, bridges and iptables");
+        return;
+    }
+    let _serial = SERIAL.lock().await;
+    let setup = Setup::new(226, &[&[], &[]]).await;
+    let gateways = ["10.244.226.1", "10.244.227.1"];
+
+    setup.apply(&web_deployment(2));
+    setup.apply(&format!(
+        r#"
+apiVersion: v1
+kind: Pod
+metadata: {{name: client}}
+spec:
+  nodeName: node-0
+  terminationGracePeriodSeconds: 1
+  containers: [{{name: c, image: {BUSYBOX}, imagePullPolicy: Never, command: ["sleep", "3600"]}}]
+"#
+    ));
+    setup.kubectl(&["expose", "deployment", "web", "--port", "80", "--target-port", "8080"]);
+    setup.kubectl(&[
+        "expose",
+        "deployment",
+        "web",
+        "--name",
+        "web-np",
+        "--type",
+        "NodePort",
+        "--port",
+        "80",
+        "--target-port",
+        "8080",
+    ]);
+    // A targetPort no pod names: no endpoints, and connections refused at once.
+    setup.apply(
+        "apiVersion: v1\nkind: Service\nmetadata: {name: nothing}\nspec:\n  selector: {app: web}\n  ports: [{port: 81, targetPort: nosuchport}]\n",
+    );
+    let mut pods = Vec::new();
+    setup.wait("2 web pods Ready and the client Running", Duration::from_secs(90), || {
+        pods = setup.pods("app=web");
+        let ready = pods.iter().filter(|p| condition(p, "Ready") == "True").count();
+        ready == 2 && setup.pod("client")["status"]["phase"] == "Running"
+    });
+    let names: Vec<String> = pods.iter().map(|p| p["metadata"]["name"].as_str().unwrap().to_string()).collect();
+    let cluster_ip = setup.kubectl(&["get", "svc", "web", "-o", "jsonpath={.spec.clusterIP}"]);
+    let node_port = setup.kubectl(&["get", "svc", "web-np", "-o", "jsonpath={.spec.ports[0].nodePort}"]);
+    let node_port: u16 = node_port.trim().parse().expect("a NodePort");
+
+    // The cluster IP, the short name and the full name, from a pod on
+    // node-0: both replicas (one on each node) answer.
+    for target in [cluster_ip.trim(), "web", "web.default.svc.cluster.local"] {
+        let mut seen = std::collections::BTreeSet::new();
+        setup.wait(&format!("both replicas to answer at {target}"), Duration::from_secs(30), || {
+            for body in fetch_from(&setup, "client", &format!("http://{target}/"), 12) {
+                seen.insert(body);
+            }
+            names.iter().all(|n| seen.contains(&format!("hello-from-{n}")))
+        });
+    }
+    let resolved = setup.kubectl(&["exec", "client", "--", "nslookup", "web.default.svc.cluster.local"]);
+    assert!(resolved.contains(cluster_ip.trim()), "{resolved}");
+    let missing = kubectl(&setup.api, &["exec", "client", "--", "nslookup", "nosuch.default.svc.cluster.local"]);
+    assert!(String::from_utf8_lossy(&missing.stdout).contains("NXDOMAIN"), "{missing:?}");
+    // (Unanswered cluster IP traffic meets the service range's unreachable route.)
+    let started = Instant::now();
+    let refused = kubectl(&setup.api, &["exec", "client", "--", "timeout", "5", "wget", "-qO-", "http://nothing:81/"]);
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(stderr.contains("can't connect"), "failed at once, not timed out: {refused:?}");
+    assert!(started.elapsed() < Duration::from_secs(4), "{refused:?}");
+
+    // The NodePort on both nodes' addresses, from the host and from the pod.
+    for gateway in gateways {
+        let body = http_get(gateway, node_port, "/").unwrap_or_default();
+        assert!(body.contains("hello-from-"), "NodePort {node_port} on {gateway}: {body:?}");
+        let fetched = fetch_from(&setup, "client", &format!("http://{gateway}:{node_port}/"), 1);
+        assert!(fetched[0].starts_with("hello-from-"), "{fetched:?}");
+    }
+
+    // Hairpin: a pod reaches itself through its own Service.
+    let own = format!("hello-from-{}", names[0]);
+    setup.wait("a web pod to reach itself through its Service", Duration::from_secs(30), || {
+        fetch_from(&setup, &names[0], "http://web/", 8).contains(&own)
+    });
+
+    // A pod that fails its readiness probe gets no traffic.
+    let (failing, kept) = (&names[0], &names[1]);
+    setup.kubectl(&["exec", failing, "--", "rm", "/www/index.html"]);
+    setup.wait("the unready pod to get no traffic", Duration::from_secs(20), || {
+        fetch_from(&setup, "client", "http://web/", 10).iter().all(|b| *b == format!("hello-from-{kept}"))
+    });
+    setup.kubectl(&["exec", failing, "--", "sh", "-c", &format!("echo hello-from-{failing} > /www/index.html")]);
+
+    // Session affinity: one client sticks to one pod.
+    setup.kubectl(&["patch", "svc", "web", "-p", r#"{"spec":{"sessionAffinity":"ClientIP"}}"#]);
+    setup.wait("both ready again, and one client on one pod", Duration::from_secs(30), || {
+        let ready = setup.pods("app=web").iter().filter(|p| condition(p, "Ready") == "True").count() == 2;
+        let bodies = fetch_from(&setup, "client", "http://web/", 10);
+        ready && bodies[0].starts_with("hello-from-") && bodies.iter().all(|b| *b == bodies[0])
+    });
+
+    // A killed agent's rules stay in the kernel: traffic still flows. Its
+    // restart resyncs without doubling its jumps.
+    let tag = skiff_node::proxy::rules::tag("node-0");
+    let bridge = skiff_node::cni::bridge_name("node-0");
+    let mut setup = setup;
+    setup.nodes[0].kill();
+    let body = http_get(gateways[0], node_port, "/").unwrap_or_default();
+    assert!(body.contains("hello-from-"), "forwarding with the agent dead: {body:?}");
+    let synced_before = setup.nodes[0].log().matches("service rules written in full").count();
+    setup.nodes[0].restart();
+    setup.wait("the restarted agent's first sync", Duration::from_secs(60), || {
+        setup.nodes[0].log().matches("service rules written in full").count() > synced_before
+    });
+    let saved = iptables_save();
+    let own_bridge_jumps =
+        saved.lines().filter(|l| l.starts_with("-A PREROUTING") && l.contains(&format!("-i {bridge} "))).count();
+    assert_eq!(own_bridge_jumps, 1, "{saved}");
+    assert!(saved.contains(&format!(":SKIFF-SVCS-{tag} ")), "{saved}");
+    assert!(fetch_from(&setup, "client", "http://web/", 1)[0].starts_with("hello-from-"));
+
+    // `skiff proxy --cleanup` leaves no Skiff chain behind.
+    setup.nodes[1].kill();
+    let cleanup = std::process::Command::new(SKIFF).args(["proxy", "--cleanup"]).output().expect("skiff proxy runs");
+    assert!(cleanup.status.success(), "{cleanup:?}");
+    let saved = iptables_save();
+    assert!(!saved.contains("SKIFF-"), "{saved}");
+}

@@ -25,12 +25,15 @@ use skiff_client::{Client, ClientConfig, ClientError};
 use skiff_shutdown::Shutdown;
 use tokio::sync::{mpsc, watch, Notify};
 
+use crate::cni;
 use crate::config::NodeConfig;
+use crate::dns;
 use crate::heartbeat;
 use crate::host;
 use crate::metrics::metrics;
 use crate::pod::{PodWorkers, WorkerConfig, WorkerOutput};
 use crate::pod_objects::PodObjects;
+use crate::proxy;
 use crate::routes;
 use crate::runtime::Runtime;
 use crate::server::{self, PodLookup};
@@ -212,6 +215,11 @@ pub async fn run(
     if network.routes_to_other_hosts() {
         shutdown.spawn(routes::run(informers.informer::<Node>(), shutdown.clone()));
     }
+    if let Some(proxy_config) = config.proxy.clone() {
+        let (informers, client, stop) = (informers.clone(), client.clone(), shutdown.clone());
+        shutdown.spawn(async move { proxy::run(&informers, client, proxy_config, stop).await });
+    }
+    let cluster_dns = cluster_dns(&config, &informers, &mut posted, &shutdown).await;
     let pods = informers.informer_with::<Pod>(WatcherConfig {
         field_selector: format!("spec.nodeName={}", config.name),
         ..WatcherConfig::default()
@@ -222,7 +230,7 @@ pub async fn run(
     let pod_store = pods.store();
 
     let (out_tx, mut outputs) = mpsc::channel(OUTPUT_BUFFER);
-    let worker_config = worker_config(&config);
+    let worker_config = worker_config(&config, cluster_dns);
     let workers = PodWorkers::new(runtime.clone(), worker_config, lookups, out_tx, shutdown.clone());
     if let Err(e) = workers.adopt().await {
         tracing::warn!(error = %e, "listing the runtime's containers at start failed; nothing adopted");
@@ -418,7 +426,7 @@ async fn forget_unknown(workers: &PodWorkers) {
 }
 
 /// The workers' settings from the agent's and the host's.
-fn worker_config(config: &NodeConfig) -> WorkerConfig {
+fn worker_config(config: &NodeConfig, cluster_dns: Vec<String>) -> WorkerConfig {
     let host = host::figures(&config.data_dir);
     let resolv = std::fs::read_to_string("/etc/resolv.conf").unwrap_or_default();
     WorkerConfig {
@@ -428,7 +436,7 @@ fn worker_config(config: &NodeConfig) -> WorkerConfig {
         seccomp_dir: config.data_dir.join("seccomp"),
         allowed_unsafe_sysctls: config.allowed_unsafe_sysctls.clone(),
         host_ip: config.node_ip.clone(),
-        cluster_dns: config.cluster_dns.clone(),
+        cluster_dns,
         cluster_domain: config.cluster_domain.clone(),
         host_dns: crate::pod::parse_resolv_conf(&resolv),
         // Several agents may share a host: each has its own cgroup subtree.
@@ -438,6 +446,60 @@ fn worker_config(config: &NodeConfig) -> WorkerConfig {
         node_ephemeral_storage_bytes: host.disk_total,
         ..WorkerConfig::default()
     }
+}
+
+/// How long the agent waits for its pod CIDR (from the node IPAM
+/// controller) before pods start without the node's own DNS server.
+const POD_CIDR_WAIT: Duration = Duration::from_secs(30);
+
+/// The DNS servers pods get for `dnsPolicy: ClusterFirst`: `--cluster-dns`,
+/// or this agent's own, started here at its pod bridge's gateway address
+/// (known once the pod CIDR is: from the flag or the Node's spec).
+async fn cluster_dns(
+    config: &NodeConfig,
+    informers: &Informers,
+    posted: &mut watch::Receiver<Option<Node>>,
+    shutdown: &Shutdown,
+) -> Vec<String> {
+    if !config.cluster_dns.is_empty() || !config.serve_dns {
+        return config.cluster_dns.clone();
+    }
+    let deadline = tokio::time::Instant::now() + POD_CIDR_WAIT;
+    let cidr = loop {
+        if let Some(cidr) = pod_cidr(config, posted.borrow().as_ref()) {
+            break Some(cidr);
+        }
+        tokio::select! {
+            _ = shutdown.cancelled() => return Vec::new(),
+            _ = tokio::time::sleep_until(deadline) => break None,
+            changed = posted.changed() => if changed.is_err() { break None },
+        }
+    };
+    let Some(gateway) = cidr.as_deref().and_then(cni::gateway_of) else {
+        tracing::warn!("no pod CIDR yet: pods get the host's resolvers instead of the node's DNS server");
+        return Vec::new();
+    };
+    let resolv = std::fs::read_to_string("/etc/resolv.conf").unwrap_or_default();
+    let upstreams = dns::upstreams_from_resolv_conf(&resolv);
+    let listen = std::net::SocketAddr::new(gateway, 53);
+    match dns::run(informers, listen, config.cluster_domain.clone(), upstreams, shutdown.clone()).await {
+        Ok(()) => {
+            tracing::info!(%listen, "serving cluster DNS to this node's pods");
+            vec![gateway.to_string()]
+        }
+        Err(e) => {
+            tracing::error!(%listen, error = %e, "cannot serve cluster DNS; pods get the host's resolvers");
+            Vec::new()
+        }
+    }
+}
+
+fn pod_cidr(config: &NodeConfig, node: Option<&Node>) -> Option<String> {
+    config
+        .pod_cidr
+        .clone()
+        .or_else(|| node.and_then(|n| n.spec.as_ref()).and_then(|s| s.pod_cidr.clone()))
+        .filter(|c| !c.is_empty())
 }
 
 fn node_ref(name: &str) -> serde_json::Value {
@@ -450,12 +512,7 @@ fn configure_network(
     network: &dyn NodeNetwork,
     current: &mut Option<String>,
 ) {
-    let cidr = config
-        .pod_cidr
-        .clone()
-        .or_else(|| node.and_then(|n| n.spec.as_ref()).and_then(|s| s.pod_cidr.clone()))
-        .filter(|c| !c.is_empty());
-    let Some(cidr) = cidr else { return };
+    let Some(cidr) = pod_cidr(config, node) else { return };
     if current.as_deref() == Some(cidr.as_str()) {
         return;
     }

@@ -114,6 +114,16 @@ impl CniConfig {
     }
 }
 
+/// The gateway host-local gives a pod CIDR's pods: its first address
+/// (the bridge's own), e.g. 10.244.7.1 for 10.244.7.0/24.
+pub fn gateway_of(pod_cidr: &str) -> Option<std::net::IpAddr> {
+    let (network, bits) = pod_cidr.split_once('/')?;
+    let network: std::net::Ipv4Addr = network.parse().ok()?;
+    let bits: u32 = bits.parse().ok().filter(|b| *b <= 30)?;
+    let mask = u32::MAX.checked_shl(32 - bits).unwrap_or(0);
+    Some(std::net::Ipv4Addr::from((u32::from(network) & mask) + 1).into())
+}
+
 /// Runs `ip ARGS`.
 pub(crate) async fn ip(args: &[&str]) -> Result<(), CniError> {
     ip_output(args).await.map(|_| ())
@@ -143,6 +153,18 @@ pub(crate) async fn ip_output(args: &[&str]) -> Result<String, CniError> {
 pub async fn add_blackhole_routes(cidrs: &[&str]) -> Result<(), CniError> {
     for cidr in cidrs {
         ip(&["route", "replace", "blackhole", cidr]).await?;
+    }
+    Ok(())
+}
+
+/// Adds (or keeps) an `unreachable` route for each range, e.g.
+/// [`SERVICE_CIDR`]: like a blackhole nothing leaves the machine, but the
+/// sender hears at once (ICMP host unreachable) instead of timing out, as
+/// a connection to a Service with no endpoints should fail. (The filter
+/// table's REJECT comes after routing, which a blackhole ends first.)
+pub async fn add_unreachable_routes(cidrs: &[&str]) -> Result<(), CniError> {
+    for cidr in cidrs {
+        ip(&["route", "replace", "unreachable", cidr]).await?;
     }
     Ok(())
 }
@@ -178,6 +200,16 @@ mod tests {
             pod_cidr: "10.244.7.0/24".into(),
             ipam_data_dir: PathBuf::from("/data/node-1/cni/ipam"),
         }
+    }
+
+    #[test]
+    fn the_gateway_is_the_first_address_of_the_pod_cidr() {
+        assert_eq!(gateway_of("10.244.7.0/24"), Some("10.244.7.1".parse().unwrap()));
+        assert_eq!(gateway_of("10.244.7.9/24"), Some("10.244.7.1".parse().unwrap()));
+        assert_eq!(gateway_of("10.244.0.0/16"), Some("10.244.0.1".parse().unwrap()));
+        assert_eq!(gateway_of("10.244.7.0/31"), None, "no room for pods");
+        assert_eq!(gateway_of("fd00::/64"), None);
+        assert_eq!(gateway_of("nonsense"), None);
     }
 
     #[test]

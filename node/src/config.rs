@@ -59,6 +59,11 @@ pub struct NodeConfig {
     pub cluster_dns: Vec<String>,
     /// The cluster's DNS domain.
     pub cluster_domain: String,
+    /// The service proxy's settings; `None`: no service proxy on this node.
+    pub proxy: Option<crate::proxy::ProxyConfig>,
+    /// Serve cluster DNS at the pod bridge's gateway address and give pods
+    /// that address, when `cluster_dns` names no server.
+    pub serve_dns: bool,
 }
 
 impl NodeConfig {
@@ -88,6 +93,8 @@ impl NodeConfig {
             pod_cidr: None,
             cluster_dns: Vec::new(),
             cluster_domain: "cluster.local".to_string(),
+            proxy: None,
+            serve_dns: false,
         }
     }
 

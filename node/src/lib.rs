@@ -22,6 +22,10 @@
 //! - [`cni`]: the node's CNI config (bridge, host-local, portmap) and the
 //!   host routes and links around it.
 //! - [`routes`]: routes to the other hosts' nodes' pod CIDRs (host-gw).
+//! - [`dns`]: the cluster DNS server the node's pods use, at their bridge's
+//!   gateway: Services and EndpointSlices as records, other names forwarded.
+//! - [`proxy`]: the service proxy: Services' cluster IPs and NodePorts as
+//!   iptables NAT rules to their ready endpoints (kube-proxy's iptables mode).
 //! - [`pod`]: the pod workers: one task per pod syncing its spec to the
 //!   runtime (sandbox, images, init/sidecar/main containers, probes,
 //!   hooks, restarts, termination) and reporting status and events.
@@ -39,6 +43,7 @@ pub mod agent;
 pub mod cni;
 pub mod config;
 pub mod containerd;
+pub mod dns;
 pub mod heartbeat;
 pub mod host;
 pub mod images;
@@ -48,6 +53,7 @@ pub mod node_status;
 pub mod pod;
 pub mod pod_objects;
 pub mod process;
+pub mod proxy;
 pub mod pty;
 pub mod routes;
 pub mod runtime;

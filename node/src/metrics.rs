@@ -12,6 +12,9 @@ pub struct Metrics {
     pub running_pods: IntGauge,
     /// Pod status writes by outcome (ok, gone, error).
     pub status_writes: IntCounterVec,
+    /// Cluster DNS queries by result (answered, nodata, nxdomain,
+    /// forwarded, servfail, formerr, notimp, dropped): see `dns::server`.
+    pub dns_queries: IntCounterVec,
 }
 
 /// The process's metrics.
@@ -31,6 +34,12 @@ pub fn metrics() -> &'static Metrics {
         {
             registry.register(m).expect("metric registered once");
         }
-        Metrics { registry, running_pods, status_writes }
+        let dns_queries = IntCounterVec::new(
+            Opts::new("skiff_node_dns_queries_total", "Queries to the node's cluster DNS server, by result"),
+            &["result"],
+        )
+        .expect("valid metric");
+        registry.register(Box::new(dns_queries.clone())).expect("metric registered once");
+        Metrics { registry, running_pods, status_writes, dns_queries }
     })
 }

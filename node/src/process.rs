@@ -1,11 +1,13 @@
 //! `skiff node` as one process, as k3s's agent composes it: the built-in
 //! images written, a private containerd started and supervised (unless
 //! `--container-runtime-endpoint` names one), image archives imported,
-//! blackhole routes for the cluster and service ranges, the CNI config
+//! a blackhole route for the cluster range and an unreachable one for
+//! the service range, the CNI config
 //! once the pod CIDR is known, then the agent (with routes to other
-//! hosts' pod CIDRs). On the way out containerd is stopped; containers
-//! and routes stay for the next start to adopt, unless
-//! `remove_pods_on_exit` asks for everything to go.
+//! hosts' pod CIDRs, the service proxy and cluster DNS). On the way out
+//! containerd is stopped; containers, routes and service rules stay for
+//! the next start to adopt, unless `remove_pods_on_exit` asks for
+//! everything to go.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -162,8 +164,11 @@ async fn serve(
     }
     let importer_shutdown = shutdown.child();
     importer.spawn(images::IMPORT_INTERVAL, &importer_shutdown);
-    if let Err(e) = cni::add_blackhole_routes(&[cni::CLUSTER_CIDR, cni::SERVICE_CIDR]).await {
-        tracing::warn!(error = %e, "blackhole routes for the cluster and service ranges");
+    if let Err(e) = cni::add_blackhole_routes(&[cni::CLUSTER_CIDR]).await {
+        tracing::warn!(error = %e, "blackhole route for the cluster range");
+    }
+    if let Err(e) = cni::add_unreachable_routes(&[cni::SERVICE_CIDR]).await {
+        tracing::warn!(error = %e, "unreachable route for the service range");
     }
     let name = options.node.name.clone();
     let network =
@@ -178,6 +183,13 @@ async fn serve(
         }
         if let Err(e) = cni::delete_bridge(&cni::bridge_name(&name)).await {
             tracing::warn!(error = %e, "deleting the node's bridge");
+        }
+        if options.node.proxy.is_some() {
+            match crate::proxy::cleanup(Some(&crate::proxy::rules::tag(&name))).await {
+                Ok(0) => {}
+                Ok(n) => tracing::info!(chains = n, "removed this node's service rules on exit"),
+                Err(e) => tracing::warn!(error = %e, "removing this node's service rules"),
+            }
         }
         // Another agent on this host puts back what it still needs at its
         // next resync.

@@ -43,6 +43,9 @@ enum Command {
     /// Join this host as a worker node: register it and run the pods bound
     /// to it in containers (a private containerd by default).
     Node(Box<skiff::node::NodeArgs>),
+    /// Run the service proxy alone (`skiff node` runs it already), or
+    /// `--cleanup` its rules.
+    Proxy(Box<skiff::node::ProxyArgs>),
     /// Run a local cluster of masters on loopback in the foreground (Ctrl-C stops it).
     Up(skiff::up::UpArgs),
 }
@@ -468,7 +471,7 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    if !matches!(cli.command, Command::Node(_) | Command::Up(_)) {
+    if !matches!(cli.command, Command::Node(_) | Command::Proxy(_) | Command::Up(_)) {
         without_huge_pages();
     }
     let runtime = tokio::runtime::Runtime::new().expect("cannot start the tokio runtime");
@@ -536,6 +539,7 @@ fn main() -> ExitCode {
                 let options = (*args).into_options()?;
                 skiff_node::process::run(options, shutdown_on_signals()?).await.map_err(|e| e.to_string())
             }
+            Command::Proxy(args) => (*args).run(shutdown_on_signals()?).await,
             Command::Up(args) => skiff::up::run(args).await,
         }
     });

@@ -1,0 +1,539 @@
+//! The service proxy, kube-proxy's iptables mode: every Service's cluster
+//! IP and NodePort become NAT rules that send each new connection to one
+//! of its ready endpoints. The kernel forwards; nothing passes through
+//! this process.
+//!
+//! Data flow: the Service and EndpointSlice informers -> [`model`] (the
+//! service ports and their endpoints for this node) -> [`rules`] (the
+//! chains) -> one `iptables-restore --noflush` transaction holding only
+//! the chains that changed. A sync runs when something changed, at most
+//! once per `min_sync_period`; every `sync_period` the kernel is checked
+//! for the node's chains and jumps (someone may have flushed them), and
+//! rewritten in full if they are gone. A failed restore leaves the kernel
+//! as it was (the transaction is atomic) and is retried in full.
+//!
+//! The rules outlive the agent: a killed agent's Services keep working,
+//! and the next start finds its chains, rewrites them and removes the
+//! ones no longer wanted. [`cleanup`] removes Skiff's chains and jumps.
+
+pub mod model;
+pub mod rules;
+
+use std::collections::BTreeSet;
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+
+use futures::FutureExt;
+use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use prometheus::{Histogram, HistogramOpts, IntCounterVec, IntGauge, IntGaugeVec, Opts};
+use serde_json::json;
+use skiff_client::runtime::events::Recorder;
+use skiff_client::runtime::informer::Informers;
+use skiff_client::Client;
+use skiff_shutdown::Shutdown;
+use tokio::io::AsyncWriteExt;
+
+use self::rules::{Context, Rules};
+
+/// Why an iptables command failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ProxyError {
+    /// The command could not run.
+    #[error("running {command}: {source}")]
+    Spawn {
+        /// The command.
+        command: &'static str,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The command ran and failed.
+    #[error("{command} failed: {message}")]
+    Failed {
+        /// The command and its arguments.
+        command: String,
+        /// Its error output.
+        message: String,
+    },
+}
+
+/// The proxy's settings.
+#[derive(Debug, Clone)]
+pub struct ProxyConfig {
+    /// The node's name: which endpoints are local, and the tag of its chains.
+    pub node_name: String,
+    /// The whole pod range.
+    pub cluster_cidr: String,
+    /// The node's pod bridge: its pods' traffic arrives there. `None`: a
+    /// host whose only clients are the host itself and outside traffic.
+    pub bridge: Option<String>,
+    /// Syncs at most this often (kube-proxy's `--iptables-min-sync-period`).
+    pub min_sync_period: Duration,
+    /// How often the kernel is checked for the rules (`--iptables-sync-period`).
+    pub sync_period: Duration,
+}
+
+impl ProxyConfig {
+    /// kube-proxy's defaults for `node_name`.
+    pub fn new(node_name: &str, cluster_cidr: &str) -> ProxyConfig {
+        ProxyConfig {
+            node_name: node_name.to_string(),
+            cluster_cidr: cluster_cidr.to_string(),
+            bridge: None,
+            min_sync_period: Duration::from_secs(1),
+            sync_period: Duration::from_secs(30),
+        }
+    }
+}
+
+/// The proxy's metrics, under kube-proxy's names.
+struct ProxyMetrics {
+    sync_duration: Histogram,
+    last_sync: IntGauge,
+    rules: IntGaugeVec,
+    syncs: IntCounterVec,
+}
+
+fn metrics() -> &'static ProxyMetrics {
+    static METRICS: OnceLock<ProxyMetrics> = OnceLock::new();
+    METRICS.get_or_init(|| {
+        let sync_duration = Histogram::with_opts(
+            HistogramOpts::new("kubeproxy_sync_proxy_rules_duration_seconds", "SyncProxyRules latency in seconds")
+                .buckets(prometheus::exponential_buckets(0.001, 2.0, 15).expect("valid buckets")),
+        )
+        .expect("valid metric");
+        let last_sync = IntGauge::new(
+            "kubeproxy_sync_proxy_rules_last_timestamp_seconds",
+            "The last time proxy rules were successfully synced",
+        )
+        .expect("valid metric");
+        let rules = IntGaugeVec::new(
+            Opts::new("kubeproxy_sync_proxy_rules_iptables_total", "Number of proxy iptables rules programmed"),
+            &["table"],
+        )
+        .expect("valid metric");
+        let syncs = IntCounterVec::new(
+            Opts::new("skiff_proxy_syncs_total", "Rule syncs by kind (full, partial, unchanged, failed)"),
+            &["kind"],
+        )
+        .expect("valid metric");
+        let registry = &crate::metrics::metrics().registry;
+        for m in [
+            Box::new(sync_duration.clone()) as Box<dyn prometheus::core::Collector>,
+            Box::new(last_sync.clone()),
+            Box::new(rules.clone()),
+            Box::new(syncs.clone()),
+        ] {
+            registry.register(m).expect("metric registered once");
+        }
+        ProxyMetrics { sync_duration, last_sync, rules, syncs }
+    })
+}
+
+/// Runs the proxy until `shutdown`. Events (a NodePort another process
+/// holds) are recorded through `client`.
+pub async fn run(informers: &Informers, client: Client, config: ProxyConfig, shutdown: Shutdown) {
+    let services = informers.informer::<Service>();
+    let slices = informers.informer::<EndpointSlice>();
+    let (mut service_changes, mut slice_changes) = (services.subscribe(), slices.subscribe());
+    let (service_store, slice_store) = (services.store(), slices.store());
+    tokio::select! {
+        _ = shutdown.cancelled() => return,
+        ready = async { service_store.wait_until_ready().await.and(slice_store.wait_until_ready().await) } => {
+            if ready.is_err() { return; }
+        }
+    }
+    prepare_kernel();
+    let context = Context { tag: rules::tag(&config.node_name), cluster_cidr: config.cluster_cidr.clone() };
+    let recorder = Recorder::new("kube-proxy");
+    let mut syncer = Syncer::new(config, context);
+    let mut dirty = true;
+    let mut check = tokio::time::interval(syncer.config.sync_period);
+    check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        if dirty {
+            let wait = syncer.config.min_sync_period.saturating_sub(syncer.since_last());
+            if wait.is_zero() {
+                // What is queued is in the stores already: one sync covers it.
+                while let Some(Some(_)) = service_changes.recv().now_or_never() {}
+                while let Some(Some(_)) = slice_changes.recv().now_or_never() {}
+                let ports = model::service_ports(&service_store.list(), &slice_store.list(), &syncer.config.node_name);
+                match syncer.sync(&ports).await {
+                    Ok(new_node_ports) => {
+                        dirty = false;
+                        report_taken_node_ports(&client, &recorder, &service_store.list(), &new_node_ports).await;
+                    }
+                    Err(e) => tracing::warn!(error = %e, "syncing the service rules failed; retrying in full"),
+                }
+                continue;
+            }
+            tokio::select! {
+                _ = shutdown.cancelled() => return,
+                _ = tokio::time::sleep(wait) => {}
+            }
+            continue;
+        }
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            n = service_changes.recv() => { if n.is_none() { return; } dirty = true; }
+            n = slice_changes.recv() => { if n.is_none() { return; } dirty = true; }
+            _ = check.tick() => {
+                if !syncer.kernel_has_rules().await {
+                    tracing::warn!("the service rules are missing from the kernel; rewriting them");
+                    syncer.forget();
+                    dirty = true;
+                }
+            }
+        }
+    }
+}
+
+/// The kernel settings the rules need: forwarding, and bridged traffic
+/// through iptables (a pod answering a pod on its own bridge must pass
+/// conntrack for the cluster IP to be put back). Best effort: a host
+/// without `br_netfilter` still serves traffic between bridges.
+fn prepare_kernel() {
+    for (path, value) in [("/proc/sys/net/ipv4/ip_forward", "1"), ("/proc/sys/net/bridge/bridge-nf-call-iptables", "1")]
+    {
+        if std::fs::read_to_string(path).is_ok_and(|v| v.trim() != value) {
+            if let Err(e) = std::fs::write(path, value) {
+                tracing::warn!(path, error = %e, "cannot set a kernel setting the service rules need");
+            }
+        }
+    }
+}
+
+/// What was written last, and how to write the next rule set.
+pub struct Syncer {
+    config: ProxyConfig,
+    context: Context,
+    /// The rules the kernel holds, as last written; `None`: unknown, the
+    /// next sync writes everything and removes whatever else of ours it finds.
+    written: Option<Rules>,
+    last_sync: Option<Instant>,
+    /// NodePorts already checked for another listener.
+    node_ports: BTreeSet<(u16, &'static str)>,
+}
+
+impl Syncer {
+    /// A syncer that has written nothing yet.
+    pub fn new(config: ProxyConfig, context: Context) -> Syncer {
+        Syncer { config, context, written: None, last_sync: None, node_ports: BTreeSet::new() }
+    }
+
+    fn since_last(&self) -> Duration {
+        self.last_sync.map(|t| t.elapsed()).unwrap_or(Duration::MAX)
+    }
+
+    /// The next sync writes everything.
+    pub fn forget(&mut self) {
+        self.written = None;
+    }
+
+    /// Brings the kernel to the rules for `ports`; the NodePorts seen for
+    /// the first time.
+    pub async fn sync(&mut self, ports: &[model::ServicePort]) -> Result<Vec<(u16, &'static str)>, ProxyError> {
+        let started = Instant::now();
+        self.last_sync = Some(started);
+        let wanted = rules::render(ports, &self.context);
+        let full = self.written.is_none();
+        let stale = if full { self.stale_chains().await? } else { Rules::default() };
+        let input = rules::restore_input(self.written.as_ref(), &wanted, &stale);
+        let changed = input.is_some();
+        let result = match input {
+            None => Ok(()),
+            Some(input) => restore(&input).await,
+        };
+        if let Err(e) = result {
+            metrics().syncs.with_label_values(&["failed"]).inc();
+            self.written = None;
+            return Err(e);
+        }
+        if full {
+            ensure_jumps(&self.jumps()).await?;
+        }
+        let elapsed = started.elapsed();
+        metrics().sync_duration.observe(elapsed.as_secs_f64());
+        metrics().last_sync.set(chrono::Utc::now().timestamp());
+        let kind = match (full, changed) {
+            (true, _) => "full",
+            (false, true) => "partial",
+            (false, false) => "unchanged",
+        };
+        metrics().syncs.with_label_values(&[kind]).inc();
+        for (table, chains) in [("nat", &wanted.nat), ("filter", &wanted.filter)] {
+            metrics().rules.with_label_values(&[table]).set(chains.values().map(Vec::len).sum::<usize>() as i64);
+        }
+        if full {
+            tracing::info!(?elapsed, service_ports = ports.len(), "service rules written in full");
+        } else if changed {
+            tracing::debug!(?elapsed, service_ports = ports.len(), "service rules synced");
+        }
+        self.written = Some(wanted);
+        let seen: BTreeSet<(u16, &'static str)> =
+            ports.iter().filter_map(|p| p.node_port.map(|n| (n, p.protocol))).collect();
+        let new = seen.difference(&self.node_ports).copied().collect();
+        self.node_ports = seen;
+        Ok(new)
+    }
+
+    /// This node's chains (and the shared ones) already in the kernel.
+    async fn stale_chains(&self) -> Result<Rules, ProxyError> {
+        let saved = iptables_save().await?;
+        let mut found = rules::chains_in_save(&saved);
+        let tag = &self.context.tag;
+        let mine = |name: &String| rules::owned_by(name, tag) || is_shared(name);
+        found.nat.retain(|name, _| mine(name));
+        found.filter.retain(|name, _| mine(name));
+        Ok(found)
+    }
+
+    /// Whether the kernel still holds this node's top chain and its jumps.
+    async fn kernel_has_rules(&self) -> bool {
+        let Ok(saved) = iptables_save().await else { return false };
+        let services = rules::services_chain(&self.context.tag);
+        let declared = format!(":{services} ");
+        saved.contains(&declared) && self.jumps().iter().all(|jump| saved.contains(&format!("-j {}", jump.target)))
+    }
+
+    /// The rules in the built-in chains that send traffic to this node's chains.
+    fn jumps(&self) -> Vec<Jump> {
+        jumps(&self.context.tag, self.config.bridge.as_deref())
+    }
+}
+
+fn is_shared(name: &str) -> bool {
+    name == rules::MARK_MASQ || name == rules::POSTROUTING
+}
+
+/// A rule in a built-in chain jumping to one of Skiff's.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Jump {
+    /// `nat` or `filter`.
+    pub table: &'static str,
+    /// The built-in chain.
+    pub chain: &'static str,
+    /// The match, as `iptables` arguments.
+    pub matches: Vec<String>,
+    /// The Skiff chain.
+    pub target: String,
+}
+
+impl Jump {
+    fn args(&self) -> Vec<String> {
+        let mut args = self.matches.clone();
+        args.extend(["-j".to_string(), self.target.clone()]);
+        args
+    }
+}
+
+/// The jumps of the node tagged `tag`: its pods' traffic (arriving on
+/// `bridge`), traffic from elsewhere, and the host's own; and the shared
+/// masquerade.
+pub fn jumps(tag: &str, bridge: Option<&str>) -> Vec<Jump> {
+    let services = rules::services_chain(tag);
+    let comment = |extra: &[&str]| {
+        let mut args: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
+        args.extend(["-m", "comment", "--comment"].map(String::from));
+        args.push(format!("skiff services {tag}"));
+        args
+    };
+    let jump = |table, chain, matches| Jump { table, chain, matches, target: services.clone() };
+    let mut out = Vec::new();
+    match bridge {
+        Some(bridge) => {
+            out.push(jump("nat", "PREROUTING", comment(&["-i", bridge])));
+            // Other nodes' agents on this host take their own bridges' traffic.
+            out.push(jump("nat", "PREROUTING", comment(&["!", "-i", "skiff+"])));
+        }
+        None => out.push(jump("nat", "PREROUTING", comment(&[]))),
+    }
+    out.push(jump("nat", "OUTPUT", comment(&[])));
+    for chain in ["INPUT", "FORWARD", "OUTPUT"] {
+        out.push(jump("filter", chain, comment(&["-m", "conntrack", "--ctstate", "NEW"])));
+    }
+    out.push(Jump {
+        table: "nat",
+        chain: "POSTROUTING",
+        matches: ["-m", "comment", "--comment", "skiff postrouting"].map(String::from).to_vec(),
+        target: rules::POSTROUTING.to_string(),
+    });
+    out
+}
+
+/// Adds each jump that is missing, first in its chain (as kube-proxy does).
+async fn ensure_jumps(jumps: &[Jump]) -> Result<(), ProxyError> {
+    for jump in jumps {
+        let mut check = vec!["-w".to_string(), "-t".to_string(), jump.table.to_string(), "-C".to_string()];
+        check.push(jump.chain.to_string());
+        check.extend(jump.args());
+        if iptables(&check).await.is_ok() {
+            continue;
+        }
+        let mut insert = vec!["-w".to_string(), "-t".to_string(), jump.table.to_string(), "-I".to_string()];
+        insert.extend([jump.chain.to_string(), "1".to_string()]);
+        insert.extend(jump.args());
+        iptables(&insert).await?;
+    }
+    Ok(())
+}
+
+/// Removes Skiff's chains and the jumps to them: only those of the node
+/// tagged `tag` (and the shared ones if no other node's remain), or,
+/// with `None`, every one (`skiff proxy --cleanup`). The number of chains removed.
+pub async fn cleanup(tag: Option<&str>) -> Result<usize, ProxyError> {
+    let saved = iptables_save().await?;
+    let present = rules::chains_in_save(&saved);
+    let others_remain = tag.is_some_and(|tag| {
+        present.nat.keys().chain(present.filter.keys()).any(|n| !is_shared(n) && !rules::owned_by(n, tag))
+    });
+    let removed = |name: &str| match tag {
+        None => true,
+        Some(tag) => rules::owned_by(name, tag) || (is_shared(name) && !others_remain),
+    };
+    let mut input = String::new();
+    let mut count = 0;
+    let mut table = "";
+    let mut doomed: Vec<String> = Vec::new();
+    let mut deletions: Vec<String> = Vec::new();
+    let flush = |input: &mut String, doomed: &mut Vec<String>, deletions: &mut Vec<String>| {
+        if doomed.is_empty() && deletions.is_empty() {
+            return;
+        }
+        for name in doomed.iter() {
+            input.push_str(&format!(":{name} - [0:0]\n"));
+        }
+        for rule in deletions.drain(..) {
+            input.push_str(&format!("-D {rule}\n"));
+        }
+        for name in doomed.drain(..) {
+            input.push_str(&format!("-X {name}\n"));
+        }
+        input.push_str("COMMIT\n");
+    };
+    for line in saved.lines() {
+        if let Some(name) = line.strip_prefix('*') {
+            table = if matches!(name.trim(), "nat" | "filter") { name.trim() } else { "" };
+            continue;
+        }
+        if table.is_empty() {
+            continue;
+        }
+        if line == "COMMIT" {
+            if !doomed.is_empty() || !deletions.is_empty() {
+                input.push_str(&format!("*{table}\n"));
+                count += doomed.len();
+                flush(&mut input, &mut doomed, &mut deletions);
+            }
+            continue;
+        }
+        if let Some(declared) = line.strip_prefix(':') {
+            let name = declared.split_whitespace().next().unwrap_or_default();
+            if name.starts_with(rules::PREFIX) && removed(name) {
+                doomed.push(name.to_string());
+            }
+        } else if let Some(rule) = line.strip_prefix("-A ") {
+            // A jump to a doomed chain from a chain that stays.
+            let chain = rule.split_whitespace().next().unwrap_or_default();
+            let target = rule.split(" -j ").nth(1).and_then(|t| t.split_whitespace().next()).unwrap_or_default();
+            let from_kept = !(chain.starts_with(rules::PREFIX) && removed(chain));
+            if from_kept && target.starts_with(rules::PREFIX) && removed(target) {
+                deletions.push(rule.to_string());
+            }
+        }
+    }
+    if !input.is_empty() {
+        restore(&input).await?;
+    }
+    Ok(count)
+}
+
+/// Warns, on the Service, of a NodePort another process on this host
+/// already listens on: the rules take that port's traffic from it.
+async fn report_taken_node_ports(
+    client: &Client,
+    recorder: &Recorder,
+    services: &[Arc<Service>],
+    new: &[(u16, &'static str)],
+) {
+    for &(port, protocol) in new {
+        let taken = match protocol {
+            "udp" => std::net::UdpSocket::bind(("0.0.0.0", port))
+                .err()
+                .is_some_and(|e| e.kind() == std::io::ErrorKind::AddrInUse),
+            _ => std::net::TcpListener::bind(("0.0.0.0", port))
+                .err()
+                .is_some_and(|e| e.kind() == std::io::ErrorKind::AddrInUse),
+        };
+        if !taken {
+            continue;
+        }
+        let owner = services.iter().find(|s| {
+            s.spec
+                .as_ref()
+                .and_then(|s| s.ports.as_ref())
+                .is_some_and(|ports| ports.iter().any(|p| p.node_port == Some(port.into())))
+        });
+        let Some(service) = owner else { continue };
+        let regarding = json!({
+            "apiVersion": "v1", "kind": "Service",
+            "metadata": {"namespace": service.metadata.namespace, "name": service.metadata.name, "uid": service.metadata.uid},
+        });
+        let message =
+            format!("NodePort {port}/{protocol} is already in use on this host; the service takes its traffic");
+        tracing::warn!(port, protocol, "{message}");
+        recorder.record(client, &regarding, "Warning", "NodePortInUse", &message).await;
+    }
+}
+
+async fn iptables_save() -> Result<String, ProxyError> {
+    run_command("iptables-save", &[], None).await
+}
+
+async fn iptables(args: &[String]) -> Result<String, ProxyError> {
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    run_command("iptables", &args, None).await
+}
+
+/// One `iptables-restore --noflush` transaction.
+async fn restore(input: &str) -> Result<(), ProxyError> {
+    run_command("iptables-restore", &["--noflush", "--wait"], Some(input)).await.map(|_| ())
+}
+
+async fn run_command(command: &'static str, args: &[&str], stdin: Option<&str>) -> Result<String, ProxyError> {
+    let mut child = tokio::process::Command::new(command)
+        .args(args)
+        .stdin(if stdin.is_some() { std::process::Stdio::piped() } else { std::process::Stdio::null() })
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .map_err(|source| ProxyError::Spawn { command, source })?;
+    if let (Some(text), Some(mut pipe)) = (stdin, child.stdin.take()) {
+        pipe.write_all(text.as_bytes()).await.map_err(|source| ProxyError::Spawn { command, source })?;
+    }
+    let output = child.wait_with_output().await.map_err(|source| ProxyError::Spawn { command, source })?;
+    if output.status.success() {
+        return Ok(String::from_utf8_lossy(&output.stdout).into_owned());
+    }
+    Err(ProxyError::Failed {
+        command: format!("{command} {}", args.join(" ")),
+        message: String::from_utf8_lossy(&output.stderr).trim().replace('\n', "; "),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_nodes_pods_reach_its_chains_by_its_bridge_and_everything_else_by_the_first_agent() {
+        let jumps = jumps("ABC123", Some("skiff0a1b2c3d"));
+        let prerouting: Vec<_> = jumps.iter().filter(|j| j.chain == "PREROUTING").map(Jump::args).collect();
+        assert_eq!(prerouting.len(), 2);
+        assert_eq!(prerouting[0][..2], ["-i", "skiff0a1b2c3d"]);
+        assert_eq!(prerouting[1][..3], ["!", "-i", "skiff+"]);
+        assert!(jumps.iter().all(|j| j.target == "SKIFF-SVCS-ABC123" || j.target == rules::POSTROUTING));
+        assert_eq!(jumps.iter().filter(|j| j.table == "filter").count(), 3);
+    }
+}
