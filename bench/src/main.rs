@@ -12,6 +12,7 @@
 //! - `hollow`: hollow nodes (Node objects, Lease renewals, pods marked Running), as kwok does.
 //! - `scheduler`: the scheduler's throughput on hollow nodes, in the manner of `scheduler_perf`.
 //! - `node`: the node agent with real containers: pod startup latency, the agents' CPU and RSS.
+//! - `proxy`: the service proxy's syncs at scale, the cluster DNS, endpoint ready to traffic (in a netns).
 //! - `suite`: every scenario against both systems (`make bench`).
 //! - `report`: the comparison table and bench/README.md.
 
@@ -27,6 +28,7 @@ mod latency;
 mod load;
 mod node;
 mod objects;
+mod proxy;
 mod report;
 mod scheduler;
 mod suite;
@@ -97,6 +99,8 @@ enum Command {
     Scheduler(Box<SchedulerArgs>),
     /// Node agents with real containers: pod startup latency, the agents' CPU and RSS (needs root).
     Node(Box<NodeArgs>),
+    /// The service proxy and cluster DNS in a network namespace of their own: syncs, queries, ready → traffic (needs root).
+    Proxy(Box<ProxyArgs>),
 }
 
 #[derive(Args)]
@@ -534,6 +538,55 @@ struct NodeArgs {
     command_line: Option<String>,
 }
 
+#[derive(Args)]
+struct ProxyArgs {
+    /// The `skiff` executable (with the `apiserver` and `proxy` subcommands).
+    #[arg(long)]
+    skiff: PathBuf,
+    /// Parent directory for data and logs (default: the system temp dir).
+    #[arg(long)]
+    dir: Option<PathBuf>,
+    /// Keep the member's data directory and the logs after a successful run.
+    #[arg(long)]
+    keep: bool,
+    /// An extra flag for the member (repeatable).
+    #[arg(long = "skiff-arg", allow_hyphen_values = true)]
+    skiff_args: Vec<String>,
+    /// Services of the sync and DNS steps.
+    #[arg(long, default_value_t = 1000)]
+    services: usize,
+    /// Ready endpoints per Service.
+    #[arg(long, default_value_t = 10)]
+    endpoints: usize,
+    /// Full syncs, each after the syncer forgets what it wrote.
+    #[arg(long, default_value_t = 5)]
+    full_runs: usize,
+    /// Incremental syncs, each removing one endpoint or putting it back.
+    #[arg(long, default_value_t = 50)]
+    incremental_runs: usize,
+    /// Concurrent DNS clients, one UDP query in flight each.
+    #[arg(long, default_value_t = 16)]
+    dns_clients: usize,
+    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
+    dns_duration: Duration,
+    /// Endpoint ready → traffic runs.
+    #[arg(long, default_value_t = 20)]
+    ready_runs: usize,
+    /// Fail when a Service's port is not refused, or its ready endpoint takes no connection, within this long.
+    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
+    ready_timeout: Duration,
+    /// Write the proxy results section of this README (bench/README.md).
+    #[arg(long)]
+    readme: Option<PathBuf>,
+    /// How the run is described in the README (default: this command line).
+    #[arg(long)]
+    command_line: Option<String>,
+    /// Set by the run itself: it runs again inside this network namespace,
+    /// which it has made for the purpose.
+    #[arg(long, hide = true)]
+    inside: Option<String>,
+}
+
 async fn run(cli: Cli) -> Result<()> {
     match cli.command {
         Command::Put { load, key_space } => {
@@ -647,6 +700,7 @@ async fn run(cli: Cli) -> Result<()> {
         Command::Controllers(args) => run_controllers(&args).await?,
         Command::Scheduler(args) => run_scheduler(&args).await?,
         Command::Node(args) => run_node(&args).await?,
+        Command::Proxy(args) => run_proxy(&args).await?,
     }
     Ok(())
 }
@@ -782,6 +836,44 @@ async fn run_node(args: &NodeArgs) -> Result<()> {
     if let Some(readme) = &args.readme {
         let section = result.markdown(&run.date, &run.command, &run.machine);
         report::write_section(readme, node::BEGIN, node::END, "Latest results: the node agent", &section)?;
+        eprintln!("results written to {}", readme.display());
+    }
+    Ok(())
+}
+
+async fn run_proxy(args: &ProxyArgs) -> Result<()> {
+    let Some(netns) = &args.inside else {
+        // Again, inside a network namespace of its own, described as this command.
+        let mut again: Vec<String> = std::env::args().skip(1).collect();
+        if args.command_line.is_none() {
+            again.extend(["--command-line".into(), std::env::args().collect::<Vec<_>>().join(" ")]);
+        }
+        return proxy::in_namespace(&again).await;
+    };
+    let mut run = RunSetup::new("skiff-bench-proxy-", &args.skiff, args.command_line.as_deref(), args.dir.as_deref())?;
+    run.machine.push(("iptables".into(), version(Path::new("iptables"))));
+    let config = proxy::ProxyConfig {
+        skiff: args.skiff.clone(),
+        dir: run.path.clone(),
+        netns: netns.clone(),
+        skiff_args: args.skiff_args.clone(),
+        services: args.services,
+        endpoints: args.endpoints,
+        full_runs: args.full_runs,
+        incremental_runs: args.incremental_runs,
+        dns_clients: args.dns_clients,
+        dns_duration: args.dns_duration,
+        ready_runs: args.ready_runs,
+        ready_timeout: args.ready_timeout,
+    };
+    let result = run.conclude(proxy::run(&config).await, args.keep)?;
+    println!("\n{}", result.table());
+    for line in result.details() {
+        println!("- {line}");
+    }
+    if let Some(readme) = &args.readme {
+        let section = result.markdown(&run.date, &run.command, &run.machine);
+        report::write_section(readme, proxy::BEGIN, proxy::END, "Latest results: the service proxy", &section)?;
         eprintln!("results written to {}", readme.display());
     }
     Ok(())
