@@ -16,7 +16,8 @@ SHELL := /bin/bash
 # and partition tests; curl: requests from inside a partitioned namespace;
 # containerd, runc, containernetworking-plugins, iptables: the node agent's
 # private containerd, its containers and pod network (CNI's bridge,
-# host-local, portmap, loopback); busybox-static: the built-in images.
+# host-local, portmap, loopback); conntrack: the service proxy clears UDP
+# flows to endpoints that went; busybox-static: the built-in images.
 # Installed only when missing.
 deps:
 	@missing=""; \
@@ -30,6 +31,7 @@ deps:
 	command -v runc >/dev/null 2>&1 || missing="$$missing runc"; \
 	[ -x /usr/lib/cni/bridge ] || missing="$$missing containernetworking-plugins"; \
 	command -v iptables >/dev/null 2>&1 || missing="$$missing iptables"; \
+	command -v conntrack >/dev/null 2>&1 || missing="$$missing conntrack"; \
 	dpkg -s busybox-static >/dev/null 2>&1 || missing="$$missing busybox-static"; \
 	if [ -n "$$missing" ]; then \
 		echo "installing:$$missing"; \

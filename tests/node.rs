@@ -1159,6 +1159,7 @@ spec:
         ready == 2 && setup.pod("client")["status"]["phase"] == "Running"
     });
     let names: Vec<String> = pods.iter().map(|p| p["metadata"]["name"].as_str().unwrap().to_string()).collect();
+    let tag0 = skiff_node::proxy::rules::tag("node-0");
     let cluster_ip = setup.kubectl(&["get", "svc", "web", "-o", "jsonpath={.spec.clusterIP}"]);
     let node_port = setup.kubectl(&["get", "svc", "web-np", "-o", "jsonpath={.spec.ports[0].nodePort}"]);
     let node_port: u16 = node_port.trim().parse().expect("a NodePort");
@@ -1215,18 +1216,127 @@ spec:
         ready && bodies[0].starts_with("hello-from-") && bodies.iter().all(|b| *b == bodies[0])
     });
 
+    // An established connection keeps its endpoint while a sync rewrites
+    // its Service's chain: the client on node-0 talks to echo-1 on node-1
+    // (its nc reads a pipe that stays open: at EOF it would hang up),
+    // echo-2 joins the Service (node-0's chain for it is rewritten), and
+    // the connection carries its second line.
+    let echo = |name: &str, node: &str| {
+        format!(
+            r#"
+apiVersion: v1
+kind: Pod
+metadata: {{name: {name}, labels: {{app: echo}}}}
+spec:
+  nodeName: {node}
+  terminationGracePeriodSeconds: 1
+  containers: [{{name: c, image: {BUSYBOX}, imagePullPolicy: Never, command: ["sh", "-c", "sleep 3600 | nc -l -p 9000 > /tmp/heard"]}}]
+"#
+        )
+    };
+    setup.apply(&echo("echo-1", "node-1"));
+    setup.apply("apiVersion: v1\nkind: Service\nmetadata: {name: echo}\nspec:\n  selector: {app: echo}\n  ports: [{port: 9000}]\n");
+    let echo_ip = |name: &str| setup.pod(name)["status"]["podIP"].as_str().unwrap_or_default().to_string();
+    let in_node0_chain = |ip: &str| {
+        let marker = format!("\"default/echo -> {ip}:9000\"");
+        iptables_save().lines().any(|l| l.starts_with(&format!("-A SKIFF-SVC-{tag0}-")) && l.contains(&marker))
+    };
+    setup.wait("echo-1 in node-0's rules", Duration::from_secs(60), || {
+        let ip = echo_ip("echo-1");
+        !ip.is_empty() && in_node0_chain(&ip)
+    });
+    let cache = tempfile::tempdir().unwrap();
+    let mut talk = setup
+        .api
+        .command(cache.path())
+        .args(["exec", "client", "--", "sh", "-c"])
+        .arg("(echo first; while [ ! -e /tmp/go ]; do sleep 0.2; done; echo second) | timeout 60 nc echo 9000")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("kubectl runs");
+    let heard = || kubectl(&setup.api, &["exec", "echo-1", "--", "cat", "/tmp/heard"]).stdout;
+    setup.wait("echo-1 to hear the first line", Duration::from_secs(30), || heard() == b"first\n");
+    setup.apply(&echo("echo-2", "node-0"));
+    setup.wait("echo-2 in node-0's rules", Duration::from_secs(60), || {
+        let ip = echo_ip("echo-2");
+        !ip.is_empty() && in_node0_chain(&ip)
+    });
+    setup.kubectl(&["exec", "client", "--", "touch", "/tmp/go"]);
+    setup.wait("the same connection to carry the second line", Duration::from_secs(30), || {
+        heard() == b"first\nsecond\n"
+    });
+    let _ = talk.kill();
+    let _ = talk.wait();
+
+    // A UDP client sending from one port (busybox's syslogd forwarding to
+    // a remote, as statsd and syslog clients do) keeps one conntrack entry
+    // alive; when its endpoint goes, the proxy clears that entry and the
+    // next message reaches the new endpoint instead of the gone one. The
+    // endpoints are sockets of this test on the two bridges' gateways
+    // (busybox has no UDP server), in a Service without selector.
+    let first = std::net::UdpSocket::bind((gateways[1], 0)).expect("a UDP socket on node-1's gateway");
+    let udp_port = first.local_addr().unwrap().port();
+    let second = std::net::UdpSocket::bind((gateways[0], udp_port)).expect("a UDP socket on node-0's gateway");
+    for socket in [&first, &second] {
+        socket.set_read_timeout(Some(Duration::from_millis(200))).unwrap();
+    }
+    let slice = |address: &str| {
+        format!(
+            "apiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata: {{name: syslog-1, labels: {{kubernetes.io/service-name: syslog}}}}\naddressType: IPv4\nendpoints: [{{addresses: [{address}], conditions: {{ready: true}}}}]\nports: [{{port: {udp_port}, protocol: UDP}}]\n"
+        )
+    };
+    setup.apply(
+        "apiVersion: v1\nkind: Service\nmetadata: {name: syslog}\nspec:\n  ports: [{port: 514, protocol: UDP}]\n",
+    );
+    setup.apply(&slice(gateways[1]));
+    let syslog_ip = setup.kubectl(&["get", "svc", "syslog", "-o", "jsonpath={.spec.clusterIP}"]);
+    let mut sender = setup
+        .api
+        .command(cache.path())
+        .args(["exec", "client", "--", "sh", "-c"])
+        .arg(format!("syslogd -R {}:514 && while true; do logger ping; sleep 0.2; done", syslog_ip.trim()))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("kubectl runs");
+    let hears_ping = |socket: &std::net::UdpSocket| {
+        let mut buf = [0u8; 512];
+        (0..5).any(|_| socket.recv(&mut buf).is_ok_and(|n| String::from_utf8_lossy(&buf[..n]).contains("ping")))
+    };
+    setup.wait("the first endpoint to hear the client", Duration::from_secs(30), || hears_ping(&first));
+    setup.apply(&slice(gateways[0]));
+    setup.wait("the same client's flow to move to the new endpoint", Duration::from_secs(30), || hears_ping(&second));
+    let _ = sender.kill();
+    let _ = sender.wait();
+
+    // A NodePort another process on the host listens on is reported.
+    let squatted = (30000..32768)
+        .find(|p| *p != node_port && std::net::TcpListener::bind(("0.0.0.0", *p)).is_ok())
+        .expect("a free port in the NodePort range");
+    let taken = std::net::TcpListener::bind(("0.0.0.0", squatted)).expect("the NodePort to take");
+    setup.apply(&format!(
+        "apiVersion: v1\nkind: Service\nmetadata: {{name: squatted}}\nspec:\n  type: NodePort\n  selector: {{app: echo}}\n  ports: [{{port: 9000, nodePort: {squatted}}}]\n"
+    ));
+    setup.wait("a NodePortInUse event on the Service", Duration::from_secs(30), || {
+        let events =
+            setup.kubectl(&["get", "events", "--field-selector", "involvedObject.name=squatted", "-o", "json"]);
+        events.contains("\"NodePortInUse\"") && events.contains(&format!("NodePort {squatted}/tcp is already in use"))
+    });
+    drop(taken);
+
     // A killed agent's rules stay in the kernel: traffic still flows. Its
     // restart resyncs without doubling its jumps.
-    let tag = skiff_node::proxy::rules::tag("node-0");
+    let tag = &tag0;
     let bridge = skiff_node::cni::bridge_name("node-0");
     let mut setup = setup;
     setup.nodes[0].kill();
     let body = http_get(gateways[0], node_port, "/").unwrap_or_default();
     assert!(body.contains("hello-from-"), "forwarding with the agent dead: {body:?}");
-    let synced_before = setup.nodes[0].log().matches("service rules written in full").count();
+    let synced_before = setup.nodes[0].log().matches("service rules synced in full").count();
     setup.nodes[0].restart();
     setup.wait("the restarted agent's first sync", Duration::from_secs(60), || {
-        setup.nodes[0].log().matches("service rules written in full").count() > synced_before
+        setup.nodes[0].log().matches("service rules synced in full").count() > synced_before
     });
     let saved = iptables_save();
     let own_bridge_jumps =
@@ -1241,4 +1351,139 @@ spec:
     assert!(cleanup.status.success(), "{cleanup:?}");
     let saved = iptables_save();
     assert!(!saved.contains("SKIFF-"), "{saved}");
+}
+
+/// Runs `test` on a thread in a network namespace of its own: the
+/// iptables commands it (or a `Syncer` in it) starts see only that
+/// namespace's tables, which go with the thread.
+fn in_own_network_namespace<T: Send + 'static>(test: impl FnOnce() -> T + Send + 'static) -> T {
+    std::thread::spawn(move || {
+        // SAFETY: only the network namespace is unshared, never the file table.
+        unsafe { rustix::thread::unshare_unsafe(rustix::thread::UnshareFlags::NEWNET) }
+            .expect("a network namespace of its own (needs root)");
+        test()
+    })
+    .join()
+    .expect("the test's thread")
+}
+
+fn run_with_stdin(program: &str, args: &[&str], stdin: &str) -> std::process::Output {
+    let mut child = std::process::Command::new(program)
+        .args(args)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("{program} runs: {e}"));
+    child.stdin.take().unwrap().write_all(stdin.as_bytes()).unwrap();
+    child.wait_with_output().unwrap()
+}
+
+/// One port of every kind the proxy's rules have.
+fn every_kind_of_service_port() -> Vec<skiff_node::proxy::model::ServicePort> {
+    use skiff_node::proxy::model::{Endpoint, ServicePort};
+    use std::net::Ipv4Addr;
+    let port = |name: &str, ip: u8, endpoints: &[(u8, bool)]| ServicePort {
+        key: format!("default/{name}:http"),
+        protocol: "tcp",
+        cluster_ips: vec![Ipv4Addr::new(10, 96, 0, ip)],
+        external_ips: vec![],
+        port: 80,
+        node_port: None,
+        affinity_seconds: None,
+        external_local: false,
+        internal_local: false,
+        endpoints: endpoints
+            .iter()
+            .map(|&(last, local)| Endpoint { ip: Ipv4Addr::new(10, 244, 1, last), port: 8080, local })
+            .collect(),
+    };
+    let spread = port("spread", 1, &[(1, true), (2, false), (3, false), (4, false), (5, false)]);
+    let mut sticky = port("sticky", 2, &[(6, true), (7, false)]);
+    sticky.affinity_seconds = Some(600);
+    let mut node_port = port("nodeport", 3, &[(8, true), (9, false)]);
+    node_port.node_port = Some(30080);
+    node_port.external_ips = vec![Ipv4Addr::new(192, 0, 2, 10)];
+    let mut local = port("local", 4, &[(10, true), (11, false)]);
+    local.node_port = Some(30081);
+    local.external_local = true;
+    local.internal_local = true;
+    let mut dns = port("dns", 5, &[(12, false)]);
+    dns.protocol = "udp";
+    dns.port = 53;
+    let mut empty = port("empty", 6, &[]);
+    empty.node_port = Some(30082);
+    vec![spread, sticky, node_port, local, dns, empty]
+}
+
+/// The proxy's syncs against the real iptables (in a namespace of the
+/// test's own): every kind of rule reads back from `iptables-save` exactly
+/// as rendered, so a full sync compares instead of rewriting; a restarted
+/// proxy writes nothing; drift is repaired; UDP flows are cleared with the
+/// real `conntrack`.
+#[test]
+fn proxy_full_syncs_read_the_kernel_back_and_write_only_what_differs() {
+    use skiff_node::proxy::rules::{self, Context};
+    use skiff_node::proxy::{cleanup, ProxyConfig, Syncer};
+    if !is_root() {
+        eprintln!("skipped: needs root for a network namespace and iptables");
+        return;
+    }
+    let save = || String::from_utf8(std::process::Command::new("iptables-save").output().unwrap().stdout).unwrap();
+    in_own_network_namespace(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a runtime");
+        runtime.block_on(async {
+            let mut config = ProxyConfig::new("node-a", "10.244.0.0/16");
+            config.bridge = Some("skiff0a1b2c3d".into());
+            let context = Context { tag: rules::tag("node-a"), cluster_cidr: config.cluster_cidr.clone() };
+            let ports = every_kind_of_service_port();
+            let wanted = rules::render(&ports, &context);
+            let chains = wanted.nat.len() + wanted.filter.len();
+
+            let mut first = Syncer::new(config.clone(), context.clone());
+            let synced = first.sync(&ports).await.expect("the first sync");
+            assert_eq!((synced.chains_written, synced.jumps_added), (chains, 7));
+            assert_eq!(synced.new_node_ports, vec![(30080, "tcp"), (30081, "tcp"), (30082, "tcp")]);
+            assert_eq!(rules::parse_save(&save()).ours, wanted, "every rule reads back as rendered");
+            assert!(first.kernel_has_rules().await);
+            assert_eq!(first.sync(&ports).await.expect("a sync").chains_written, 0, "nothing changed");
+
+            // The UDP port loses its endpoint: its flows are cleared
+            // (`conntrack -D` takes the arguments; none match here).
+            let mut without = ports.clone();
+            without.iter_mut().find(|p| p.protocol == "udp").expect("the UDP port").endpoints.clear();
+            let synced = first.sync(&without).await.expect("a sync");
+            assert_eq!(synced.flows_cleared, 1, "through its cluster IP");
+            assert!(synced.chains_written > 0);
+            first.sync(&ports).await.expect("a sync");
+
+            // A restarted proxy finds its rules in place and writes nothing.
+            let mut restarted = Syncer::new(config.clone(), context.clone());
+            let synced = restarted.sync(&ports).await.expect("the restarted sync");
+            assert_eq!((synced.chains_written, synced.chains_deleted, synced.jumps_added), (0, 0, 0));
+
+            // A chain a previous run left, a jump someone deleted.
+            let output = rules::jumps(&context.tag, config.bridge.as_deref())
+                .into_iter()
+                .find(|j| j.table == "nat" && j.chain == "OUTPUT")
+                .expect("the OUTPUT jump");
+            let stale = format!("SKIFF-SVC-{}-0000000000", context.tag);
+            let drift = format!("*nat\n:{stale} - [0:0]\n-A {stale} -j RETURN\n-D OUTPUT {}\nCOMMIT\n", output.rule);
+            let out = run_with_stdin("iptables-restore", &["--noflush"], &drift);
+            assert!(out.status.success(), "{out:?}");
+            assert!(!restarted.kernel_has_rules().await, "the missing jump is noticed");
+            restarted.forget();
+            let synced = restarted.sync(&ports).await.expect("the repairing sync");
+            assert_eq!((synced.chains_written, synced.chains_deleted, synced.jumps_added), (0, 1, 1));
+            assert!(restarted.kernel_has_rules().await);
+            let saved = save();
+            let line = format!("-A OUTPUT {}", output.rule);
+            assert_eq!(saved.lines().filter(|l| *l == line).count(), 1, "the jump is there once");
+            assert!(!saved.contains(&stale));
+
+            assert_eq!(cleanup(Some(context.tag.as_str())).await.expect("the cleanup"), chains);
+            let saved = save();
+            assert!(!saved.contains(rules::PREFIX), "nothing of Skiff's is left: {saved}");
+        })
+    });
 }

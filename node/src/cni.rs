@@ -47,11 +47,14 @@ pub enum CniError {
     },
 }
 
+/// Every pod bridge's name starts with this (`skiff+` in iptables matches them all).
+pub const BRIDGE_PREFIX: &str = "skiff";
+
 /// The bridge of the node named `node`: `skiff` and 8 hex digits of the
 /// name's SHA-256 (13 characters; Linux allows 15).
 pub fn bridge_name(node: &str) -> String {
     let digest = format!("{:x}", Sha256::digest(node.as_bytes()));
-    format!("skiff{}", &digest[..8])
+    format!("{BRIDGE_PREFIX}{}", &digest[..8])
 }
 
 /// The node's CNI network.

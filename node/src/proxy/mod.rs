@@ -8,18 +8,21 @@
 //! chains) -> one `iptables-restore --noflush` transaction holding only
 //! the chains that changed. A sync runs when something changed, at most
 //! once per `min_sync_period`; every `sync_period` the kernel is checked
-//! for the node's chains and jumps (someone may have flushed them), and
-//! rewritten in full if they are gone. A failed restore leaves the kernel
-//! as it was (the transaction is atomic) and is retried in full.
+//! for the node's jumps (someone may have flushed them), and synced in
+//! full if they are gone. A full sync reads the tables back and writes
+//! only what differs from them. A failed restore leaves the kernel as it
+//! was (the transaction is atomic) and is retried in full.
 //!
 //! The rules outlive the agent: a killed agent's Services keep working,
-//! and the next start finds its chains, rewrites them and removes the
-//! ones no longer wanted. [`cleanup`] removes Skiff's chains and jumps.
+//! and the next start finds its chains, rewrites those that differ and
+//! removes the ones no longer wanted. [`cleanup`] removes Skiff's chains
+//! and jumps.
 
+pub mod conntrack;
 pub mod model;
 pub mod rules;
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -159,9 +162,10 @@ pub async fn run(informers: &Informers, client: Client, config: ProxyConfig, shu
                 while let Some(Some(_)) = slice_changes.recv().now_or_never() {}
                 let ports = model::service_ports(&service_store.list(), &slice_store.list(), &syncer.config.node_name);
                 match syncer.sync(&ports).await {
-                    Ok(new_node_ports) => {
+                    Ok(synced) => {
                         dirty = false;
-                        report_taken_node_ports(&client, &recorder, &service_store.list(), &new_node_ports).await;
+                        report_taken_node_ports(&client, &recorder, &service_store.list(), &synced.new_node_ports)
+                            .await;
                     }
                     Err(e) => tracing::warn!(error = %e, "syncing the service rules failed; retrying in full"),
                 }
@@ -203,6 +207,21 @@ fn prepare_kernel() {
     }
 }
 
+/// What one sync did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Synced {
+    /// Chains (re)written.
+    pub chains_written: usize,
+    /// Chains removed.
+    pub chains_deleted: usize,
+    /// Jumps from the built-in chains added.
+    pub jumps_added: usize,
+    /// UDP flows cleared from conntrack (`conntrack -D` runs).
+    pub flows_cleared: usize,
+    /// NodePorts seen for the first time (to check for another listener).
+    pub new_node_ports: Vec<(u16, &'static str)>,
+}
+
 /// What was written last, and how to write the next rule set.
 pub struct Syncer {
     config: ProxyConfig,
@@ -210,6 +229,12 @@ pub struct Syncer {
     /// The rules the kernel holds, as last written; `None`: unknown, the
     /// next sync writes everything and removes whatever else of ours it finds.
     written: Option<Rules>,
+    /// The service ports of the last sync, to find the UDP flows a change leaves wrong.
+    synced: Option<Vec<model::ServicePort>>,
+    /// Each service port's rules as last rendered: a sync renders only the
+    /// ports that changed (at 10,000 endpoints, rendering them all is
+    /// most of an incremental sync's own time).
+    rendered: BTreeMap<model::ServicePort, rules::PortRules>,
     last_sync: Option<Instant>,
     /// NodePorts already checked for another listener.
     node_ports: BTreeSet<(u16, &'static str)>,
@@ -218,7 +243,15 @@ pub struct Syncer {
 impl Syncer {
     /// A syncer that has written nothing yet.
     pub fn new(config: ProxyConfig, context: Context) -> Syncer {
-        Syncer { config, context, written: None, last_sync: None, node_ports: BTreeSet::new() }
+        Syncer {
+            config,
+            context,
+            written: None,
+            synced: None,
+            rendered: BTreeMap::new(),
+            last_sync: None,
+            node_ports: BTreeSet::new(),
+        }
     }
 
     fn since_last(&self) -> Duration {
@@ -232,25 +265,47 @@ impl Syncer {
 
     /// Brings the kernel to the rules for `ports`; the NodePorts seen for
     /// the first time.
-    pub async fn sync(&mut self, ports: &[model::ServicePort]) -> Result<Vec<(u16, &'static str)>, ProxyError> {
+    ///
+    /// A full sync (the first, or after [`Syncer::forget`]) reads the
+    /// kernel's rules back and writes only what differs from them, so a
+    /// restarted agent whose rules are in place writes nothing; the rules
+    /// are rendered as `iptables-save` prints them for that comparison to
+    /// hold. Later syncs compare with what was written last.
+    pub async fn sync(&mut self, ports: &[model::ServicePort]) -> Result<Synced, ProxyError> {
         let started = Instant::now();
         self.last_sync = Some(started);
-        let wanted = rules::render(ports, &self.context);
+        let wanted = self.render(ports);
         let full = self.written.is_none();
-        let stale = if full { self.stale_chains().await? } else { Rules::default() };
-        let input = rules::restore_input(self.written.as_ref(), &wanted, &stale);
-        let changed = input.is_some();
-        let result = match input {
-            None => Ok(()),
-            Some(input) => restore(&input).await,
+        let jumps = self.jumps();
+        let (old, missing) = match self.written.take() {
+            Some(written) => (written, Vec::new()),
+            None => {
+                let saved = rules::parse_save(&iptables_save().await?);
+                let tag = &self.context.tag;
+                let old = saved.ours_only(|name| rules::owned_by(name, tag) || is_shared(name));
+                let missing: Vec<&rules::Jump> = jumps.iter().filter(|j| !saved.has(j)).collect();
+                (old, missing)
+            }
         };
-        if let Err(e) = result {
-            metrics().syncs.with_label_values(&["failed"]).inc();
-            self.written = None;
-            return Err(e);
-        }
-        if full {
-            ensure_jumps(&self.jumps()).await?;
+        let input = rules::restore_input(&old, &wanted, &missing);
+        let changed = input.is_some();
+        let mut synced = Synced::default();
+        if let Some(input) = input {
+            for line in input.lines() {
+                match line.as_bytes().first() {
+                    Some(b':') => synced.chains_written += 1,
+                    Some(b'-') if line.starts_with("-X ") => {
+                        synced.chains_written -= 1;
+                        synced.chains_deleted += 1;
+                    }
+                    Some(b'-') if line.starts_with("-I ") => synced.jumps_added += 1,
+                    _ => {}
+                }
+            }
+            if let Err(e) = restore(&input).await {
+                metrics().syncs.with_label_values(&["failed"]).inc();
+                return Err(e);
+            }
         }
         let elapsed = started.elapsed();
         metrics().sync_duration.observe(elapsed.as_secs_f64());
@@ -265,40 +320,50 @@ impl Syncer {
             metrics().rules.with_label_values(&[table]).set(chains.values().map(Vec::len).sum::<usize>() as i64);
         }
         if full {
-            tracing::info!(?elapsed, service_ports = ports.len(), "service rules written in full");
+            tracing::info!(?elapsed, service_ports = ports.len(), changed, "service rules synced in full");
         } else if changed {
             tracing::debug!(?elapsed, service_ports = ports.len(), "service rules synced");
         }
         self.written = Some(wanted);
+        if let Some(old) = self.synced.replace(ports.to_vec()) {
+            synced.flows_cleared = conntrack::clear(&conntrack::stale_flows(&old, ports)).await;
+        }
         let seen: BTreeSet<(u16, &'static str)> =
             ports.iter().filter_map(|p| p.node_port.map(|n| (n, p.protocol))).collect();
-        let new = seen.difference(&self.node_ports).copied().collect();
+        synced.new_node_ports = seen.difference(&self.node_ports).copied().collect();
         self.node_ports = seen;
-        Ok(new)
+        Ok(synced)
     }
 
-    /// This node's chains (and the shared ones) already in the kernel.
-    async fn stale_chains(&self) -> Result<Rules, ProxyError> {
-        let saved = iptables_save().await?;
-        let mut found = rules::chains_in_save(&saved);
-        let tag = &self.context.tag;
-        let mine = |name: &String| rules::owned_by(name, tag) || is_shared(name);
-        found.nat.retain(|name, _| mine(name));
-        found.filter.retain(|name, _| mine(name));
-        Ok(found)
+    /// The rules for `ports`, rendering only the ports not rendered last time.
+    fn render(&mut self, ports: &[model::ServicePort]) -> Rules {
+        let mut rendered = BTreeMap::new();
+        for port in ports {
+            let part = self.rendered.remove(port).unwrap_or_else(|| rules::render_port(port, &self.context));
+            rendered.insert(port.clone(), part);
+        }
+        self.rendered = rendered;
+        rules::assemble(ports.iter().map(|port| &self.rendered[port]), &self.context)
     }
 
-    /// Whether the kernel still holds this node's top chain and its jumps.
-    async fn kernel_has_rules(&self) -> bool {
-        let Ok(saved) = iptables_save().await else { return false };
-        let services = rules::services_chain(&self.context.tag);
-        let declared = format!(":{services} ");
-        saved.contains(&declared) && self.jumps().iter().all(|jump| saved.contains(&format!("-j {}", jump.target)))
+    /// Whether the kernel still holds this node's jumps (and so its top
+    /// chain, which they name). Lists only the built-in chains: cheap
+    /// however many rules the node has.
+    pub async fn kernel_has_rules(&self) -> bool {
+        let jumps = self.jumps();
+        let chains: BTreeSet<(&str, &str)> = jumps.iter().map(|j| (j.table, j.chain)).collect();
+        for (table, chain) in chains {
+            let Ok(listed) = iptables(&["-w", "-t", table, "-S", chain]).await else { return false };
+            let listed = rules::parse_save(&format!("*{table}\n{listed}COMMIT\n"));
+            if !jumps.iter().filter(|j| j.table == table && j.chain == chain).all(|j| listed.has(j)) {
+                return false;
+            }
+        }
+        true
     }
 
-    /// The rules in the built-in chains that send traffic to this node's chains.
-    fn jumps(&self) -> Vec<Jump> {
-        jumps(&self.context.tag, self.config.bridge.as_deref())
+    fn jumps(&self) -> Vec<rules::Jump> {
+        rules::jumps(&self.context.tag, self.config.bridge.as_deref())
     }
 }
 
@@ -306,84 +371,12 @@ fn is_shared(name: &str) -> bool {
     name == rules::MARK_MASQ || name == rules::POSTROUTING
 }
 
-/// A rule in a built-in chain jumping to one of Skiff's.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Jump {
-    /// `nat` or `filter`.
-    pub table: &'static str,
-    /// The built-in chain.
-    pub chain: &'static str,
-    /// The match, as `iptables` arguments.
-    pub matches: Vec<String>,
-    /// The Skiff chain.
-    pub target: String,
-}
-
-impl Jump {
-    fn args(&self) -> Vec<String> {
-        let mut args = self.matches.clone();
-        args.extend(["-j".to_string(), self.target.clone()]);
-        args
-    }
-}
-
-/// The jumps of the node tagged `tag`: its pods' traffic (arriving on
-/// `bridge`), traffic from elsewhere, and the host's own; and the shared
-/// masquerade.
-pub fn jumps(tag: &str, bridge: Option<&str>) -> Vec<Jump> {
-    let services = rules::services_chain(tag);
-    let comment = |extra: &[&str]| {
-        let mut args: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
-        args.extend(["-m", "comment", "--comment"].map(String::from));
-        args.push(format!("skiff services {tag}"));
-        args
-    };
-    let jump = |table, chain, matches| Jump { table, chain, matches, target: services.clone() };
-    let mut out = Vec::new();
-    match bridge {
-        Some(bridge) => {
-            out.push(jump("nat", "PREROUTING", comment(&["-i", bridge])));
-            // Other nodes' agents on this host take their own bridges' traffic.
-            out.push(jump("nat", "PREROUTING", comment(&["!", "-i", "skiff+"])));
-        }
-        None => out.push(jump("nat", "PREROUTING", comment(&[]))),
-    }
-    out.push(jump("nat", "OUTPUT", comment(&[])));
-    for chain in ["INPUT", "FORWARD", "OUTPUT"] {
-        out.push(jump("filter", chain, comment(&["-m", "conntrack", "--ctstate", "NEW"])));
-    }
-    out.push(Jump {
-        table: "nat",
-        chain: "POSTROUTING",
-        matches: ["-m", "comment", "--comment", "skiff postrouting"].map(String::from).to_vec(),
-        target: rules::POSTROUTING.to_string(),
-    });
-    out
-}
-
-/// Adds each jump that is missing, first in its chain (as kube-proxy does).
-async fn ensure_jumps(jumps: &[Jump]) -> Result<(), ProxyError> {
-    for jump in jumps {
-        let mut check = vec!["-w".to_string(), "-t".to_string(), jump.table.to_string(), "-C".to_string()];
-        check.push(jump.chain.to_string());
-        check.extend(jump.args());
-        if iptables(&check).await.is_ok() {
-            continue;
-        }
-        let mut insert = vec!["-w".to_string(), "-t".to_string(), jump.table.to_string(), "-I".to_string()];
-        insert.extend([jump.chain.to_string(), "1".to_string()]);
-        insert.extend(jump.args());
-        iptables(&insert).await?;
-    }
-    Ok(())
-}
-
 /// Removes Skiff's chains and the jumps to them: only those of the node
 /// tagged `tag` (and the shared ones if no other node's remain), or,
 /// with `None`, every one (`skiff proxy --cleanup`). The number of chains removed.
 pub async fn cleanup(tag: Option<&str>) -> Result<usize, ProxyError> {
     let saved = iptables_save().await?;
-    let present = rules::chains_in_save(&saved);
+    let present = rules::parse_save(&saved).ours;
     let others_remain = tag.is_some_and(|tag| {
         present.nat.keys().chain(present.filter.keys()).any(|n| !is_shared(n) && !rules::owned_by(n, tag))
     });
@@ -490,9 +483,8 @@ async fn iptables_save() -> Result<String, ProxyError> {
     run_command("iptables-save", &[], None).await
 }
 
-async fn iptables(args: &[String]) -> Result<String, ProxyError> {
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    run_command("iptables", &args, None).await
+async fn iptables(args: &[&str]) -> Result<String, ProxyError> {
+    run_command("iptables", args, None).await
 }
 
 /// One `iptables-restore --noflush` transaction.
@@ -520,20 +512,4 @@ async fn run_command(command: &'static str, args: &[&str], stdin: Option<&str>) 
         command: format!("{command} {}", args.join(" ")),
         message: String::from_utf8_lossy(&output.stderr).trim().replace('\n', "; "),
     })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_nodes_pods_reach_its_chains_by_its_bridge_and_everything_else_by_the_first_agent() {
-        let jumps = jumps("ABC123", Some("skiff0a1b2c3d"));
-        let prerouting: Vec<_> = jumps.iter().filter(|j| j.chain == "PREROUTING").map(Jump::args).collect();
-        assert_eq!(prerouting.len(), 2);
-        assert_eq!(prerouting[0][..2], ["-i", "skiff0a1b2c3d"]);
-        assert_eq!(prerouting[1][..3], ["!", "-i", "skiff+"]);
-        assert!(jumps.iter().all(|j| j.target == "SKIFF-SVCS-ABC123" || j.target == rules::POSTROUTING));
-        assert_eq!(jumps.iter().filter(|j| j.table == "filter").count(), 3);
-    }
 }
