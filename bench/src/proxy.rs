@@ -17,11 +17,13 @@
 //!    as JSON and read into k8s-openapi objects as an informer would. One
 //!    in-process [`Syncer`] (node `bench-sync`) writes their rules. A
 //!    **full** sync (`full_runs` times, the syncer forgetting what it wrote
-//!    before each: `iptables-save` for stale chains, every chain written,
-//!    the jumps checked) and an **incremental** one (`incremental_runs`
-//!    times, each removing one endpoint of one Service or putting it back:
-//!    only the changed chains written) are each timed from the model
-//!    ([`service_ports`]) to `iptables-restore`'s exit. Then the rules
+//!    and the tables emptied, untimed, before each: `iptables-save`, every
+//!    chain and jump written), a **resync** over the same rules in place
+//!    (`full_runs` times: what a restarted proxy does; `iptables-save`, the
+//!    comparison, nothing written) and an **incremental** one
+//!    (`incremental_runs` times, each removing one endpoint of one Service
+//!    or putting it back: only the changed chains written) are each timed
+//!    from the model ([`service_ports`]) to the sync's end. Then the rules
 //!    programmed are counted (`-A` lines of `iptables-save`) and removed.
 //! 2. **DNS**: the server's [`Records`] for the same Services on
 //!    127.0.0.1; `dns_clients` tasks each send one A query at a time for a
@@ -63,7 +65,7 @@ use skiff_client::Client;
 use skiff_node::dns::{server, Records};
 use skiff_node::proxy::model::service_ports;
 use skiff_node::proxy::rules::{self, Context as RuleContext};
-use skiff_node::proxy::{ProxyConfig as SyncerConfig, Syncer};
+use skiff_node::proxy::{ProxyConfig as SyncerConfig, Synced, Syncer};
 use skiff_shutdown::Shutdown;
 use tokio::net::{TcpListener, TcpStream, UdpSocket};
 
@@ -287,10 +289,19 @@ pub struct SyncFigures {
     pub services: usize,
     /// Per Service.
     pub endpoints: usize,
+    /// Every chain written into tables holding none of them.
     pub full: Latency,
     pub full_each: Vec<Duration>,
     /// Of `full`, the model's share ([`service_ports`]).
     pub full_model: Latency,
+    /// Chains the last full sync wrote.
+    pub full_chains: usize,
+    /// A full sync over the same rules in place (a restarted proxy): read
+    /// back, compared, nothing written.
+    pub resync: Latency,
+    pub resync_each: Vec<Duration>,
+    /// Chains the resyncs wrote, summed (0 when the comparison holds).
+    pub resync_chains: usize,
     pub incremental: Latency,
     pub incremental_runs: usize,
     pub incremental_model: Latency,
@@ -367,7 +378,7 @@ pub async fn run(config: &ProxyConfig) -> Result<ProxyReport> {
         "sync: {} Services (ClusterIP, one port 80/TCP) x {} ready endpoints, one EndpointSlice each, read from JSON \
          into k8s-openapi objects; one in-process `Syncer` (node `{SYNC_NODE}`, cluster CIDR {CLUSTER_CIDR}); each \
          run timed from `service_ports` to `iptables-restore --noflush --wait`'s exit; a full run after \
-         `forget()` also runs `iptables-save` (stale chains) and `iptables -C` for the jumps",
+         `forget()` first reads the tables back (`iptables-save`) and writes what differs from them",
         config.services, config.endpoints
     ));
 
@@ -394,17 +405,33 @@ async fn sync_step(
     let mut syncer = Syncer::new(SyncerConfig::new(SYNC_NODE, CLUSTER_CIDR), context);
     let mut figures = SyncFigures { services: config.services, endpoints: config.endpoints, ..Default::default() };
     for run in 0..config.full_runs {
+        skiff_node::proxy::cleanup(None).await.context("emptying the tables")?;
         syncer.forget();
-        let (total, model) = timed_sync(&mut syncer, services, slices).await?;
-        eprintln!("  full sync {}: {:.1} ms (model {:.1} ms)", run + 1, ms_of(total), ms_of(model));
+        let (total, model, synced) = timed_sync(&mut syncer, services, slices).await?;
+        eprintln!(
+            "  full sync {}: {:.1} ms (model {:.1} ms), {} chains",
+            run + 1,
+            ms_of(total),
+            ms_of(model),
+            synced.chains_written
+        );
         figures.full.record(total);
         figures.full_model.record(model);
         figures.full_each.push(total);
+        figures.full_chains = synced.chains_written;
+    }
+    for run in 0..config.full_runs {
+        syncer.forget();
+        let (total, _, synced) = timed_sync(&mut syncer, services, slices).await?;
+        eprintln!("  resync {}: {:.1} ms, {} chains written", run + 1, ms_of(total), synced.chains_written);
+        figures.resync.record(total);
+        figures.resync_each.push(total);
+        figures.resync_chains += synced.chains_written;
     }
     for k in 0..config.incremental_runs {
         let (i, j, remove) = flip(k, config.services, config.endpoints);
         slices[i] = typed(slice(i, config.endpoints, remove.then_some(j)))?;
-        let (total, model) = timed_sync(&mut syncer, services, slices).await?;
+        let (total, model, _) = timed_sync(&mut syncer, services, slices).await?;
         figures.incremental.record(total);
         figures.incremental_model.record(model);
         figures.incremental_runs += 1;
@@ -422,17 +449,17 @@ async fn sync_step(
     Ok(figures)
 }
 
-/// One sync of every Service: the whole time and the model's part.
+/// One sync of every Service: the whole time, the model's part, and what it wrote.
 async fn timed_sync(
     syncer: &mut Syncer,
     services: &[Arc<Service>],
     slices: &[Arc<EndpointSlice>],
-) -> Result<(Duration, Duration)> {
+) -> Result<(Duration, Duration, Synced)> {
     let started = Instant::now();
     let ports = service_ports(services, slices, SYNC_NODE);
     let model = started.elapsed();
-    syncer.sync(&ports).await.context("syncing the rules")?;
-    Ok((started.elapsed(), model))
+    let synced = syncer.sync(&ports).await.context("syncing the rules")?;
+    Ok((started.elapsed(), model, synced))
 }
 
 /// Service `i`'s A query, with id 0 (each send sets its own).
@@ -769,10 +796,16 @@ impl ProxyReport {
             );
         };
         row(
-            &format!("full sync, {} services x {} endpoints", s.services, s.endpoints),
+            &format!("full sync, {} services x {} endpoints, every chain written", s.services, s.endpoints),
             s.full_each.len().to_string(),
             &s.full,
             format!("under 1 s, every run: {}", verdict(s.full.max_ms() < 1000.0)),
+        );
+        row(
+            "full sync over the same rules in place (a restart): read back, nothing written",
+            s.resync_each.len().to_string(),
+            &s.resync,
+            format!("under 1 s, every run: {}", verdict(s.resync.max_ms() < 1000.0)),
         );
         row(
             "incremental sync, one endpoint removed or put back",
@@ -803,9 +836,16 @@ impl ProxyReport {
                 ms(ms_of(s.save))
             ),
             format!(
-                "full syncs one by one: {}; of which the model (`service_ports`) p50 {}",
+                "full syncs one by one (each into tables the cleanup emptied, untimed; {} chains): {}; of which \
+                 the model (`service_ports`) p50 {}",
+                s.full_chains,
                 s.full_each.iter().map(|d| ms(ms_of(*d))).collect::<Vec<_>>().join(", "),
                 ms(s.full_model.quantile_ms(0.5))
+            ),
+            format!(
+                "resyncs over the rules in place one by one (`iptables-save`, compare): {}; chains they wrote: {}",
+                s.resync_each.iter().map(|d| ms(ms_of(*d))).collect::<Vec<_>>().join(", "),
+                s.resync_chains
             ),
             format!(
                 "incremental syncs: the model p50 {} (max {}) of it",
