@@ -17,7 +17,8 @@ SHELL := /bin/bash
 # containerd, runc, containernetworking-plugins, iptables: the node agent's
 # private containerd, its containers and pod network (CNI's bridge,
 # host-local, portmap, loopback); conntrack: the service proxy clears UDP
-# flows to endpoints that went; busybox-static: the built-in images.
+# flows to endpoints that went; nftables: the proxy's nftables mode (`nft`);
+# busybox-static: the built-in images.
 # Installed only when missing.
 deps:
 	@missing=""; \
@@ -32,6 +33,7 @@ deps:
 	[ -x /usr/lib/cni/bridge ] || missing="$$missing containernetworking-plugins"; \
 	command -v iptables >/dev/null 2>&1 || missing="$$missing iptables"; \
 	command -v conntrack >/dev/null 2>&1 || missing="$$missing conntrack"; \
+	command -v nft >/dev/null 2>&1 || missing="$$missing nftables"; \
 	dpkg -s busybox-static >/dev/null 2>&1 || missing="$$missing busybox-static"; \
 	if [ -n "$$missing" ]; then \
 		echo "installing:$$missing"; \

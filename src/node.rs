@@ -109,9 +109,11 @@ pub struct NodeArgs {
 /// and `skiff proxy`.
 #[derive(Args, Clone, Debug)]
 pub struct ProxyFlags {
-    /// How Services are proxied: `iptables` (kube-proxy's iptables mode) or
-    /// `none` (another proxy runs on this host).
-    #[arg(long, default_value = "iptables", value_parser = ["iptables", "none"])]
+    /// How Services are proxied: `iptables` (kube-proxy's iptables mode),
+    /// `nftables` (its nftables mode: one table per node, syncs that cost
+    /// what changed; needs the `nft` command) or `none` (another proxy
+    /// runs on this host).
+    #[arg(long, default_value = "iptables", value_parser = ["iptables", "nftables", "none"])]
     pub proxy_mode: String,
     /// The whole pod range: traffic to a cluster IP from outside it is masqueraded.
     #[arg(long, default_value = skiff_node::cni::CLUSTER_CIDR)]
@@ -146,6 +148,9 @@ impl ProxyFlags {
             return Err("--iptables-sync-period must be positive".into());
         }
         let mut config = skiff_node::proxy::ProxyConfig::new(name, cidr);
+        if self.proxy_mode == "nftables" {
+            config.mode = skiff_node::proxy::Mode::Nftables;
+        }
         config.bridge = bridge;
         config.min_sync_period = self.iptables_min_sync_period;
         config.sync_period = self.iptables_sync_period;
@@ -167,7 +172,8 @@ pub struct ProxyArgs {
     pub hostname_override: Option<String>,
     #[command(flatten)]
     pub proxy: ProxyFlags,
-    /// Remove every Skiff chain and the jumps to them from iptables, and exit.
+    /// Remove every Skiff chain and the jumps to them from iptables, and
+    /// every Skiff table from nftables, and exit.
     #[arg(long)]
     pub cleanup: bool,
 }

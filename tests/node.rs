@@ -1114,13 +1114,26 @@ fn fetch_from(setup: &Setup, pod: &str, url: &str, count: usize) -> Vec<String> 
 
 #[tokio::test(flavor = "multi_thread")]
 async fn services_reach_ready_pods_by_cluster_ip_dns_and_node_port_and_survive_the_agent() {
+    services_reach_ready_pods("iptables", 226).await;
+}
+
+/// The same with node-0 (the client's node, whose rules take the
+/// client's traffic) in the nftables mode, beside node-1 in iptables mode.
+#[tokio::test(flavor = "multi_thread")]
+async fn services_work_the_same_in_nftables_mode() {
+    services_reach_ready_pods("nftables", 228).await;
+}
+
+async fn services_reach_ready_pods(mode: &str, base: u8) {
     if !is_root() {
         eprintln!("skipped: needs root for containerd, runc, bridges and iptables");
         return;
     }
     let _serial = SERIAL.lock().await;
-    let setup = Setup::new(226, &[&[], &[]]).await;
-    let gateways = ["10.244.226.1", "10.244.227.1"];
+    let setup = Setup::new(base, &[&["--proxy-mode", mode], &[]]).await;
+    let gateways = [format!("10.244.{base}.1"), format!("10.244.{}.1", base + 1)];
+    let gateways = [gateways[0].as_str(), gateways[1].as_str()];
+    let nftables = mode == "nftables";
 
     setup.apply(&web_deployment(2));
     setup.apply(&format!(
@@ -1194,11 +1207,14 @@ spec:
         assert!(fetched[0].starts_with("hello-from-"), "{fetched:?}");
     }
 
-    // Hairpin: a pod reaches itself through its own Service.
-    let own = format!("hello-from-{}", names[0]);
-    setup.wait("a web pod to reach itself through its Service", Duration::from_secs(30), || {
-        fetch_from(&setup, &names[0], "http://web/", 8).contains(&own)
-    });
+    // Hairpin: a pod reaches itself through its own Service (one pod on
+    // each node, so through each node's rules).
+    for name in &names {
+        let own = format!("hello-from-{name}");
+        setup.wait(&format!("{name} to reach itself through its Service"), Duration::from_secs(30), || {
+            fetch_from(&setup, name, "http://web/", 8).contains(&own)
+        });
+    }
 
     // A pod that fails its readiness probe gets no traffic.
     let (failing, kept) = (&names[0], &names[1]);
@@ -1238,6 +1254,11 @@ spec:
     setup.apply("apiVersion: v1\nkind: Service\nmetadata: {name: echo}\nspec:\n  selector: {app: echo}\n  ports: [{port: 9000}]\n");
     let echo_ip = |name: &str| setup.pod(name)["status"]["podIP"].as_str().unwrap_or_default().to_string();
     let in_node0_chain = |ip: &str| {
+        if nftables {
+            let table = skiff_node::proxy::nft::table(&tag0);
+            let chain = nft(&["list", "chain", "ip", &table, "service-default/echo/tcp/p9000"]);
+            return chain.contains(&format!("dnat to {ip}:9000")) || chain.contains(&format!("{ip} . 9000"));
+        }
         let marker = format!("\"default/echo -> {ip}:9000\"");
         iptables_save().lines().any(|l| l.starts_with(&format!("-A SKIFF-SVC-{tag0}-")) && l.contains(&marker))
     };
@@ -1338,11 +1359,20 @@ spec:
     setup.wait("the restarted agent's first sync", Duration::from_secs(60), || {
         setup.nodes[0].log().matches("service rules synced in full").count() > synced_before
     });
-    let saved = iptables_save();
-    let own_bridge_jumps =
-        saved.lines().filter(|l| l.starts_with("-A PREROUTING") && l.contains(&format!("-i {bridge} "))).count();
-    assert_eq!(own_bridge_jumps, 1, "{saved}");
-    assert!(saved.contains(&format!(":SKIFF-SVCS-{tag} ")), "{saved}");
+    if nftables {
+        let table = skiff_node::proxy::nft::table(tag);
+        let prerouting = nft(&["list", "chain", "ip", &table, "nat-prerouting"]);
+        let own_bridge_jumps = prerouting.lines().filter(|l| l.contains(&format!("iifname \"{bridge}\""))).count();
+        assert_eq!(own_bridge_jumps, 1, "{prerouting}");
+        let saved = iptables_save();
+        assert!(!saved.contains(&format!("SKIFF-SVCS-{tag}")), "no iptables rules of node-0's: {saved}");
+    } else {
+        let saved = iptables_save();
+        let own_bridge_jumps =
+            saved.lines().filter(|l| l.starts_with("-A PREROUTING") && l.contains(&format!("-i {bridge} "))).count();
+        assert_eq!(own_bridge_jumps, 1, "{saved}");
+        assert!(saved.contains(&format!(":SKIFF-SVCS-{tag} ")), "{saved}");
+    }
     assert!(fetch_from(&setup, "client", "http://web/", 1)[0].starts_with("hello-from-"));
 
     // `skiff proxy --cleanup` leaves no Skiff chain behind.
@@ -1351,6 +1381,14 @@ spec:
     assert!(cleanup.status.success(), "{cleanup:?}");
     let saved = iptables_save();
     assert!(!saved.contains("SKIFF-"), "{saved}");
+    let tables = nft(&["list", "tables"]);
+    assert!(!tables.contains(skiff_node::proxy::nft::TABLE_PREFIX), "{tables}");
+}
+
+/// What `nft` prints for `args` (empty if it fails).
+fn nft(args: &[&str]) -> String {
+    let out = std::process::Command::new("nft").args(args).output().expect("nft runs");
+    String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 /// Runs `test` on a thread in a network namespace of its own: the
@@ -1484,6 +1522,95 @@ fn proxy_full_syncs_read_the_kernel_back_and_write_only_what_differs() {
             assert_eq!(cleanup(Some(context.tag.as_str())).await.expect("the cleanup"), chains);
             let saved = save();
             assert!(!saved.contains(rules::PREFIX), "nothing of Skiff's is left: {saved}");
+        })
+    });
+}
+
+/// The nftables mode against the real `nft` (in a namespace of the
+/// test's own): the whole table is accepted; a second sync writes
+/// nothing; an incremental sync writes only the chains that changed and
+/// deletes those gone in the same transaction; a restarted proxy rewrites
+/// the table and deletes what a previous run left in it; a deleted table
+/// is noticed; switching modes and `cleanup` leave nothing behind.
+#[test]
+fn proxy_nftables_mode_programs_one_table_and_changes_only_what_changed() {
+    use skiff_node::proxy::nft;
+    use skiff_node::proxy::rules::{self, Context};
+    use skiff_node::proxy::{cleanup, Mode, ProxyConfig, Syncer};
+    if !is_root() {
+        eprintln!("skipped: needs root for a network namespace and nftables");
+        return;
+    }
+    in_own_network_namespace(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a runtime");
+        runtime.block_on(async {
+            let mut config = ProxyConfig::new("node-a", "10.244.0.0/16");
+            config.mode = Mode::Nftables;
+            config.bridge = Some("skiff0a1b2c3d".into());
+            let context = Context { tag: rules::tag("node-a"), cluster_cidr: config.cluster_cidr.clone() };
+            let table = nft::table(&context.tag);
+            let ports = every_kind_of_service_port();
+            let wanted = nft::render(&ports, &context, config.bridge.as_deref());
+
+            let mut first = Syncer::new(config.clone(), context.clone());
+            let synced = first.sync(&ports).await.expect("the first sync");
+            assert_eq!(synced.chains_written, wanted.chains.len());
+            assert_eq!(synced.new_node_ports, vec![(30080, "tcp"), (30081, "tcp"), (30082, "tcp")]);
+            let listed = nft::Kernel::list(&table).await.expect("the listing");
+            assert_eq!(listed.chains, wanted.chains.keys().cloned().collect(), "every chain is in the kernel");
+            let affinity = |listed: &nft::Listed| -> std::collections::BTreeSet<String> {
+                listed.sets.iter().filter(|s| s.starts_with("affinity-")).cloned().collect()
+            };
+            assert_eq!(affinity(&listed), wanted.sets.keys().cloned().collect(), "every affinity set");
+            let held = nft(&["list", "map", "ip", &table, nft::SERVICE_IPS]);
+            assert!(held.contains("10.96.0.2 . tcp . 80 : goto service-default/sticky/tcp/p80"), "{held}");
+            let held = nft(&["list", "map", "ip", &table, nft::NO_ENDPOINT_NODEPORTS]);
+            assert!(held.contains("tcp . 30082 : goto reject-chain"), "{held}");
+            let held = nft(&["list", "set", "ip", &table, nft::HAIRPIN]);
+            assert!(held.contains("10.244.1.1 . 10.244.1.1"), "this node's endpoints: {held}");
+            assert!(!held.contains("10.244.1.2 . 10.244.1.2"), "not another node's: {held}");
+            assert!(first.kernel_has_rules().await);
+            let synced = first.sync(&ports).await.expect("a sync");
+            assert_eq!((synced.chains_written, synced.chains_deleted), (0, 0), "nothing changed");
+
+            // An endpoint goes from a sticky Service: its chain and its
+            // affinity set go with it, and only the Service's chain is rewritten.
+            let mut fewer = ports.clone();
+            let sticky = fewer.iter_mut().find(|p| p.key.starts_with("default/sticky")).expect("the sticky port");
+            sticky.endpoints.pop();
+            let synced = first.sync(&fewer).await.expect("an incremental sync");
+            assert_eq!((synced.chains_written, synced.chains_deleted), (1, 1));
+            let listed = nft::Kernel::list(&table).await.expect("the listing");
+            let after = nft::render(&fewer, &context, config.bridge.as_deref());
+            assert_eq!(listed.chains, after.chains.keys().cloned().collect());
+            assert_eq!(affinity(&listed), after.sets.keys().cloned().collect());
+            // The UDP port loses its endpoint: its flows are cleared.
+            let mut without = fewer.clone();
+            without.iter_mut().find(|p| p.protocol == "udp").expect("the UDP port").endpoints.clear();
+            let synced = first.sync(&without).await.expect("a sync");
+            assert_eq!(synced.flows_cleared, 1, "through its cluster IP");
+            let held = nft(&["list", "map", "ip", &table, nft::NO_ENDPOINT_SERVICES]);
+            assert!(held.contains("10.96.0.5 . udp . 53 : goto reject-chain"), "{held}");
+
+            // A restarted proxy: a full rewrite, and a chain a previous
+            // run left is deleted.
+            let planted = format!("add chain ip {table} service-default/gone/tcp/p80\n");
+            assert!(run_with_stdin("nft", &["-f", "-"], &planted).status.success());
+            let mut restarted = Syncer::new(config.clone(), context.clone());
+            let synced = restarted.sync(&ports).await.expect("the restarted sync");
+            assert_eq!((synced.chains_written, synced.chains_deleted), (wanted.chains.len(), 1));
+            let listed = nft::Kernel::list(&table).await.expect("the listing");
+            assert_eq!(listed.chains, wanted.chains.keys().cloned().collect());
+
+            // Someone deletes the table: noticed, and rewritten in full.
+            assert!(run_with_stdin("nft", &["-f", "-"], &format!("delete table ip {table}\n")).status.success());
+            assert!(!restarted.kernel_has_rules().await, "the missing table is noticed");
+            restarted.forget();
+            restarted.sync(&ports).await.expect("the repairing sync");
+            assert!(restarted.kernel_has_rules().await);
+
+            assert_eq!(cleanup(Some(context.tag.as_str())).await.expect("the cleanup"), wanted.chains.len());
+            assert!(!nft(&["list", "tables"]).contains(nft::TABLE_PREFIX), "nothing of Skiff's is left");
         })
     });
 }

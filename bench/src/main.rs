@@ -575,6 +575,9 @@ struct ProxyArgs {
     /// Fail when a Service's port is not refused, or its ready endpoint takes no connection, within this long.
     #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
     ready_timeout: Duration,
+    /// The proxy modes to measure, each in the sync and ready → traffic steps.
+    #[arg(long, value_delimiter = ',', default_value = "iptables,nftables", value_parser = ["iptables", "nftables"])]
+    modes: Vec<String>,
     /// Write the proxy results section of this README (bench/README.md).
     #[arg(long)]
     readme: Option<PathBuf>,
@@ -852,6 +855,7 @@ async fn run_proxy(args: &ProxyArgs) -> Result<()> {
     };
     let mut run = RunSetup::new("skiff-bench-proxy-", &args.skiff, args.command_line.as_deref(), args.dir.as_deref())?;
     run.machine.push(("iptables".into(), version(Path::new("iptables"))));
+    run.machine.push(("nft".into(), version(Path::new("nft"))));
     let config = proxy::ProxyConfig {
         skiff: args.skiff.clone(),
         dir: run.path.clone(),
@@ -865,6 +869,13 @@ async fn run_proxy(args: &ProxyArgs) -> Result<()> {
         dns_duration: args.dns_duration,
         ready_runs: args.ready_runs,
         ready_timeout: args.ready_timeout,
+        modes: args
+            .modes
+            .iter()
+            .map(
+                |m| if m == "nftables" { skiff_node::proxy::Mode::Nftables } else { skiff_node::proxy::Mode::Iptables },
+            )
+            .collect(),
     };
     let result = run.conclude(proxy::run(&config).await, args.keep)?;
     println!("\n{}", result.table());

@@ -1,7 +1,7 @@
 //! `skiff-bench proxy`: the service proxy and the cluster DNS server at
 //! scale, and how soon a ready endpoint takes traffic. Needs root.
 //!
-//! Every iptables change and every packet stays inside a network namespace
+//! Every iptables and nftables change and every packet stays inside a network namespace
 //! the run creates (`skiff-bench-proxy-<pid>`): [`in_namespace`] adds it,
 //! runs this same command again inside it with `--inside <name>`, and
 //! deletes it when that run ends, failed or not. The run inside refuses to
@@ -12,7 +12,8 @@
 //! OUTPUT chain, where the proxy's DNAT takes them.
 //!
 //! Steps, in order:
-//! 1. **Sync**: `services` Services with `endpoints` ready endpoints each
+//! 1. **Sync**, once per mode of `--modes` (iptables, nftables): `services`
+//!    Services with `endpoints` ready endpoints each
 //!    (one EndpointSlice per Service, 10,000 endpoints by default), built
 //!    as JSON and read into k8s-openapi objects as an informer would. One
 //!    in-process [`Syncer`] (node `bench-sync`) writes their rules. A
@@ -25,13 +26,17 @@
 //!    or putting it back: only the changed chains written) are each timed
 //!    from the model ([`service_ports`]) to the sync's end. Then the rules
 //!    programmed are counted (`-A` lines of `iptables-save`) and removed.
+//!    In the nftables mode a full sync lists the node's table and rewrites
+//!    all of it (there is no comparison: the transaction replaces it
+//!    atomically), the resync does the same over the table in place, and
+//!    the rules are counted from `nft list table`.
 //! 2. **DNS**: the server's [`Records`] for the same Services on
 //!    127.0.0.1; `dns_clients` tasks each send one A query at a time for a
 //!    random Service's name over UDP for `dns_duration`. Queries/s and
 //!    latency (send to reply). The clients share the process, and the 2
 //!    cores, with the server.
-//! 3. **Ready → traffic**: a 1-member Skiff (`skiff apiserver`) and a
-//!    `skiff proxy` process against it, `ready_runs` times: a Service
+//! 3. **Ready → traffic**, once per mode: a 1-member Skiff (`skiff
+//!    apiserver`) and a `skiff proxy` process against it, `ready_runs` times: a Service
 //!    without selector (ClusterIP, 80/TCP) and its EndpointSlice with one
 //!    endpoint 10.250.0.1:P, not ready, P a port this process listens on;
 //!    once connecting to the cluster IP is refused (the proxy rejects
@@ -39,7 +44,7 @@
 //!    slice's create, the slice is updated to ready at t0 and connect() is
 //!    tried every millisecond until one succeeds, at t1, and the listener
 //!    accepts it. t1 - t0 includes the update's write, its watch event to
-//!    the proxy, the proxy's sync and its `iptables-restore`. [`PAUSE`]
+//!    the proxy, the proxy's sync and its `iptables-restore` or `nft -f`. [`PAUSE`]
 //!    follows each run. At the end the proxy is killed and `skiff proxy
 //!    --cleanup` removes its chains.
 
@@ -65,7 +70,7 @@ use skiff_client::Client;
 use skiff_node::dns::{server, Records};
 use skiff_node::proxy::model::service_ports;
 use skiff_node::proxy::rules::{self, Context as RuleContext};
-use skiff_node::proxy::{ProxyConfig as SyncerConfig, Synced, Syncer};
+use skiff_node::proxy::{nft, Mode, ProxyConfig as SyncerConfig, Synced, Syncer};
 use skiff_shutdown::Shutdown;
 use tokio::net::{TcpListener, TcpStream, UdpSocket};
 
@@ -132,6 +137,16 @@ pub struct ProxyConfig {
     pub ready_runs: usize,
     /// A run whose endpoint takes no connection within this long fails.
     pub ready_timeout: Duration,
+    /// The proxy modes measured, each in the sync and ready → traffic steps.
+    pub modes: Vec<Mode>,
+}
+
+/// The mode's `--proxy-mode` value.
+pub fn mode_name(mode: Mode) -> &'static str {
+    match mode {
+        Mode::Iptables => "iptables",
+        Mode::Nftables => "nftables",
+    }
 }
 
 /// Adds the network namespace `skiff-bench-proxy-<pid>`, runs this
@@ -279,13 +294,35 @@ pub fn rules_in_save(saved: &str) -> Vec<(String, usize)> {
     out
 }
 
+/// Rules (lines in chain blocks but the hook line) and map elements
+/// (`key : verdict` pairs in map blocks) of an `nft list table`.
+pub fn nft_objects_in_listing(listed: &str) -> Vec<(String, usize)> {
+    let (mut rules, mut elements) = (0, 0);
+    let mut block = "";
+    for line in listed.lines().map(str::trim) {
+        if line.starts_with("chain ") {
+            block = "chain";
+        } else if line.starts_with("map ") || line.starts_with("set ") {
+            block = "map";
+        } else if line == "}" {
+            block = "";
+        } else if block == "chain" && !line.is_empty() && !line.starts_with("type ") {
+            rules += 1;
+        } else if block == "map" && !line.starts_with("type ") {
+            elements += line.matches(" : ").count();
+        }
+    }
+    vec![("rules".to_string(), rules), ("map elements".to_string(), elements)]
+}
+
 fn typed<T: k8s_openapi::serde::de::DeserializeOwned>(value: Value) -> Result<Arc<T>> {
     Ok(Arc::new(serde_json::from_value(value).context("reading an object built by the bench")?))
 }
 
-/// Step 1's figures.
-#[derive(Clone, Default)]
+/// Step 1's figures, for one mode.
+#[derive(Clone)]
 pub struct SyncFigures {
+    pub mode: Mode,
     pub services: usize,
     /// Per Service.
     pub endpoints: usize,
@@ -305,9 +342,11 @@ pub struct SyncFigures {
     pub incremental: Latency,
     pub incremental_runs: usize,
     pub incremental_model: Latency,
-    /// `-A` lines per table after the syncs.
+    /// `-A` lines per table after the syncs (iptables); rules and map
+    /// elements in the node's table (nftables).
     pub rules: Vec<(String, usize)>,
-    /// One `iptables-save` of those rules: a full sync runs one.
+    /// One `iptables-save` of those rules (a full sync runs one), or one
+    /// `nft list table` of them.
     pub save: Duration,
     /// Chains the in-process cleanup removed.
     pub cleaned_chains: usize,
@@ -327,24 +366,26 @@ pub struct DnsFigures {
     pub build: Duration,
 }
 
-/// Step 3's figures.
-#[derive(Clone, Default)]
+/// Step 3's figures, for one mode.
+#[derive(Clone)]
 pub struct ReadyFigures {
+    pub mode: Mode,
     pub to_traffic: Latency,
     pub each: Vec<Duration>,
     /// t0 to the update's reply.
     pub write: Latency,
     /// connect() attempts refused before the one that got through, summed.
     pub refused: usize,
-    /// What `iptables-save` held of Skiff's after `skiff proxy --cleanup`.
+    /// What `iptables-save` and `nft list tables` held of Skiff's after
+    /// `skiff proxy --cleanup`.
     pub left_after_cleanup: usize,
 }
 
 #[derive(Clone, Default)]
 pub struct ProxyReport {
-    pub sync: SyncFigures,
+    pub sync: Vec<SyncFigures>,
     pub dns: DnsFigures,
-    pub ready: ReadyFigures,
+    pub ready: Vec<ReadyFigures>,
     pub settings: Vec<String>,
 }
 
@@ -357,6 +398,9 @@ pub async fn run(config: &ProxyConfig) -> Result<ProxyReport> {
     }
     if config.full_runs == 0 || config.incremental_runs == 0 || config.dns_clients == 0 || config.ready_runs == 0 {
         bail!("--full-runs, --incremental-runs, --dns-clients and --ready-runs must be positive");
+    }
+    if config.modes.is_empty() {
+        bail!("--modes must name at least one of iptables, nftables");
     }
     if !in_namespace_named(&config.netns)? {
         bail!("not inside network namespace {}: refusing to touch iptables (run without --inside)", config.netns);
@@ -372,13 +416,17 @@ pub async fn run(config: &ProxyConfig) -> Result<ProxyReport> {
     let mut slices: Vec<Arc<EndpointSlice>> =
         (0..config.services).map(|i| typed(slice(i, config.endpoints, None))).collect::<Result<_>>()?;
 
-    eprintln!("== sync: {} services x {} endpoints", config.services, config.endpoints);
-    report.sync = sync_step(config, &services, &mut slices).await?;
+    for &mode in &config.modes {
+        eprintln!("== sync ({}): {} services x {} endpoints", mode_name(mode), config.services, config.endpoints);
+        report.sync.push(sync_step(config, mode, &services, &mut slices).await?);
+    }
     report.settings.push(format!(
         "sync: {} Services (ClusterIP, one port 80/TCP) x {} ready endpoints, one EndpointSlice each, read from JSON \
-         into k8s-openapi objects; one in-process `Syncer` (node `{SYNC_NODE}`, cluster CIDR {CLUSTER_CIDR}); each \
-         run timed from `service_ports` to `iptables-restore --noflush --wait`'s exit; a full run after \
-         `forget()` first reads the tables back (`iptables-save`) and writes what differs from them",
+         into k8s-openapi objects; one in-process `Syncer` (node `{SYNC_NODE}`, cluster CIDR {CLUSTER_CIDR}) per \
+         mode; each run timed from `service_ports` to the exit of the command that writes the rules. iptables: \
+         `iptables-restore --noflush --wait`; a full run after `forget()` first reads the tables back \
+         (`iptables-save`) and writes what differs from them. nftables: `nft -f -`; a full run lists the table's \
+         chains and sets (`nft list chains ip`, `nft list sets ip`) and rewrites the whole table in one transaction",
         config.services, config.endpoints
     ));
 
@@ -391,19 +439,41 @@ pub async fn run(config: &ProxyConfig) -> Result<ProxyReport> {
         config.dns_clients, config.dns_duration, DNS_TIMEOUT
     ));
 
-    eprintln!("== ready -> traffic: {} runs", config.ready_runs);
-    report.ready = ready_step(config, &mut report.settings).await?;
+    for &mode in &config.modes {
+        eprintln!("== ready -> traffic ({}): {} runs", mode_name(mode), config.ready_runs);
+        report.ready.push(ready_step(config, mode, &mut report.settings).await?);
+    }
     Ok(report)
 }
 
 async fn sync_step(
     config: &ProxyConfig,
+    mode: Mode,
     services: &[Arc<Service>],
     slices: &mut [Arc<EndpointSlice>],
 ) -> Result<SyncFigures> {
     let context = RuleContext { tag: rules::tag(SYNC_NODE), cluster_cidr: CLUSTER_CIDR.into() };
-    let mut syncer = Syncer::new(SyncerConfig::new(SYNC_NODE, CLUSTER_CIDR), context);
-    let mut figures = SyncFigures { services: config.services, endpoints: config.endpoints, ..Default::default() };
+    let mut syncer_config = SyncerConfig::new(SYNC_NODE, CLUSTER_CIDR);
+    syncer_config.mode = mode;
+    let mut syncer = Syncer::new(syncer_config, context.clone());
+    let mut figures = SyncFigures {
+        mode,
+        services: config.services,
+        endpoints: config.endpoints,
+        full: Latency::default(),
+        full_each: Vec::new(),
+        full_model: Latency::default(),
+        full_chains: 0,
+        resync: Latency::default(),
+        resync_each: Vec::new(),
+        resync_chains: 0,
+        incremental: Latency::default(),
+        incremental_runs: 0,
+        incremental_model: Latency::default(),
+        rules: Vec::new(),
+        save: Duration::ZERO,
+        cleaned_chains: 0,
+    };
     for run in 0..config.full_runs {
         skiff_node::proxy::cleanup(None).await.context("emptying the tables")?;
         syncer.forget();
@@ -442,9 +512,18 @@ async fn sync_step(
         slices[i] = typed(slice(i, config.endpoints, None))?;
     }
     let started = Instant::now();
-    let saved = must_run("iptables-save", &[])?;
-    figures.save = started.elapsed();
-    figures.rules = rules_in_save(&saved);
+    match mode {
+        Mode::Iptables => {
+            let saved = must_run("iptables-save", &[])?;
+            figures.save = started.elapsed();
+            figures.rules = rules_in_save(&saved);
+        }
+        Mode::Nftables => {
+            let listed = must_run("nft", &["list", "table", "ip", &nft::table(&context.tag)])?;
+            figures.save = started.elapsed();
+            figures.rules = nft_objects_in_listing(&listed);
+        }
+    }
     figures.cleaned_chains = skiff_node::proxy::cleanup(None).await.context("removing the sync step's chains")?;
     Ok(figures)
 }
@@ -585,10 +664,11 @@ struct ProxyProcess {
 }
 
 impl ProxyProcess {
-    fn spawn(skiff: &Path, server: &str, log: PathBuf) -> Result<ProxyProcess> {
+    fn spawn(skiff: &Path, server: &str, mode: Mode, log: PathBuf) -> Result<ProxyProcess> {
         let file = OpenOptions::new().create(true).append(true).open(&log)?;
         let child = Command::new(skiff)
             .args(["proxy", "--server", server, "--hostname-override", PROXY_NODE])
+            .args(["--proxy-mode", mode_name(mode)])
             .args(["--iptables-min-sync-period", &format!("{}s", MIN_SYNC_PERIOD.as_secs())])
             .stdin(Stdio::null())
             .stdout(file.try_clone()?)
@@ -614,7 +694,7 @@ impl Drop for ProxyProcess {
     }
 }
 
-async fn ready_step(config: &ProxyConfig, settings: &mut Vec<String>) -> Result<ReadyFigures> {
+async fn ready_step(config: &ProxyConfig, mode: Mode, settings: &mut Vec<String>) -> Result<ReadyFigures> {
     let spec = ClusterSpec {
         system: System::Skiff,
         binary: config.skiff.clone(),
@@ -628,23 +708,34 @@ async fn ready_step(config: &ProxyConfig, settings: &mut Vec<String>) -> Result<
     let endpoints = cluster.endpoints();
     let client = Client::new(&endpoints)?;
     ensure_namespace(&client, NAMESPACE).await?;
-    let mut proxy = ProxyProcess::spawn(&config.skiff, &endpoints[0], config.dir.join("proxy.log"))?;
+    let log = config.dir.join(format!("proxy-{}.log", mode_name(mode)));
+    let mut proxy = ProxyProcess::spawn(&config.skiff, &endpoints[0], mode, log)?;
     settings.push(format!(
-        "ready → traffic: 1 Skiff member on 127.0.0.1 (`skiff apiserver`{}, fsync on) and `skiff proxy --server \
-         {} --hostname-override {PROXY_NODE} --iptables-min-sync-period {}s`; per run a Service without selector \
+        "ready → traffic ({}): 1 Skiff member on 127.0.0.1 (`skiff apiserver`{}, fsync on) and `skiff proxy --server \
+         {} --hostname-override {PROXY_NODE} --proxy-mode {} --iptables-min-sync-period {}s`; per run a Service without selector \
          and its EndpointSlice (one endpoint {DEVICE_ADDRESS}:P, P a port this process listens on), t0 {:.1} s \
          after the slice's create, {:.1} s between runs; connect() to the cluster IP every {:?} ({:?} timeout each)",
+        mode_name(mode),
         if config.skiff_args.is_empty() { String::new() } else { format!(" {}", config.skiff_args.join(" ")) },
         endpoints[0],
+        mode_name(mode),
         MIN_SYNC_PERIOD.as_secs(),
         QUIET.as_secs_f64(),
         PAUSE.as_secs_f64(),
         CONNECT_EVERY,
         CONNECT_TIMEOUT,
     ));
-    let mut figures = ReadyFigures::default();
+    let mut figures = ReadyFigures {
+        mode,
+        to_traffic: Latency::default(),
+        each: Vec::new(),
+        write: Latency::default(),
+        refused: 0,
+        left_after_cleanup: 0,
+    };
     for run in 0..config.ready_runs {
-        let (took, write, refused) = ready_run(config, &client, &mut proxy, run).await?;
+        let (took, write, refused) =
+            ready_run(config, &client, &mut proxy, &format!("ready-{}-{run}", mode_name(mode))).await?;
         eprintln!(
             "  run {}: ready → traffic {:.1} ms (update written in {:.1} ms)",
             run + 1,
@@ -660,7 +751,8 @@ async fn ready_step(config: &ProxyConfig, settings: &mut Vec<String>) -> Result<
     proxy.must_run()?;
     drop(proxy);
     must_run(&config.skiff.to_string_lossy(), &["proxy", "--cleanup"]).context("skiff proxy --cleanup")?;
-    figures.left_after_cleanup = must_run("iptables-save", &[])?.lines().filter(|l| l.contains(rules::PREFIX)).count();
+    figures.left_after_cleanup = must_run("iptables-save", &[])?.lines().filter(|l| l.contains(rules::PREFIX)).count()
+        + must_run("nft", &["list", "tables"])?.lines().filter(|l| l.contains(nft::TABLE_PREFIX)).count();
     drop(cluster);
     Ok(figures)
 }
@@ -671,11 +763,10 @@ async fn ready_run(
     config: &ProxyConfig,
     client: &Client,
     proxy: &mut ProxyProcess,
-    run: usize,
+    name: &str,
 ) -> Result<(Duration, Duration, usize)> {
     let listener = TcpListener::bind("0.0.0.0:0").await?;
     let port = listener.local_addr()?.port();
-    let name = format!("ready-{run}");
     let service = json!({
         "apiVersion": "v1", "kind": "Service",
         "metadata": {"namespace": NAMESPACE, "name": name},
@@ -782,7 +873,7 @@ fn verdict(met: bool) -> &'static str {
 
 impl ProxyReport {
     pub fn table(&self) -> String {
-        let (s, d, r) = (&self.sync, &self.dns, &self.ready);
+        let d = &self.dns;
         let mut out = String::from(
             "| measurement | samples | p50 | p99 | max | target |\n| --- | ---: | ---: | ---: | ---: | --- |\n",
         );
@@ -795,88 +886,115 @@ impl ProxyReport {
                 ms(l.max_ms())
             );
         };
-        row(
-            &format!("full sync, {} services x {} endpoints, every chain written", s.services, s.endpoints),
-            s.full_each.len().to_string(),
-            &s.full,
-            format!("under 1 s, every run: {}", verdict(s.full.max_ms() < 1000.0)),
-        );
-        row(
-            "full sync over the same rules in place (a restart): read back, nothing written",
-            s.resync_each.len().to_string(),
-            &s.resync,
-            format!("under 1 s, every run: {}", verdict(s.resync.max_ms() < 1000.0)),
-        );
-        row(
-            "incremental sync, one endpoint removed or put back",
-            s.incremental_runs.to_string(),
-            &s.incremental,
-            format!("under 100 ms, every run: {}", verdict(s.incremental.max_ms() < 100.0)),
-        );
+        for s in &self.sync {
+            let mode = mode_name(s.mode);
+            let (full, resync) = match s.mode {
+                Mode::Iptables => ("every chain written", "read back, nothing written"),
+                Mode::Nftables => ("the whole table written", "the whole table rewritten"),
+            };
+            row(
+                &format!(
+                    "{mode}: full sync into empty tables, {} services x {} endpoints, {full}",
+                    s.services, s.endpoints
+                ),
+                s.full_each.len().to_string(),
+                &s.full,
+                format!("under 1 s, every run: {}", verdict(s.full.max_ms() < 1000.0)),
+            );
+            row(
+                &format!("{mode}: full sync over the same rules in place (a restart): {resync}"),
+                s.resync_each.len().to_string(),
+                &s.resync,
+                format!("under 1 s, every run: {}", verdict(s.resync.max_ms() < 1000.0)),
+            );
+            row(
+                &format!("{mode}: incremental sync, one endpoint removed or put back"),
+                s.incremental_runs.to_string(),
+                &s.incremental,
+                format!("under 100 ms, every run: {}", verdict(s.incremental.max_ms() < 100.0)),
+            );
+        }
         row(
             &format!("DNS A query, {} UDP clients, {:.0} queries/s", d.clients, d.rate()),
             d.answered.to_string(),
             &d.latency,
             "-".into(),
         );
-        row("endpoint ready → connection to the cluster IP", r.each.len().to_string(), &r.to_traffic, "-".into());
+        for r in &self.ready {
+            row(
+                &format!("{}: endpoint ready → connection to the cluster IP", mode_name(r.mode)),
+                r.each.len().to_string(),
+                &r.to_traffic,
+                "-".into(),
+            );
+        }
         out
     }
 
     pub fn details(&self) -> Vec<String> {
-        let (s, d, r) = (&self.sync, &self.dns, &self.ready);
-        let rules: Vec<String> = s.rules.iter().map(|(t, n)| format!("{t} {n}")).collect();
-        vec![
-            format!(
-                "rules programmed for the sync step's Services: {} (`-A` lines of `iptables-save`: {}); the \
-                 cleanup then removed {} chains; one `iptables-save` of them took {}",
+        let d = &self.dns;
+        let mut out = Vec::new();
+        for s in &self.sync {
+            let mode = mode_name(s.mode);
+            let rules: Vec<String> = s.rules.iter().map(|(t, n)| format!("{t} {n}")).collect();
+            let (counted, listing) = match s.mode {
+                Mode::Iptables => ("`-A` lines of `iptables-save`", "`iptables-save`"),
+                Mode::Nftables => ("from `nft list table`", "`nft list table`"),
+            };
+            out.push(format!(
+                "{mode}: rules programmed for the sync step's Services: {} ({counted}: {}); the cleanup then \
+                 removed {} chains; one {listing} of them took {}",
                 s.rules.iter().map(|(_, n)| n).sum::<usize>(),
                 rules.join(", "),
                 s.cleaned_chains,
                 ms(ms_of(s.save))
-            ),
-            format!(
-                "full syncs one by one (each into tables the cleanup emptied, untimed; {} chains): {}; of which \
-                 the model (`service_ports`) p50 {}",
+            ));
+            out.push(format!(
+                "{mode}: full syncs one by one (each into tables the cleanup emptied, untimed; {} chains): {}; of \
+                 which the model (`service_ports`) p50 {}",
                 s.full_chains,
                 s.full_each.iter().map(|d| ms(ms_of(*d))).collect::<Vec<_>>().join(", "),
                 ms(s.full_model.quantile_ms(0.5))
-            ),
-            format!(
-                "resyncs over the rules in place one by one (`iptables-save`, compare): {}; chains they wrote: {}",
+            ));
+            out.push(format!(
+                "{mode}: full syncs over the rules in place one by one: {}; chains they wrote: {}",
                 s.resync_each.iter().map(|d| ms(ms_of(*d))).collect::<Vec<_>>().join(", "),
                 s.resync_chains
-            ),
-            format!(
-                "incremental syncs: the model p50 {} (max {}) of it",
+            ));
+            out.push(format!(
+                "{mode}: incremental syncs: the model p50 {} (max {}) of it",
                 ms(s.incremental_model.quantile_ms(0.5)),
                 ms(s.incremental_model.max_ms())
-            ),
-            format!(
-                "DNS: {} answered in {:.1} s, {} lost (no reply within {:?}), {} not NOERROR with an answer; table \
-                 of {} Services built in {}",
-                d.answered,
-                d.wall.as_secs_f64(),
-                d.lost,
-                DNS_TIMEOUT,
-                d.wrong,
-                d.names,
-                ms(ms_of(d.build))
-            ),
-            format!(
-                "ready → traffic one by one: {}; the update's write (t0 to its reply) p50 {}, max {}; {} connect() \
-                 attempts refused after t0 in all",
+            ));
+        }
+        out.push(format!(
+            "DNS: {} answered in {:.1} s, {} lost (no reply within {:?}), {} not NOERROR with an answer; table \
+             of {} Services built in {}",
+            d.answered,
+            d.wall.as_secs_f64(),
+            d.lost,
+            DNS_TIMEOUT,
+            d.wrong,
+            d.names,
+            ms(ms_of(d.build))
+        ));
+        for r in &self.ready {
+            let mode = mode_name(r.mode);
+            out.push(format!(
+                "{mode}: ready → traffic one by one: {}; the update's write (t0 to its reply) p50 {}, max {}; {} \
+                 connect() attempts refused after t0 in all",
                 r.each.iter().map(|d| ms(ms_of(*d))).collect::<Vec<_>>().join(", "),
                 ms(r.write.quantile_ms(0.5)),
                 ms(r.write.max_ms()),
                 r.refused
-            ),
-            format!(
-                "after the proxy was killed and `skiff proxy --cleanup` ran, `iptables-save` held {} lines naming \
-                 a Skiff chain",
+            ));
+            out.push(format!(
+                "{mode}: after the proxy was killed and `skiff proxy --cleanup` ran, `iptables-save` and `nft list \
+                 tables` held {} lines naming a Skiff chain or table",
                 r.left_after_cleanup
-            ),
-        ]
+            ));
+        }
+        out
     }
 
     pub fn markdown(&self, date: &str, command: &str, machine: &[(String, String)]) -> String {
@@ -970,5 +1088,19 @@ mod tests {
         assert_eq!(message.queries.len(), 1);
         assert_eq!(message.queries[0].name().to_string(), "svc-5.bench-proxy.svc.cluster.local.");
         assert_eq!(message.queries[0].query_type(), RecordType::A);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_nft_listing_counts_rules_and_map_elements_not_hooks_or_types() {
+        let listed = "table ip skiff-ABC {\n\tmap service-ips {\n\t\ttype ipv4_addr . inet_proto . inet_service : verdict\n\
+                      \t\telements = { 10.100.0.1 . tcp . 80 : goto service-a,\n\t\t\t     10.100.0.2 . tcp . 80 : goto service-b }\n\t}\n\
+                      \tchain nat-output {\n\t\ttype nat hook output priority -100; policy accept;\n\t\tjump services\n\t}\n\
+                      \tchain service-a {\n\t\tnumgen random mod 2 vmap { 0 : goto endpoint-a, 1 : goto endpoint-b }\n\t}\n}\n";
+        assert_eq!(nft_objects_in_listing(listed), vec![("rules".to_string(), 2), ("map elements".to_string(), 2)]);
     }
 }
