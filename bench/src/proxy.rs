@@ -1033,6 +1033,15 @@ mod tests {
     use super::*;
 
     #[test]
+    fn an_nft_listing_counts_rules_and_map_elements_not_hooks_or_types() {
+        let listed = "table ip skiff-ABC {\n\tmap service-ips {\n\t\ttype ipv4_addr . inet_proto . inet_service : verdict\n\
+                      \t\telements = { 10.100.0.1 . tcp . 80 : goto service-a,\n\t\t\t     10.100.0.2 . tcp . 80 : goto service-b }\n\t}\n\
+                      \tchain nat-output {\n\t\ttype nat hook output priority -100; policy accept;\n\t\tjump services\n\t}\n\
+                      \tchain service-a {\n\t\tnumgen random mod 2 vmap { 0 : goto endpoint-a, 1 : goto endpoint-b }\n\t}\n}\n";
+        assert_eq!(nft_objects_in_listing(listed), vec![("rules".to_string(), 2), ("map elements".to_string(), 2)]);
+    }
+
+    #[test]
     fn the_objects_become_one_service_port_with_every_endpoint_each() {
         let services: Vec<Arc<Service>> = (0..3).map(|i| typed(service(i)).unwrap()).collect();
         let slices: Vec<Arc<EndpointSlice>> = (0..3).map(|i| typed(slice(i, 10, None)).unwrap()).collect();
@@ -1088,19 +1097,5 @@ mod tests {
         assert_eq!(message.queries.len(), 1);
         assert_eq!(message.queries[0].name().to_string(), "svc-5.bench-proxy.svc.cluster.local.");
         assert_eq!(message.queries[0].query_type(), RecordType::A);
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn an_nft_listing_counts_rules_and_map_elements_not_hooks_or_types() {
-        let listed = "table ip skiff-ABC {\n\tmap service-ips {\n\t\ttype ipv4_addr . inet_proto . inet_service : verdict\n\
-                      \t\telements = { 10.100.0.1 . tcp . 80 : goto service-a,\n\t\t\t     10.100.0.2 . tcp . 80 : goto service-b }\n\t}\n\
-                      \tchain nat-output {\n\t\ttype nat hook output priority -100; policy accept;\n\t\tjump services\n\t}\n\
-                      \tchain service-a {\n\t\tnumgen random mod 2 vmap { 0 : goto endpoint-a, 1 : goto endpoint-b }\n\t}\n}\n";
-        assert_eq!(nft_objects_in_listing(listed), vec![("rules".to_string(), 2), ("map elements".to_string(), 2)]);
     }
 }
