@@ -825,14 +825,16 @@ spec:
     });
     assert!(live["status"]["containerStatuses"][0]["lastState"]["terminated"].is_object(), "{live}");
 
-    // Over its memory limit: killed by the OOM killer (SIGKILL, 137).
-    // containerd reports the reason `OOMKilled` only when its OOM event
-    // beats the exit; otherwise the status says `Error` (a known gap: the
-    // agent does not yet read the cgroup's OOM count itself).
-    let hungry = setup.wait_phase("hungry", "Failed", Duration::from_secs(60));
-    let terminated = &hungry["status"]["containerStatuses"][0]["state"]["terminated"];
-    assert_eq!(terminated["exitCode"], 137, "{hungry}");
-    assert!(matches!(terminated["reason"].as_str(), Some("OOMKilled" | "Error")), "{hungry}");
+    // Over its memory limit: killed by the OOM killer (SIGKILL, 137), and
+    // said so. (containerd misses some of these kills on cgroup v1; the
+    // agent finds them in the kernel's log, at the latest one sync later.)
+    setup.wait_phase("hungry", "Failed", Duration::from_secs(60));
+    let mut hungry = Value::Null;
+    setup.wait("hungry's OOMKilled reason", Duration::from_secs(10), || {
+        hungry = setup.pod("hungry");
+        hungry["status"]["containerStatuses"][0]["state"]["terminated"]["reason"] == "OOMKilled"
+    });
+    assert_eq!(hungry["status"]["containerStatuses"][0]["state"]["terminated"]["exitCode"], 137, "{hungry}");
 
     // Graceful deletion: preStop, then SIGTERM, well before the grace ends, then the pod goes.
     let log = format!("{marks}/log");

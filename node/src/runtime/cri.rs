@@ -67,6 +67,7 @@ impl CriRuntime {
     /// endpoint in one line.
     pub async fn connect(endpoint: &str) -> Result<CriRuntime, RuntimeError> {
         let path = socket_path(endpoint)?;
+        super::oom::watch();
         let unreachable = |why: String| RuntimeError::Unavailable(format!("container runtime at {endpoint}: {why}"));
         let channel = tokio::time::timeout(CONNECT_TIMEOUT, connect_channel(path))
             .await
@@ -645,10 +646,21 @@ impl CriRuntime {
         let request = cri::ContainerStatusRequest { container_id: id.to_string(), verbose: false };
         let mut client = self.runtime.clone();
         let answer = call(CALL_TIMEOUT, client.container_status(request)).await?;
-        answer
+        let mut status = answer
             .status
             .map(|status| container_status(status, sandbox_id))
-            .ok_or_else(|| RuntimeError::Failed(format!("the runtime returned no status for container {id}")))
+            .ok_or_else(|| RuntimeError::Failed(format!("the runtime returned no status for container {id}")))?;
+        // containerd may miss an OOM kill the kernel logged (see `oom`).
+        if status.state == ContainerState::Exited
+            && status.exit_code == 137
+            && status.reason != "OOMKilled"
+            && super::oom::killed(&status.id)
+        {
+            // (Read again at every sync while the container exists: debug only.)
+            tracing::debug!(container = %status.id, runtime_reason = %status.reason, "OOM kill found in the kernel's log");
+            status.reason = "OOMKilled".to_string();
+        }
+        Ok(status)
     }
 }
 

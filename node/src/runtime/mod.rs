@@ -14,6 +14,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 
 pub mod cri;
+pub mod oom;
 
 /// Label on every sandbox and container: the pod's name.
 pub const LABEL_POD_NAME: &str = "io.kubernetes.pod.name";
