@@ -409,9 +409,11 @@ async fn a_deployment_runs_in_containers_answers_across_nodes_and_serves_logs_an
 
     // kubectl exec -it from a terminal: the shell gets a terminal of
     // kubectl's size, follows it when the window changes, and its exit
-    // code comes back.
+    // code comes back. (kubectl sends its size once connected, so the
+    // shell's first command may run before the size is set, as with a
+    // kubelet: the command is typed again until the size shows.)
     let mut terminal = Terminal::kubectl(&setup.api, &["exec", "-it", &name(a), "--", "sh"], (100, 37));
-    terminal.type_until("stty size; tty\r", "/dev/pts/").await;
+    terminal.type_until("stty size; tty\r", "\r\n37 100\r\n/dev/pts/").await;
     let typed = terminal.output();
     assert!(typed.contains("\r\n37 100\r\n/dev/pts/"), "the shell's stdin is a terminal of kubectl's size: {typed:?}");
     terminal.resize(120, 40);
