@@ -20,9 +20,10 @@
 //!
 //! The nftables mode ([`nft`]) has the same flow with a table per node in
 //! place of chains in the shared tables, one `nft -f` transaction per
-//! sync; a full sync there rewrites the whole table (kube-proxy's way),
-//! and it costs what the iptables mode's incremental syncs cost at 1,000
-//! Services. Both modes clear UDP conntrack entries the same way.
+//! sync; a full sync there rewrites the whole table (kube-proxy's way)
+//! in a fraction of the iptables mode's time (at 1,000 Services x 10
+//! endpoints, 0.3-0.5 s against 1.7-2.7 s, `bench/README.md`). Both modes
+//! clear UDP conntrack entries the same way.
 
 pub mod conntrack;
 pub mod model;
