@@ -350,7 +350,7 @@ async fn a_member_that_missed_the_purged_log_catches_up_from_a_snapshot() {
     cluster.start(lagging);
     let addr = cluster.members[&lagging].client.clone();
     cluster.must_catch_up(lagging, last, Duration::from_secs(30)).await;
-    assert!(cluster.has_snapshot(lagging), "caught up without a snapshot");
+    assert!(cluster.installed_snapshot(lagging), "caught up without a snapshot:\n{}", cluster.log_of(lagging));
     // Its local (serializable) reads see every key.
     assert_eq!(local_count(&cluster, &addr, "/snap/").await, 400);
     // Writes keep flowing to it after the install.

@@ -195,7 +195,7 @@ async fn auth_survives_snapshot_catch_up_and_a_restart_of_every_member() {
     cluster.must_purge_past(leader, lagging_at, Duration::from_secs(20)).await;
     cluster.start(lagging);
     cluster.must_catch_up(lagging, last, Duration::from_secs(30)).await;
-    assert!(cluster.has_snapshot(lagging), "caught up without a snapshot");
+    assert!(cluster.installed_snapshot(lagging), "caught up without a snapshot:\n{}", cluster.log_of(lagging));
     let lagging_ep = cluster.members[&lagging].client.clone();
     must_enforce(&cluster, &lagging_ep);
 

@@ -21,6 +21,7 @@ pub struct Metrics {
     pub log_sync_seconds: Histogram,
     pub reads_linearized: IntCounter,
     pub read_rounds: IntCounter,
+    pub snapshots_installed: IntCounter,
 }
 
 fn counter(registry: &Registry, name: &str, help: &str) -> IntCounter {
@@ -91,6 +92,11 @@ pub fn metrics() -> &'static Metrics {
                 &registry,
                 "skiff_read_index_rounds_total",
                 "Read-index rounds (each serves every read waiting).",
+            ),
+            snapshots_installed: counter(
+                &registry,
+                "skiff_raft_snapshots_installed_total",
+                "Snapshots received from the leader and installed.",
             ),
             registry,
         }

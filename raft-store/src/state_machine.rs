@@ -637,6 +637,7 @@ impl StateMachine {
         // Readers holding the old database keep it open until they finish.
         let _ = std::fs::remove_dir_all(self.shared.dir.join(&old_name));
         self.remove_other_snapshots(&meta.snapshot_id);
+        crate::metrics::metrics().snapshots_installed.inc();
         Ok(())
     }
 }

@@ -371,6 +371,14 @@ impl Cluster {
         std::fs::read_to_string(&self.members[&id].log).unwrap_or_default()
     }
 
+    /// Whether member `id` (since it last started) installed a snapshot
+    /// the leader sent. Its snapshot directory does not tell: a member
+    /// that caught up by a snapshot may build its own at once, and until
+    /// that one is packed the directory holds no `.snap` file.
+    pub fn installed_snapshot(&self, id: u64) -> bool {
+        self.gauge(id, "skiff_raft_snapshots_installed_total").unwrap_or(0) > 0
+    }
+
     /// Whether member `id` holds a packed snapshot (`snapshots/*.snap`).
     pub fn has_snapshot(&self, id: u64) -> bool {
         std::fs::read_dir(self.members[&id].data_dir.join("snapshots"))
