@@ -133,6 +133,9 @@ pub(crate) struct Worker {
     /// A sandbox failed to be made: no new one before this, as the
     /// kubelet's pod worker waits out its back-off period after an error.
     sandbox_retry_at: Option<Instant>,
+    /// When the worker took the pod on, while the pod has yet to run for
+    /// the first time: its start is timed from then.
+    starting_since: Option<Instant>,
 }
 
 fn lock_pending(m: &Mutex<Pending>) -> std::sync::MutexGuard<'_, Pending> {
@@ -151,6 +154,10 @@ impl Worker {
         let uid = uid.to_string();
         let config = shared.config.clone();
         let start_time = pod.status.as_ref().and_then(|s| s.start_time.clone());
+        // A pod already past Pending (an agent restarted under it) has
+        // started before: its start is not this worker's to time.
+        let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
+        let starting_since = matches!(phase, None | Some("Pending")).then(Instant::now);
         Worker {
             shared,
             key,
@@ -177,6 +184,7 @@ impl Worker {
             volumes_made: None,
             rejected: false,
             sandbox_retry_at: None,
+            starting_since,
         }
     }
 
@@ -897,6 +905,11 @@ impl Worker {
         let regressed = is_terminal(&self.pod) && !matches!(status.phase.as_deref(), Some("Succeeded" | "Failed"));
         if regressed {
             return;
+        }
+        if status.phase.as_deref() == Some("Running") {
+            if let Some(since) = self.starting_since.take() {
+                crate::metrics::metrics().pod_start_seconds.observe(since.elapsed().as_secs_f64());
+            }
         }
         if self.last_status.as_ref() != Some(&status) {
             self.last_status = Some(status.clone());

@@ -7,9 +7,10 @@
 //! `PullImage` is always [`RuntimeError::ImagePull`] unless the runtime
 //! itself was unreachable.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -36,12 +37,30 @@ const PULL_TIMEOUT: Duration = Duration::from_secs(600);
 const LIST_CONCURRENCY: usize = 16;
 
 /// A CRI runtime reached over a unix socket. Cheap to clone; clones share
-/// one HTTP/2 connection.
+/// one HTTP/2 connection and one [`StatusCache`].
 #[derive(Debug, Clone)]
 pub struct CriRuntime {
     endpoint: String,
     runtime: RuntimeServiceClient<Channel>,
     images: ImageServiceClient<Channel>,
+    statuses: Arc<Mutex<StatusCache>>,
+}
+
+/// The statuses listings have read, by id, with the state the listing
+/// showed. A status changes only with its state (an id is never reused, a
+/// sandbox's IP and a container's start are fixed once it runs, an exited
+/// container's end for good), so a listing reads a status again only when
+/// it shows another state. Each pod worker lists its pod every second:
+/// this keeps that to two calls instead of one more per sandbox and
+/// container, and containerd's sandbox status asks the shim.
+#[derive(Debug, Default)]
+struct StatusCache {
+    sandboxes: HashMap<String, (i32, SandboxStatus)>,
+    containers: HashMap<String, (i32, ContainerStatus)>,
+}
+
+fn lock(cache: &Mutex<StatusCache>) -> std::sync::MutexGuard<'_, StatusCache> {
+    cache.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 /// The socket path of an endpoint given as `unix:///path` or a plain path.
@@ -77,6 +96,7 @@ impl CriRuntime {
             endpoint: endpoint.to_string(),
             runtime: RuntimeServiceClient::new(channel.clone()).max_decoding_message_size(64 << 20),
             images: ImageServiceClient::new(channel).max_decoding_message_size(64 << 20),
+            statuses: Arc::default(),
         };
         match tokio::time::timeout(CONNECT_TIMEOUT, runtime.version()).await {
             Ok(Ok(_)) => Ok(runtime),
@@ -96,7 +116,7 @@ impl CriRuntime {
     pub async fn remove_image(&self, image: &str) -> Result<(), RuntimeError> {
         let request = cri::RemoveImageRequest { image: Some(image_spec(image)) };
         let mut client = self.images.clone();
-        ignore_not_found(call(CALL_TIMEOUT, client.remove_image(request)).await.map(|_| ()))
+        ignore_not_found(call("remove_image", CALL_TIMEOUT, client.remove_image(request)).await.map(|_| ()))
     }
 }
 
@@ -129,16 +149,27 @@ fn error_chain(error: &dyn std::error::Error) -> String {
 }
 
 /// Runs one call with a client-side deadline (the runtime also gets it as
-/// `grpc-timeout`).
+/// `grpc-timeout`), timing it as the kubelet does, under its `operation`
+/// name (`run_podsandbox`, `create_container`, ...).
 async fn call<T>(
+    operation: &'static str,
     timeout: Duration,
     request: impl Future<Output = Result<tonic::Response<T>, Status>>,
 ) -> Result<T, RuntimeError> {
-    match tokio::time::timeout(timeout, request).await {
+    let began = std::time::Instant::now();
+    let result = match tokio::time::timeout(timeout, request).await {
         Ok(Ok(response)) => Ok(response.into_inner()),
         Ok(Err(status)) => Err(status_to_error(&status)),
         Err(_) => Err(RuntimeError::DeadlineExceeded(format!("no answer from the container runtime in {timeout:?}"))),
+    };
+    let metrics = crate::metrics::metrics();
+    metrics.runtime_operations.with_label_values(&[operation]).inc();
+    metrics.runtime_operation_seconds.with_label_values(&[operation]).observe(began.elapsed().as_secs_f64());
+    // A status or removal of something already gone is an answer, not a failure.
+    if result.as_ref().is_err_and(|e| !matches!(e, RuntimeError::NotFound(_))) {
+        metrics.runtime_operation_errors.with_label_values(&[operation]).inc();
     }
+    result
 }
 
 /// A tonic status as a runtime error.
@@ -429,7 +460,8 @@ async fn create_log_directory(dir: &str) -> Result<(), RuntimeError> {
 impl Runtime for CriRuntime {
     async fn version(&self) -> Result<RuntimeVersion, RuntimeError> {
         let mut client = self.runtime.clone();
-        let answer = call(CALL_TIMEOUT, client.version(cri::VersionRequest { version: "v1".to_string() })).await?;
+        let answer =
+            call("version", CALL_TIMEOUT, client.version(cri::VersionRequest { version: "v1".to_string() })).await?;
         Ok(RuntimeVersion {
             runtime_name: answer.runtime_name,
             runtime_version: answer.runtime_version,
@@ -441,25 +473,34 @@ impl Runtime for CriRuntime {
         create_log_directory(&spec.log_directory).await?;
         let request = cri::RunPodSandboxRequest { config: Some(sandbox_config(spec)), runtime_handler: String::new() };
         let mut client = self.runtime.clone();
-        Ok(call(CALL_TIMEOUT, client.run_pod_sandbox(request)).await?.pod_sandbox_id)
+        Ok(call("run_podsandbox", CALL_TIMEOUT, client.run_pod_sandbox(request)).await?.pod_sandbox_id)
     }
 
     async fn stop_sandbox(&self, id: &str) -> Result<(), RuntimeError> {
         let request = cri::StopPodSandboxRequest { pod_sandbox_id: id.to_string() };
         let mut client = self.runtime.clone();
-        ignore_not_found(call(CALL_TIMEOUT, client.stop_pod_sandbox(request)).await.map(|_| ()))
+        ignore_not_found(call("stop_podsandbox", CALL_TIMEOUT, client.stop_pod_sandbox(request)).await.map(|_| ()))
     }
 
     async fn remove_sandbox(&self, id: &str) -> Result<(), RuntimeError> {
         let request = cri::RemovePodSandboxRequest { pod_sandbox_id: id.to_string() };
         let mut client = self.runtime.clone();
-        ignore_not_found(call(CALL_TIMEOUT, client.remove_pod_sandbox(request)).await.map(|_| ()))
+        let removed = ignore_not_found(
+            call("remove_podsandbox", CALL_TIMEOUT, client.remove_pod_sandbox(request)).await.map(|_| ()),
+        );
+        if removed.is_ok() {
+            // Removing a sandbox removes its containers.
+            let mut cache = lock(&self.statuses);
+            cache.sandboxes.remove(id);
+            cache.containers.retain(|_, (_, c)| c.sandbox_id != id);
+        }
+        removed
     }
 
     async fn sandbox_status(&self, id: &str) -> Result<SandboxStatus, RuntimeError> {
         let request = cri::PodSandboxStatusRequest { pod_sandbox_id: id.to_string(), verbose: false };
         let mut client = self.runtime.clone();
-        let answer = call(CALL_TIMEOUT, client.pod_sandbox_status(request)).await?;
+        let answer = call("podsandbox_status", CALL_TIMEOUT, client.pod_sandbox_status(request)).await?;
         answer
             .status
             .map(sandbox_status)
@@ -471,13 +512,21 @@ impl Runtime for CriRuntime {
             filter: Some(cri::PodSandboxFilter { label_selector: to_map(&filter.0), ..Default::default() }),
         };
         let mut client = self.runtime.clone();
-        let items = call(CALL_TIMEOUT, client.list_pod_sandbox(request)).await?.items;
+        let items = call("list_podsandbox", CALL_TIMEOUT, client.list_pod_sandbox(request)).await?.items;
         // The listing has no IPs; each status has. A sandbox removed in
         // between is left out.
         let statuses: Vec<Option<SandboxStatus>> = stream::iter(items)
             .map(|item| async move {
+                let cached =
+                    lock(&self.statuses).sandboxes.get(&item.id).filter(|(state, _)| *state == item.state).cloned();
+                if let Some((_, status)) = cached {
+                    return Ok(Some(status));
+                }
                 match self.sandbox_status(&item.id).await {
-                    Ok(status) => Ok(Some(status)),
+                    Ok(status) => {
+                        lock(&self.statuses).sandboxes.insert(item.id.clone(), (item.state, status.clone()));
+                        Ok(Some(status))
+                    }
                     Err(RuntimeError::NotFound(_)) => Ok(None),
                     Err(e) => Err(e),
                 }
@@ -500,25 +549,33 @@ impl Runtime for CriRuntime {
             sandbox_config: Some(sandbox_config(sandbox)),
         };
         let mut client = self.runtime.clone();
-        Ok(call(CALL_TIMEOUT, client.create_container(request)).await?.container_id)
+        Ok(call("create_container", CALL_TIMEOUT, client.create_container(request)).await?.container_id)
     }
 
     async fn start_container(&self, id: &str) -> Result<(), RuntimeError> {
         let request = cri::StartContainerRequest { container_id: id.to_string() };
         let mut client = self.runtime.clone();
-        call(CALL_TIMEOUT, client.start_container(request)).await.map(|_| ())
+        call("start_container", CALL_TIMEOUT, client.start_container(request)).await.map(|_| ())
     }
 
     async fn stop_container(&self, id: &str, timeout: Duration) -> Result<(), RuntimeError> {
         let request = cri::StopContainerRequest { container_id: id.to_string(), timeout: timeout.as_secs() as i64 };
         let mut client = self.runtime.clone();
-        ignore_not_found(call(timeout + CALL_TIMEOUT, client.stop_container(request)).await.map(|_| ()))
+        ignore_not_found(
+            call("stop_container", timeout + CALL_TIMEOUT, client.stop_container(request)).await.map(|_| ()),
+        )
     }
 
     async fn remove_container(&self, id: &str) -> Result<(), RuntimeError> {
         let request = cri::RemoveContainerRequest { container_id: id.to_string() };
         let mut client = self.runtime.clone();
-        ignore_not_found(call(CALL_TIMEOUT, client.remove_container(request)).await.map(|_| ()))
+        let removed = ignore_not_found(
+            call("remove_container", CALL_TIMEOUT, client.remove_container(request)).await.map(|_| ()),
+        );
+        if removed.is_ok() {
+            lock(&self.statuses).containers.remove(id);
+        }
+        removed
     }
 
     async fn container_status(&self, id: &str) -> Result<ContainerStatus, RuntimeError> {
@@ -528,7 +585,7 @@ impl Runtime for CriRuntime {
             filter: Some(cri::ContainerFilter { id: id.to_string(), ..Default::default() }),
         };
         let mut client = self.runtime.clone();
-        let sandbox_id = call(CALL_TIMEOUT, client.list_containers(list))
+        let sandbox_id = call("list_containers", CALL_TIMEOUT, client.list_containers(list))
             .await?
             .containers
             .into_iter()
@@ -543,12 +600,19 @@ impl Runtime for CriRuntime {
             filter: Some(cri::ContainerFilter { label_selector: to_map(&filter.0), ..Default::default() }),
         };
         let mut client = self.runtime.clone();
-        let containers = call(CALL_TIMEOUT, client.list_containers(request)).await?.containers;
+        let containers = call("list_containers", CALL_TIMEOUT, client.list_containers(request)).await?.containers;
         // The listing has no exit codes, reasons or times; each status has.
         let statuses: Vec<Option<ContainerStatus>> = stream::iter(containers)
             .map(|c| async move {
+                let cached = lock(&self.statuses).containers.get(&c.id).filter(|(state, _)| *state == c.state).cloned();
+                if let Some((_, status)) = cached {
+                    return Ok(Some(with_oom_kill(status)));
+                }
                 match self.status_in(&c.id, c.pod_sandbox_id).await {
-                    Ok(status) => Ok(Some(status)),
+                    Ok(status) => {
+                        lock(&self.statuses).containers.insert(c.id.clone(), (c.state, status.clone()));
+                        Ok(Some(status))
+                    }
                     Err(RuntimeError::NotFound(_)) => Ok(None),
                     Err(e) => Err(e),
                 }
@@ -563,7 +627,7 @@ impl Runtime for CriRuntime {
         let request =
             cri::ExecSyncRequest { container_id: id.to_string(), cmd: cmd.to_vec(), timeout: whole_seconds(timeout) };
         let mut client = self.runtime.clone();
-        let answer = call(timeout + Duration::from_secs(5), client.exec_sync(request)).await?;
+        let answer = call("exec_sync", timeout + Duration::from_secs(5), client.exec_sync(request)).await?;
         Ok(ExecResult { stdout: answer.stdout, stderr: answer.stderr, exit_code: answer.exit_code })
     }
 
@@ -604,7 +668,7 @@ impl Runtime for CriRuntime {
         // A terminal carries stderr on stdout; asking for both is refused.
         let request = cri::AttachRequest { container_id: id.to_string(), stdin, tty, stdout: true, stderr: !tty };
         let mut client = self.runtime.clone();
-        Ok(call(CALL_TIMEOUT, client.attach(request)).await?.url)
+        Ok(call("attach", CALL_TIMEOUT, client.attach(request)).await?.url)
     }
 
     async fn list_container_stats(&self, filter: &LabelFilter) -> Result<Vec<ContainerStats>, RuntimeError> {
@@ -612,14 +676,14 @@ impl Runtime for CriRuntime {
             filter: Some(cri::ContainerStatsFilter { label_selector: to_map(&filter.0), ..Default::default() }),
         };
         let mut client = self.runtime.clone();
-        let answer = call(CALL_TIMEOUT, client.list_container_stats(request)).await?;
+        let answer = call("list_container_stats", CALL_TIMEOUT, client.list_container_stats(request)).await?;
         Ok(answer.stats.into_iter().map(container_stats).collect())
     }
 
     async fn image_status(&self, image: &str) -> Result<Option<ImageInfo>, RuntimeError> {
         let request = cri::ImageStatusRequest { image: Some(image_spec(image)), verbose: false };
         let mut client = self.images.clone();
-        match call(CALL_TIMEOUT, client.image_status(request)).await {
+        match call("image_status", CALL_TIMEOUT, client.image_status(request)).await {
             Ok(answer) => Ok(answer.image.map(image_info)),
             Err(RuntimeError::NotFound(_)) => Ok(None),
             Err(e) => Err(e),
@@ -629,13 +693,14 @@ impl Runtime for CriRuntime {
     async fn pull_image(&self, image: &str) -> Result<String, RuntimeError> {
         let request = cri::PullImageRequest { image: Some(image_spec(image)), auth: None, sandbox_config: None };
         let mut client = self.images.clone();
-        let answer = call(PULL_TIMEOUT, client.pull_image(request)).await.map_err(pull_error)?;
+        let answer = call("pull_image", PULL_TIMEOUT, client.pull_image(request)).await.map_err(pull_error)?;
         Ok(answer.image_ref)
     }
 
     async fn list_images(&self) -> Result<Vec<ImageInfo>, RuntimeError> {
         let mut client = self.images.clone();
-        let answer = call(CALL_TIMEOUT, client.list_images(cri::ListImagesRequest { filter: None })).await?;
+        let answer =
+            call("list_images", CALL_TIMEOUT, client.list_images(cri::ListImagesRequest { filter: None })).await?;
         Ok(answer.images.into_iter().map(image_info).collect())
     }
 }
@@ -645,23 +710,30 @@ impl CriRuntime {
     async fn status_in(&self, id: &str, sandbox_id: String) -> Result<ContainerStatus, RuntimeError> {
         let request = cri::ContainerStatusRequest { container_id: id.to_string(), verbose: false };
         let mut client = self.runtime.clone();
-        let answer = call(CALL_TIMEOUT, client.container_status(request)).await?;
-        let mut status = answer
+        let answer = call("container_status", CALL_TIMEOUT, client.container_status(request)).await?;
+        let status = answer
             .status
             .map(|status| container_status(status, sandbox_id))
             .ok_or_else(|| RuntimeError::Failed(format!("the runtime returned no status for container {id}")))?;
-        // containerd may miss an OOM kill the kernel logged (see `oom`).
-        if status.state == ContainerState::Exited
-            && status.exit_code == 137
-            && status.reason != "OOMKilled"
-            && super::oom::killed(&status.id)
-        {
-            // (Read again at every sync while the container exists: debug only.)
-            tracing::debug!(container = %status.id, runtime_reason = %status.reason, "OOM kill found in the kernel's log");
-            status.reason = "OOMKilled".to_string();
-        }
-        Ok(status)
+        Ok(with_oom_kill(status))
     }
+}
+
+/// `status`, OOMKilled if it exited by SIGKILL and the kernel's log says
+/// the OOM killer sent it: containerd may miss an OOM kill (see `oom`).
+/// Looked at whenever the status is, cached or not: the kernel's log is
+/// read in a thread of its own and may record the kill after the exit.
+fn with_oom_kill(mut status: ContainerStatus) -> ContainerStatus {
+    if status.state == ContainerState::Exited
+        && status.exit_code == 137
+        && status.reason != "OOMKilled"
+        && super::oom::killed(&status.id)
+    {
+        // (Read again at every sync while the container exists: debug only.)
+        tracing::debug!(container = %status.id, runtime_reason = %status.reason, "OOM kill found in the kernel's log");
+        status.reason = "OOMKilled".to_string();
+    }
+    status
 }
 
 #[cfg(test)]
