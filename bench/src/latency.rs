@@ -35,6 +35,11 @@ impl Latency {
         self.0.value_at_quantile(q) as f64 / 1000.0
     }
 
+    /// Latencies recorded.
+    pub fn count(&self) -> u64 {
+        self.0.len()
+    }
+
     pub fn max_ms(&self) -> f64 {
         self.0.max() as f64 / 1000.0
     }

@@ -28,6 +28,7 @@ mod latency;
 mod load;
 mod node;
 mod objects;
+mod promtext;
 mod proxy;
 mod report;
 mod scheduler;

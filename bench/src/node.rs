@@ -59,6 +59,7 @@ use crate::cluster::{tail, Cluster, ClusterSpec, EtcdTiming, System};
 use crate::cpu::clock_ticks_per_second;
 use crate::hollow::{ensure_namespace, info, timed};
 use crate::latency::Latency;
+use crate::promtext::{self, Histogram};
 
 /// Lines between these markers in bench/README.md are replaced by each run
 /// of `skiff-bench node --readme`.
@@ -588,6 +589,8 @@ struct NodeAgent {
     name: String,
     data_dir: PathBuf,
     pod_cidr: String,
+    /// Its HTTP API (`/metrics`).
+    listen: String,
     process: Process,
 }
 
@@ -605,7 +608,7 @@ impl NodeAgent {
             .arg("--remove-pods-on-exit")
             .args(&config.node_args);
         let process = Process::spawn(cmd, &format!("skiff node {name}"), config.dir.join(format!("{name}.log")), true)?;
-        Ok(NodeAgent { name, data_dir, pod_cidr, process })
+        Ok(NodeAgent { name, data_dir, pod_cidr, listen, process })
     }
 
     fn procs(&self, all: &[ProcEntry]) -> NodeProcs {
@@ -748,6 +751,11 @@ pub struct NodeReport {
     pub machine_busy: [f64; 3],
     /// Deleting the burst's pods: all deletes sent to the last one gone.
     pub burst_delete: Option<Duration>,
+    /// [`PHASES`] as the agents timed them for the single pods and the burst.
+    pub single_phases: Vec<Histogram>,
+    pub burst_phases: Vec<Histogram>,
+    /// Each agent's CRI calls per second by operation in the steady window.
+    pub steady_calls: Vec<Vec<(String, f64)>>,
     pub settings: Vec<String>,
     pub notes: Vec<String>,
 }
@@ -798,6 +806,64 @@ async fn delete(client: &Client, seen: &Seen, name: &str) -> Result<()> {
 }
 
 /// The agents' processes now, in node order.
+/// Each agent's `/metrics` (`None` where the scrape failed).
+async fn scrape_agents(agents: &[NodeAgent]) -> Vec<Option<String>> {
+    let scrapes = agents.iter().map(|a| crate::controllers::http_get(&a.listen, "/metrics"));
+    futures::future::join_all(scrapes).await.into_iter().map(Result::ok).collect()
+}
+
+/// The phases of a pod's start the agents time, as (label, histogram, operation).
+const PHASES: [(&str, &str, Option<&str>); 4] = [
+    ("agent: pod taken on → Running", "kubelet_pod_start_duration_seconds", None),
+    ("RunPodSandbox (pause container, CNI)", "kubelet_runtime_operations_duration_seconds", Some("run_podsandbox")),
+    ("CreateContainer", "kubelet_runtime_operations_duration_seconds", Some("create_container")),
+    ("StartContainer", "kubelet_runtime_operations_duration_seconds", Some("start_container")),
+];
+
+/// Each agent's CRI calls per second by operation between two scrapes
+/// `window` apart, busiest first.
+pub fn runtime_calls(before: &[Option<String>], after: &[Option<String>], window: Duration) -> Vec<Vec<(String, f64)>> {
+    let read = |text: &Option<String>| {
+        promtext::counters(text.as_deref().unwrap_or(""), "kubelet_runtime_operations_total", "operation_type")
+    };
+    before
+        .iter()
+        .zip(after)
+        .map(|(b, a)| {
+            let earlier = read(b);
+            let mut rates: Vec<(String, f64)> = read(a)
+                .into_iter()
+                .map(|(op, n)| {
+                    let was = earlier.iter().find(|(o, _)| *o == op).map_or(0.0, |(_, v)| *v);
+                    (op, (n - was) / window.as_secs_f64())
+                })
+                .filter(|(_, rate)| *rate > 0.0)
+                .collect();
+            rates.sort_by(|x, y| y.1.total_cmp(&x.1));
+            rates
+        })
+        .collect()
+}
+
+/// Each of [`PHASES`] observed by every agent between the scrapes
+/// `before` and `after` (one of each per agent, in order).
+pub fn phases(before: &[Option<String>], after: &[Option<String>]) -> Vec<Histogram> {
+    PHASES
+        .iter()
+        .map(|(_, name, operation)| {
+            let select: Vec<(&str, &str)> = operation.iter().map(|op| ("operation_type", *op)).collect();
+            let mut all = Histogram::default();
+            for (b, a) in before.iter().zip(after) {
+                let read = |text: &Option<String>| text.as_deref().and_then(|t| promtext::histogram(t, name, &select));
+                if let Some(a) = read(a) {
+                    all.merge(&a.since(read(b).as_ref()));
+                }
+            }
+            all
+        })
+        .collect()
+}
+
 fn node_procs(agents: &[NodeAgent]) -> Vec<NodeProcs> {
     let all = processes();
     agents.iter().map(|a| a.procs(&all)).collect()
@@ -986,6 +1052,7 @@ async fn steps(
 
     // 2. Single pods, one after the other.
     eprintln!("  single pod: {} runs", config.single_runs);
+    let scraped_before_single = scrape_agents(agents).await;
     let mut single = Vec::new();
     for i in 0..config.single_runs {
         let name = format!("single-{i}");
@@ -1024,6 +1091,8 @@ async fn steps(
     }
 
     // 3. Burst.
+    let scraped_before_burst = scrape_agents(agents).await;
+    report.single_phases = phases(&scraped_before_single, &scraped_before_burst);
     eprintln!("  burst: {} pods, {} concurrent creates", config.pods, config.create_clients);
     let names: Vec<String> = (0..config.pods).map(|i| format!("burst-{i}")).collect();
     let procs = node_procs(agents);
@@ -1064,6 +1133,7 @@ async fn steps(
         })
         .await;
     drop(watched);
+    report.burst_phases = phases(&scraped_before_burst, &scrape_agents(agents).await);
     report.machine_busy[1] = window.machine_busy();
     let procs = node_procs(agents);
     let burst_cpu = window.finish(&procs);
@@ -1096,7 +1166,10 @@ async fn steps(
     tokio::time::sleep(config.settle).await;
     let procs = node_procs(agents);
     let window = CpuWindow::start(&procs);
+    let scraped_before_steady = scrape_agents(agents).await;
     tokio::time::sleep(config.steady_window).await;
+    let scraped_after_steady = scrape_agents(agents).await;
+    report.steady_calls = runtime_calls(&scraped_before_steady, &scraped_after_steady, config.steady_window);
     report.machine_busy[2] = window.machine_busy();
     let procs = node_procs(agents);
     for ((row, cpu), p) in report.nodes.iter_mut().zip(window.finish(&procs)).zip(&procs) {
@@ -1220,6 +1293,7 @@ impl NodeReport {
                 s.rate.map(|r| format!("{r:.1}")).unwrap_or_else(|| "-".into()),
             );
         }
+        out.push_str(&self.split_table());
         out.push_str(
             "\n| node | burst pods | agent RSS idle / burst peak / steady | agent CPU idle / burst / steady | \
              containerd steady RSS / PSS | shims steady: n, RSS / PSS | containers steady: n, RSS / PSS | \
@@ -1246,6 +1320,50 @@ impl NodeReport {
                 rss_pss(&r.steady.containers),
                 pct(runtime(&r.burst_cpu), r.burst_cpu.wall),
                 pct(runtime(&r.steady_cpu), r.steady_cpu.wall),
+            );
+        }
+        out
+    }
+
+    /// Where the start time went: scheduling as the watch saw it, and the
+    /// phases the agents time. Those come from histograms with buckets
+    /// 1.5x apart: the mean is exact, p50 is interpolated within its bucket
+    /// (as Prometheus' `histogram_quantile`), and for p99 the bucket that
+    /// holds it is given.
+    pub fn split_table(&self) -> String {
+        let mut out =
+            String::from("\n| phase | 1 pod: n, mean, p50, p99 | burst: n, mean, p50, p99 |\n| --- | ---: | ---: |\n");
+        let watched = |s: &Startup| {
+            format!("{}, -, {}, {}", s.bound.count(), ms(s.bound.quantile_ms(0.5)), ms(s.bound.quantile_ms(0.99)))
+        };
+        let _ = writeln!(
+            out,
+            "| create→bound (scheduling; the watch) | {} | {} |",
+            watched(&self.single),
+            watched(&self.burst)
+        );
+        let timed = |h: Option<&Histogram>| match h.filter(|h| h.count > 0.0) {
+            None => "0, -, -, -".to_string(),
+            Some(h) => format!(
+                "{:.0}, {}, {}, {}",
+                h.count,
+                ms(h.mean().unwrap_or(0.0) * 1000.0),
+                ms(h.quantile(0.5).unwrap_or(0.0) * 1000.0),
+                match h.bucket_of(0.99) {
+                    Some((lower, upper)) if upper.is_finite() => {
+                        format!("{}-{}", ms(lower * 1000.0), ms(upper * 1000.0))
+                    }
+                    Some((lower, _)) => format!("> {}", ms(lower * 1000.0)),
+                    None => "-".to_string(),
+                }
+            ),
+        };
+        for (i, (label, _, _)) in PHASES.iter().enumerate() {
+            let _ = writeln!(
+                out,
+                "| {label} | {} | {} |",
+                timed(self.single_phases.get(i)),
+                timed(self.burst_phases.get(i))
             );
         }
         out
@@ -1283,6 +1401,15 @@ impl NodeReport {
              window, {burst:.0}% in the burst, {steady:.0}% in the steady window",
             std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0)
         ));
+        for (r, calls) in self.nodes.iter().zip(&self.steady_calls) {
+            let each: Vec<String> = calls.iter().map(|(op, rate)| format!("{op} {rate:.1}")).collect();
+            out.push(format!(
+                "{}: CRI calls/s in the steady window: {:.1} ({})",
+                r.name,
+                calls.iter().map(|(_, rate)| rate).sum::<f64>(),
+                if each.is_empty() { "none".to_string() } else { each.join(", ") }
+            ));
+        }
         for r in &self.nodes {
             out.push(format!(
                 "{} ({}): {} burst pods, create→Running p50 {}, max {}; burst window {:.1} s: agent {:.2} CPU s, containerd {:.2}, shims {:.2}, containers {:.2}, \
