@@ -35,6 +35,9 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 const PULL_TIMEOUT: Duration = Duration::from_secs(600);
 /// Status calls made at once when listing.
 const LIST_CONCURRENCY: usize = 16;
+/// How long one listing of every sandbox (or container) answers the
+/// listings that follow, unless this client changed something meanwhile.
+const LISTING_TTL: Duration = Duration::from_millis(500);
 
 /// A CRI runtime reached over a unix socket. Cheap to clone; clones share
 /// one HTTP/2 connection and one [`StatusCache`].
@@ -44,6 +47,69 @@ pub struct CriRuntime {
     runtime: RuntimeServiceClient<Channel>,
     images: ImageServiceClient<Channel>,
     statuses: Arc<Mutex<StatusCache>>,
+    listings: Arc<Listings>,
+}
+
+/// The last listing of every sandbox and of every container, which a
+/// filtered listing within [`LISTING_TTL`] filters instead of asking the
+/// runtime: each pod worker lists its own pod every second, and one
+/// listing for the node serves them all. A listing is kept only if no
+/// change this client made (run, create, start, stop, remove) ended while
+/// it was under way, and is dropped by the next such change: a worker that
+/// acted lists again and sees what it did. A change made behind the
+/// client's back (a container exiting) shows within the TTL.
+#[derive(Debug, Default)]
+struct Listings {
+    /// Changes this client has made; a listing records the count it began at.
+    changes: std::sync::atomic::AtomicU64,
+    sandboxes: Mutex<Option<Listing<cri::PodSandbox>>>,
+    containers: Mutex<Option<Listing<cri::Container>>>,
+}
+
+#[derive(Debug)]
+struct Listing<T> {
+    began: std::time::Instant,
+    changes: u64,
+    items: Arc<Vec<T>>,
+}
+
+impl Listings {
+    fn changes(&self) -> u64 {
+        self.changes.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// Notes a change this client made, once the runtime has answered.
+    fn changed(&self) {
+        self.changes.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+    }
+
+    /// The items of `listing` if it is still good.
+    fn fresh<T>(&self, listing: &Mutex<Option<Listing<T>>>) -> Option<Arc<Vec<T>>> {
+        let listing = listing.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        listing
+            .as_ref()
+            .filter(|l| l.changes == self.changes() && l.began.elapsed() < LISTING_TTL)
+            .map(|l| l.items.clone())
+    }
+
+    /// Keeps `items`, listed from `began` with `changes` made by then,
+    /// unless a change ended since.
+    fn keep<T>(
+        &self,
+        listing: &Mutex<Option<Listing<T>>>,
+        began: std::time::Instant,
+        changes: u64,
+        items: Arc<Vec<T>>,
+    ) {
+        if self.changes() == changes {
+            *listing.lock().unwrap_or_else(|poisoned| poisoned.into_inner()) = Some(Listing { began, changes, items });
+        }
+    }
+}
+
+/// Whether `labels` include every pair of `filter`.
+fn labels_match(filter: &LabelFilter, labels: &HashMap<String, String>) -> bool {
+    filter.0.iter().all(|(k, v)| labels.get(k) == Some(v))
 }
 
 /// The statuses listings have read, by id, with the state the listing
@@ -51,7 +117,7 @@ pub struct CriRuntime {
 /// sandbox's IP and a container's start are fixed once it runs, an exited
 /// container's end for good), so a listing reads a status again only when
 /// it shows another state. Each pod worker lists its pod every second:
-/// this keeps that to two calls instead of one more per sandbox and
+/// without this, every listing would make a status call per sandbox and
 /// container, and containerd's sandbox status asks the shim.
 #[derive(Debug, Default)]
 struct StatusCache {
@@ -97,6 +163,7 @@ impl CriRuntime {
             runtime: RuntimeServiceClient::new(channel.clone()).max_decoding_message_size(64 << 20),
             images: ImageServiceClient::new(channel).max_decoding_message_size(64 << 20),
             statuses: Arc::default(),
+            listings: Arc::default(),
         };
         match tokio::time::timeout(CONNECT_TIMEOUT, runtime.version()).await {
             Ok(Ok(_)) => Ok(runtime),
@@ -473,13 +540,17 @@ impl Runtime for CriRuntime {
         create_log_directory(&spec.log_directory).await?;
         let request = cri::RunPodSandboxRequest { config: Some(sandbox_config(spec)), runtime_handler: String::new() };
         let mut client = self.runtime.clone();
-        Ok(call("run_podsandbox", CALL_TIMEOUT, client.run_pod_sandbox(request)).await?.pod_sandbox_id)
+        let ran = call("run_podsandbox", CALL_TIMEOUT, client.run_pod_sandbox(request)).await;
+        self.listings.changed();
+        Ok(ran?.pod_sandbox_id)
     }
 
     async fn stop_sandbox(&self, id: &str) -> Result<(), RuntimeError> {
         let request = cri::StopPodSandboxRequest { pod_sandbox_id: id.to_string() };
         let mut client = self.runtime.clone();
-        ignore_not_found(call("stop_podsandbox", CALL_TIMEOUT, client.stop_pod_sandbox(request)).await.map(|_| ()))
+        let stopped = call("stop_podsandbox", CALL_TIMEOUT, client.stop_pod_sandbox(request)).await;
+        self.listings.changed();
+        ignore_not_found(stopped.map(|_| ()))
     }
 
     async fn remove_sandbox(&self, id: &str) -> Result<(), RuntimeError> {
@@ -488,6 +559,7 @@ impl Runtime for CriRuntime {
         let removed = ignore_not_found(
             call("remove_podsandbox", CALL_TIMEOUT, client.remove_pod_sandbox(request)).await.map(|_| ()),
         );
+        self.listings.changed();
         if removed.is_ok() {
             // Removing a sandbox removes its containers.
             let mut cache = lock(&self.statuses);
@@ -508,11 +580,9 @@ impl Runtime for CriRuntime {
     }
 
     async fn list_sandboxes(&self, filter: &LabelFilter) -> Result<Vec<SandboxStatus>, RuntimeError> {
-        let request = cri::ListPodSandboxRequest {
-            filter: Some(cri::PodSandboxFilter { label_selector: to_map(&filter.0), ..Default::default() }),
-        };
-        let mut client = self.runtime.clone();
-        let items = call("list_podsandbox", CALL_TIMEOUT, client.list_pod_sandbox(request)).await?.items;
+        let all = self.all_sandboxes().await?;
+        let items: Vec<cri::PodSandbox> =
+            all.iter().filter(|item| labels_match(filter, &item.labels)).cloned().collect();
         // The listing has no IPs; each status has. A sandbox removed in
         // between is left out.
         let statuses: Vec<Option<SandboxStatus>> = stream::iter(items)
@@ -549,21 +619,25 @@ impl Runtime for CriRuntime {
             sandbox_config: Some(sandbox_config(sandbox)),
         };
         let mut client = self.runtime.clone();
-        Ok(call("create_container", CALL_TIMEOUT, client.create_container(request)).await?.container_id)
+        let created = call("create_container", CALL_TIMEOUT, client.create_container(request)).await;
+        self.listings.changed();
+        Ok(created?.container_id)
     }
 
     async fn start_container(&self, id: &str) -> Result<(), RuntimeError> {
         let request = cri::StartContainerRequest { container_id: id.to_string() };
         let mut client = self.runtime.clone();
-        call("start_container", CALL_TIMEOUT, client.start_container(request)).await.map(|_| ())
+        let started = call("start_container", CALL_TIMEOUT, client.start_container(request)).await;
+        self.listings.changed();
+        started.map(|_| ())
     }
 
     async fn stop_container(&self, id: &str, timeout: Duration) -> Result<(), RuntimeError> {
         let request = cri::StopContainerRequest { container_id: id.to_string(), timeout: timeout.as_secs() as i64 };
         let mut client = self.runtime.clone();
-        ignore_not_found(
-            call("stop_container", timeout + CALL_TIMEOUT, client.stop_container(request)).await.map(|_| ()),
-        )
+        let stopped = call("stop_container", timeout + CALL_TIMEOUT, client.stop_container(request)).await;
+        self.listings.changed();
+        ignore_not_found(stopped.map(|_| ()))
     }
 
     async fn remove_container(&self, id: &str) -> Result<(), RuntimeError> {
@@ -572,6 +646,7 @@ impl Runtime for CriRuntime {
         let removed = ignore_not_found(
             call("remove_container", CALL_TIMEOUT, client.remove_container(request)).await.map(|_| ()),
         );
+        self.listings.changed();
         if removed.is_ok() {
             lock(&self.statuses).containers.remove(id);
         }
@@ -596,11 +671,8 @@ impl Runtime for CriRuntime {
     }
 
     async fn list_containers(&self, filter: &LabelFilter) -> Result<Vec<ContainerStatus>, RuntimeError> {
-        let request = cri::ListContainersRequest {
-            filter: Some(cri::ContainerFilter { label_selector: to_map(&filter.0), ..Default::default() }),
-        };
-        let mut client = self.runtime.clone();
-        let containers = call("list_containers", CALL_TIMEOUT, client.list_containers(request)).await?.containers;
+        let all = self.all_containers().await?;
+        let containers: Vec<cri::Container> = all.iter().filter(|c| labels_match(filter, &c.labels)).cloned().collect();
         // The listing has no exit codes, reasons or times; each status has.
         let statuses: Vec<Option<ContainerStatus>> = stream::iter(containers)
             .map(|c| async move {
@@ -706,6 +778,32 @@ impl Runtime for CriRuntime {
 }
 
 impl CriRuntime {
+    /// Every sandbox, from the runtime or a listing still good.
+    async fn all_sandboxes(&self) -> Result<Arc<Vec<cri::PodSandbox>>, RuntimeError> {
+        if let Some(items) = self.listings.fresh(&self.listings.sandboxes) {
+            return Ok(items);
+        }
+        let (began, changes) = (std::time::Instant::now(), self.listings.changes());
+        let request = cri::ListPodSandboxRequest { filter: None };
+        let mut client = self.runtime.clone();
+        let items = Arc::new(call("list_podsandbox", CALL_TIMEOUT, client.list_pod_sandbox(request)).await?.items);
+        self.listings.keep(&self.listings.sandboxes, began, changes, items.clone());
+        Ok(items)
+    }
+
+    /// Every container, from the runtime or a listing still good.
+    async fn all_containers(&self) -> Result<Arc<Vec<cri::Container>>, RuntimeError> {
+        if let Some(items) = self.listings.fresh(&self.listings.containers) {
+            return Ok(items);
+        }
+        let (began, changes) = (std::time::Instant::now(), self.listings.changes());
+        let request = cri::ListContainersRequest { filter: None };
+        let mut client = self.runtime.clone();
+        let items = Arc::new(call("list_containers", CALL_TIMEOUT, client.list_containers(request)).await?.containers);
+        self.listings.keep(&self.listings.containers, began, changes, items.clone());
+        Ok(items)
+    }
+
     /// One container's status, its sandbox known.
     async fn status_in(&self, id: &str, sandbox_id: String) -> Result<ContainerStatus, RuntimeError> {
         let request = cri::ContainerStatusRequest { container_id: id.to_string(), verbose: false };
