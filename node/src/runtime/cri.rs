@@ -7,7 +7,7 @@
 //! `PullImage` is always [`RuntimeError::ImagePull`] unless the runtime
 //! itself was unreachable.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -92,31 +92,36 @@ impl Listings {
             .map(|l| l.items.clone())
     }
 
-    /// Keeps `items`, listed from `began` with `changes` made by then,
-    /// unless a change ended since.
-    fn keep<T>(
+    /// The items of `listing` if still good, else those `list` gets from
+    /// the runtime, kept unless a change ended while it listed (or a
+    /// listing begun later is kept already). `true` with items just listed.
+    async fn get_or_list<T, F>(
         &self,
         listing: &Mutex<Option<Listing<T>>>,
-        began: std::time::Instant,
-        changes: u64,
-        items: Arc<Vec<T>>,
-    ) {
-        if self.changes() == changes {
-            *listing.lock().unwrap_or_else(|poisoned| poisoned.into_inner()) = Some(Listing { began, changes, items });
+        list: impl FnOnce() -> F,
+    ) -> Result<(Arc<Vec<T>>, bool), RuntimeError>
+    where
+        F: Future<Output = Result<Vec<T>, RuntimeError>>,
+    {
+        if let Some(items) = self.fresh(listing) {
+            return Ok((items, false));
         }
+        let (began, changes) = (std::time::Instant::now(), self.changes());
+        let items = Arc::new(list().await?);
+        let mut kept = listing.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        if self.changes() == changes && kept.as_ref().is_none_or(|k| k.began < began) {
+            *kept = Some(Listing { began, changes, items: items.clone() });
+        }
+        Ok((items, true))
     }
-}
-
-/// Whether `labels` include every pair of `filter`.
-fn labels_match(filter: &LabelFilter, labels: &HashMap<String, String>) -> bool {
-    filter.0.iter().all(|(k, v)| labels.get(k) == Some(v))
 }
 
 /// The statuses listings have read, by id, with the state the listing
 /// showed. A status changes only with its state (an id is never reused, a
 /// sandbox's IP and a container's start are fixed once it runs, an exited
 /// container's end for good), so a listing reads a status again only when
-/// it shows another state. Each pod worker lists its pod every second:
+/// it shows another state; an entry goes when a listing of the node no
+/// longer shows its id. Each pod worker lists its pod every second:
 /// without this, every listing would make a status call per sandbox and
 /// container, and containerd's sandbox status asks the shim.
 #[derive(Debug, Default)]
@@ -560,12 +565,6 @@ impl Runtime for CriRuntime {
             call("remove_podsandbox", CALL_TIMEOUT, client.remove_pod_sandbox(request)).await.map(|_| ()),
         );
         self.listings.changed();
-        if removed.is_ok() {
-            // Removing a sandbox removes its containers.
-            let mut cache = lock(&self.statuses);
-            cache.sandboxes.remove(id);
-            cache.containers.retain(|_, (_, c)| c.sandbox_id != id);
-        }
         removed
     }
 
@@ -582,7 +581,7 @@ impl Runtime for CriRuntime {
     async fn list_sandboxes(&self, filter: &LabelFilter) -> Result<Vec<SandboxStatus>, RuntimeError> {
         let all = self.all_sandboxes().await?;
         let items: Vec<cri::PodSandbox> =
-            all.iter().filter(|item| labels_match(filter, &item.labels)).cloned().collect();
+            all.iter().filter(|item| filter.matches_by(|k| item.labels.get(k))).cloned().collect();
         // The listing has no IPs; each status has. A sandbox removed in
         // between is left out.
         let statuses: Vec<Option<SandboxStatus>> = stream::iter(items)
@@ -647,9 +646,6 @@ impl Runtime for CriRuntime {
             call("remove_container", CALL_TIMEOUT, client.remove_container(request)).await.map(|_| ()),
         );
         self.listings.changed();
-        if removed.is_ok() {
-            lock(&self.statuses).containers.remove(id);
-        }
         removed
     }
 
@@ -672,7 +668,8 @@ impl Runtime for CriRuntime {
 
     async fn list_containers(&self, filter: &LabelFilter) -> Result<Vec<ContainerStatus>, RuntimeError> {
         let all = self.all_containers().await?;
-        let containers: Vec<cri::Container> = all.iter().filter(|c| labels_match(filter, &c.labels)).cloned().collect();
+        let containers: Vec<cri::Container> =
+            all.iter().filter(|c| filter.matches_by(|k| c.labels.get(k))).cloned().collect();
         // The listing has no exit codes, reasons or times; each status has.
         let statuses: Vec<Option<ContainerStatus>> = stream::iter(containers)
             .map(|c| async move {
@@ -778,29 +775,39 @@ impl Runtime for CriRuntime {
 }
 
 impl CriRuntime {
-    /// Every sandbox, from the runtime or a listing still good.
+    /// Every sandbox, from the runtime or a listing still good. A new
+    /// listing of the node drops the statuses of sandboxes gone from it.
     async fn all_sandboxes(&self) -> Result<Arc<Vec<cri::PodSandbox>>, RuntimeError> {
-        if let Some(items) = self.listings.fresh(&self.listings.sandboxes) {
-            return Ok(items);
-        }
-        let (began, changes) = (std::time::Instant::now(), self.listings.changes());
-        let request = cri::ListPodSandboxRequest { filter: None };
         let mut client = self.runtime.clone();
-        let items = Arc::new(call("list_podsandbox", CALL_TIMEOUT, client.list_pod_sandbox(request)).await?.items);
-        self.listings.keep(&self.listings.sandboxes, began, changes, items.clone());
+        let (items, listed) = self
+            .listings
+            .get_or_list(&self.listings.sandboxes, || async move {
+                let request = cri::ListPodSandboxRequest { filter: None };
+                Ok(call("list_podsandbox", CALL_TIMEOUT, client.list_pod_sandbox(request)).await?.items)
+            })
+            .await?;
+        if listed {
+            let ids: HashSet<&str> = items.iter().map(|s| s.id.as_str()).collect();
+            lock(&self.statuses).sandboxes.retain(|id, _| ids.contains(id.as_str()));
+        }
         Ok(items)
     }
 
-    /// Every container, from the runtime or a listing still good.
+    /// Every container, from the runtime or a listing still good. A new
+    /// listing of the node drops the statuses of containers gone from it.
     async fn all_containers(&self) -> Result<Arc<Vec<cri::Container>>, RuntimeError> {
-        if let Some(items) = self.listings.fresh(&self.listings.containers) {
-            return Ok(items);
-        }
-        let (began, changes) = (std::time::Instant::now(), self.listings.changes());
-        let request = cri::ListContainersRequest { filter: None };
         let mut client = self.runtime.clone();
-        let items = Arc::new(call("list_containers", CALL_TIMEOUT, client.list_containers(request)).await?.containers);
-        self.listings.keep(&self.listings.containers, began, changes, items.clone());
+        let (items, listed) = self
+            .listings
+            .get_or_list(&self.listings.containers, || async move {
+                let request = cri::ListContainersRequest { filter: None };
+                Ok(call("list_containers", CALL_TIMEOUT, client.list_containers(request)).await?.containers)
+            })
+            .await?;
+        if listed {
+            let ids: HashSet<&str> = items.iter().map(|c| c.id.as_str()).collect();
+            lock(&self.statuses).containers.retain(|id, _| ids.contains(id.as_str()));
+        }
         Ok(items)
     }
 
@@ -838,6 +845,64 @@ fn with_oom_kill(mut status: ContainerStatus) -> ContainerStatus {
 mod tests {
     use super::*;
     use crate::runtime::{ContainerResources, DnsConfig, PortMapping};
+
+    /// A listing that counts its calls to the runtime.
+    async fn list_counted(listings: &Listings, slot: &Mutex<Option<Listing<u32>>>, calls: &mut u32) -> Vec<u32> {
+        let (items, _) = listings
+            .get_or_list(slot, || {
+                *calls += 1;
+                let n = *calls;
+                async move { Ok(vec![n]) }
+            })
+            .await
+            .unwrap();
+        items.to_vec()
+    }
+
+    #[tokio::test]
+    async fn one_listing_answers_until_a_change_or_its_age_ends_it() {
+        let listings = Listings::default();
+        let slot = Mutex::new(None);
+        let mut calls = 0;
+        assert_eq!(list_counted(&listings, &slot, &mut calls).await, [1]);
+        assert_eq!(list_counted(&listings, &slot, &mut calls).await, [1], "answered by the listing kept");
+        // A change this client made: the next listing asks the runtime.
+        listings.changed();
+        assert_eq!(list_counted(&listings, &slot, &mut calls).await, [2]);
+        assert_eq!(list_counted(&listings, &slot, &mut calls).await, [2]);
+        // Past the TTL the runtime is asked again.
+        slot.lock().unwrap().as_mut().unwrap().began -= LISTING_TTL;
+        assert_eq!(list_counted(&listings, &slot, &mut calls).await, [3]);
+    }
+
+    #[tokio::test]
+    async fn a_listing_a_change_overtook_or_an_older_one_is_not_kept() {
+        let listings = Listings::default();
+        let slot: Mutex<Option<Listing<u32>>> = Mutex::new(None);
+        // A change ends while the runtime lists: what it listed may miss it.
+        let (items, listed) = listings
+            .get_or_list(&slot, || {
+                listings.changed();
+                async { Ok(vec![1]) }
+            })
+            .await
+            .unwrap();
+        assert_eq!((items.to_vec(), listed), (vec![1], true));
+        assert!(slot.lock().unwrap().is_none());
+        // A listing that began before the one kept, and ends after it,
+        // does not replace it.
+        let (items, _) = listings
+            .get_or_list(&slot, || {
+                let began = std::time::Instant::now();
+                let changes = listings.changes();
+                *slot.lock().unwrap() = Some(Listing { began, changes, items: Arc::new(vec![9]) });
+                async { Ok(vec![8]) }
+            })
+            .await
+            .unwrap();
+        assert_eq!(items.to_vec(), [8], "the caller gets what it listed");
+        assert_eq!(slot.lock().unwrap().as_ref().unwrap().items.to_vec(), [9], "the newer listing stays");
+    }
 
     #[test]
     fn endpoints_are_unix_urls_or_plain_paths() {

@@ -361,7 +361,13 @@ pub struct LabelFilter(pub BTreeMap<String, String>);
 impl LabelFilter {
     /// Whether `labels` include every pair of the filter.
     pub fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
-        self.0.iter().all(|(k, v)| labels.get(k) == Some(v))
+        self.matches_by(|k| labels.get(k))
+    }
+
+    /// [`matches`](Self::matches) for labels behind any lookup (CRI's
+    /// messages carry theirs in a `HashMap`).
+    pub fn matches_by<'a>(&self, get: impl Fn(&str) -> Option<&'a String>) -> bool {
+        self.0.iter().all(|(k, v)| get(k) == Some(v))
     }
 }
 
