@@ -124,18 +124,24 @@ impl Setup {
     }
 
     fn wait_phase(&self, pod: &str, phase: &str, within: Duration) -> Value {
+        self.wait_pod(pod, phase, within, |p| p["status"]["phase"] == phase)
+    }
+
+    /// Waits until the pod is as `done` says (`what`, for the failure);
+    /// the pod as last read. A timeout fails with the pod's status and
+    /// events beside the node agents' logs.
+    fn wait_pod(&self, pod: &str, what: &str, within: Duration, done: impl Fn(&Value) -> bool) -> Value {
         let deadline = Instant::now() + within;
         loop {
             let last = self.pod(pod);
-            if last["status"]["phase"] == phase {
+            if done(&last) {
                 return last;
             }
             if Instant::now() > deadline {
-                // The wait's own failure, with the node agents' logs.
                 let selector = format!("involvedObject.name={pod}");
                 let events = kubectl(&self.api, &["get", "events", "--field-selector", &selector]);
                 let events = String::from_utf8_lossy(&events.stdout);
-                let what = format!("pod {pod} {phase}; its status: {}\nits events:\n{events}", last["status"]);
+                let what = format!("pod {pod} {what}; its status: {}\nits events:\n{events}", last["status"]);
                 self.wait(&what, Duration::ZERO, || false);
             }
             std::thread::sleep(Duration::from_millis(300));
@@ -820,10 +826,8 @@ spec:
     assert_eq!(onfailure["status"]["containerStatuses"][0]["restartCount"], 1, "{onfailure}");
 
     // Liveness: the container is killed and started again.
-    let mut live = Value::Null;
-    setup.wait("liveness restart", Duration::from_secs(60), || {
-        live = setup.pod("liveness");
-        live["status"]["containerStatuses"][0]["restartCount"].as_u64().unwrap_or(0) >= 1
+    let live = setup.wait_pod("liveness", "restarted", Duration::from_secs(60), |p| {
+        p["status"]["containerStatuses"][0]["restartCount"].as_u64().unwrap_or(0) >= 1
     });
     assert!(live["status"]["containerStatuses"][0]["lastState"]["terminated"].is_object(), "{live}");
 
@@ -831,10 +835,8 @@ spec:
     // said so. (containerd misses some of these kills on cgroup v1; the
     // agent finds them in the kernel's log, at the latest one sync later.)
     setup.wait_phase("hungry", "Failed", Duration::from_secs(60));
-    let mut hungry = Value::Null;
-    setup.wait("hungry's OOMKilled reason", Duration::from_secs(10), || {
-        hungry = setup.pod("hungry");
-        hungry["status"]["containerStatuses"][0]["state"]["terminated"]["reason"] == "OOMKilled"
+    let hungry = setup.wait_pod("hungry", "OOMKilled", Duration::from_secs(10), |p| {
+        p["status"]["containerStatuses"][0]["state"]["terminated"]["reason"] == "OOMKilled"
     });
     assert_eq!(hungry["status"]["containerStatuses"][0]["state"]["terminated"]["exitCode"], 137, "{hungry}");
 
@@ -949,11 +951,10 @@ spec:
     assert_eq!(untuned["status"]["message"], "Pod was rejected: forbidden sysctl: \"kernel.msgmax\" not allowlisted");
 
     // runAsNonRoot with an image that runs as root: never created.
-    let mut waiting = Value::Null;
-    setup.wait("nonroot refused", Duration::from_secs(60), || {
-        waiting = setup.pod("nonroot")["status"]["containerStatuses"][0]["state"]["waiting"].clone();
-        waiting["reason"] == "CreateContainerConfigError"
+    let nonroot = setup.wait_pod("nonroot", "refused", Duration::from_secs(60), |p| {
+        p["status"]["containerStatuses"][0]["state"]["waiting"]["reason"] == "CreateContainerConfigError"
     });
+    let waiting = &nonroot["status"]["containerStatuses"][0]["state"]["waiting"];
     let message = waiting["message"].as_str().unwrap_or_default();
     assert!(
         message.starts_with("container has runAsNonRoot and image will run as root (pod: \"nonroot_default("),

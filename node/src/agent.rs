@@ -8,7 +8,7 @@
 //! wins, written off the loop), Events, and the final deletion of a pod
 //! whose containers are gone. Static pods are mirrored.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -150,37 +150,68 @@ impl PodLookup for WorkersLookup {
 
 /// Latest status per pod, written by a few writer tasks: a pod whose
 /// status changes ten times while a write is in flight is written once more.
+/// A pod has at most one write in flight, so an older status can never land
+/// after a newer one (the worker sends a status only when it changes: one
+/// overwritten by an older one would stay wrong until the pod changes again).
 #[derive(Default)]
 struct StatusQueue {
     pending: Mutex<Pending>,
     ready: Notify,
 }
 
-/// The statuses waiting to be written, oldest pod first.
+/// The statuses waiting to be written, oldest pod first, and the pods
+/// being written.
 #[derive(Default)]
 struct Pending {
     latest: HashMap<ObjectKey, (String, PodStatus)>,
+    /// Pods with a status waiting and no write in flight.
     order: VecDeque<ObjectKey>,
+    writing: HashSet<ObjectKey>,
 }
 
 impl StatusQueue {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Pending> {
+        self.pending.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
     fn push(&self, key: ObjectKey, uid: String, status: PodStatus) {
-        let mut pending = self.pending.lock().unwrap_or_else(|e| e.into_inner());
-        if pending.latest.insert(key.clone(), (uid, status)).is_none() {
+        let mut pending = self.lock();
+        let waiting = pending.latest.insert(key.clone(), (uid, status)).is_some();
+        // A pod being written is queued again when its write ends.
+        if !waiting && !pending.writing.contains(&key) {
             pending.order.push_back(key);
         }
         drop(pending);
         self.ready.notify_one();
     }
 
+    /// The next status to write; its pod counts as being written until
+    /// [`StatusQueue::written`].
     fn pop(&self) -> Option<(ObjectKey, String, PodStatus)> {
-        let mut pending = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+        let mut pending = self.lock();
         while let Some(key) = pending.order.pop_front() {
             if let Some((uid, status)) = pending.latest.remove(&key) {
+                pending.writing.insert(key.clone());
                 return Some((key, uid, status));
             }
         }
         None
+    }
+
+    /// Ends the write of `key`'s status. A failed one (`retry`) is written
+    /// again unless a newer status came meanwhile.
+    fn written(&self, key: ObjectKey, retry: Option<(String, PodStatus)>) {
+        let mut pending = self.lock();
+        pending.writing.remove(&key);
+        if let Some(failed) = retry {
+            pending.latest.entry(key.clone()).or_insert(failed);
+        }
+        // A pod being written is never in `order`: push left it out.
+        if pending.latest.contains_key(&key) {
+            pending.order.push_back(key);
+            drop(pending);
+            self.ready.notify_one();
+        }
     }
 }
 
@@ -592,18 +623,23 @@ async fn write_statuses(client: Client, queue: Arc<StatusQueue>, shutdown: Shutd
                 // Never write one pod's status onto a namesake.
                 patch["metadata"] = json!({ "uid": uid });
             }
-            match api.patch_status(&key.name, &patch).await {
-                Ok(_) => metrics().status_writes.with_label_values(&["ok"]).inc(),
+            let retry = match api.patch_status(&key.name, &patch).await {
+                Ok(_) => {
+                    metrics().status_writes.with_label_values(&["ok"]).inc();
+                    None
+                }
                 Err(e) if e.is(Reason::NotFound) || e.is(Reason::Conflict) => {
-                    metrics().status_writes.with_label_values(&["gone"]).inc()
+                    metrics().status_writes.with_label_values(&["gone"]).inc();
+                    None
                 }
                 Err(e) => {
                     metrics().status_writes.with_label_values(&["error"]).inc();
                     tracing::warn!(pod = %key.name, error = %e, "writing the pod status failed; retrying");
                     tokio::time::sleep(Duration::from_millis(500)).await;
-                    queue.push(key, uid, status);
+                    Some((uid, status))
                 }
-            }
+            };
+            queue.written(key, retry);
         }
         tokio::select! {
             _ = shutdown.cancelled() => return,
@@ -665,6 +701,29 @@ mod tests {
         let (k, _, s) = queue.pop().expect("one");
         assert_eq!((k, s.phase.as_deref()), (key, Some("Running")));
         assert_eq!(queue.pop().expect("two").0, ObjectKey::new("ns", "q"));
+        assert!(queue.pop().is_none());
+    }
+
+    #[test]
+    fn a_pod_has_one_status_write_in_flight_and_a_retry_never_replaces_a_newer_status() {
+        let queue = StatusQueue::default();
+        let key = ObjectKey::new("ns", "p");
+        let status = |phase: &str| PodStatus { phase: Some(phase.into()), ..Default::default() };
+        queue.push(key.clone(), "u".into(), status("Pending"));
+        let (_, uid, first) = queue.pop().expect("the first status");
+        // A newer status waits for the write in flight: a second writer
+        // racing it could land the older status last.
+        queue.push(key.clone(), "u".into(), status("Running"));
+        assert!(queue.pop().is_none(), "one write per pod at a time");
+        // The first write failed; its retry must not undo the newer status.
+        queue.written(key.clone(), Some((uid, first)));
+        let (_, uid, second) = queue.pop().expect("the newer status");
+        assert_eq!(second.phase.as_deref(), Some("Running"));
+        assert!(queue.pop().is_none());
+        // A failed write with nothing newer is written again.
+        queue.written(key.clone(), Some((uid, second)));
+        assert_eq!(queue.pop().expect("the retry").2.phase.as_deref(), Some("Running"));
+        queue.written(key, None);
         assert!(queue.pop().is_none());
     }
 }
