@@ -62,8 +62,23 @@ pub struct CriRuntime {
 struct Listings {
     /// Changes this client has made; a listing records the count it began at.
     changes: std::sync::atomic::AtomicU64,
-    sandboxes: Mutex<Option<Listing<cri::PodSandbox>>>,
-    containers: Mutex<Option<Listing<cri::Container>>>,
+    sandboxes: Slot<cri::PodSandbox>,
+    containers: Slot<cri::Container>,
+}
+
+/// One kind's listing kept, and the right to list it: the workers that
+/// find the listing stale together wait for one of them to list, rather
+/// than each asking the runtime.
+#[derive(Debug)]
+struct Slot<T> {
+    kept: Mutex<Option<Listing<T>>>,
+    listing: tokio::sync::Mutex<()>,
+}
+
+impl<T> Default for Slot<T> {
+    fn default() -> Self {
+        Slot { kept: Mutex::new(None), listing: tokio::sync::Mutex::new(()) }
+    }
 }
 
 #[derive(Debug)]
@@ -92,23 +107,29 @@ impl Listings {
             .map(|l| l.items.clone())
     }
 
-    /// The items of `listing` if still good, else those `list` gets from
-    /// the runtime, kept unless a change ended while it listed (or a
-    /// listing begun later is kept already). `true` with items just listed.
+    /// The items of `slot`'s listing if still good, else those `list`
+    /// gets from the runtime (one listing at a time: a caller that waited
+    /// takes the listing that ended meanwhile if it is good), kept unless
+    /// a change ended while it listed (or a listing begun later is kept
+    /// already). `true` with items this call listed.
     async fn get_or_list<T, F>(
         &self,
-        listing: &Mutex<Option<Listing<T>>>,
+        slot: &Slot<T>,
         list: impl FnOnce() -> F,
     ) -> Result<(Arc<Vec<T>>, bool), RuntimeError>
     where
         F: Future<Output = Result<Vec<T>, RuntimeError>>,
     {
-        if let Some(items) = self.fresh(listing) {
+        if let Some(items) = self.fresh(&slot.kept) {
+            return Ok((items, false));
+        }
+        let _listing = slot.listing.lock().await;
+        if let Some(items) = self.fresh(&slot.kept) {
             return Ok((items, false));
         }
         let (began, changes) = (std::time::Instant::now(), self.changes());
         let items = Arc::new(list().await?);
-        let mut kept = listing.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mut kept = slot.kept.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         if self.changes() == changes && kept.as_ref().is_none_or(|k| k.began < began) {
             *kept = Some(Listing { began, changes, items: items.clone() });
         }
@@ -847,7 +868,7 @@ mod tests {
     use crate::runtime::{ContainerResources, DnsConfig, PortMapping};
 
     /// A listing that counts its calls to the runtime.
-    async fn list_counted(listings: &Listings, slot: &Mutex<Option<Listing<u32>>>, calls: &mut u32) -> Vec<u32> {
+    async fn list_counted(listings: &Listings, slot: &Slot<u32>, calls: &mut u32) -> Vec<u32> {
         let (items, _) = listings
             .get_or_list(slot, || {
                 *calls += 1;
@@ -862,7 +883,7 @@ mod tests {
     #[tokio::test]
     async fn one_listing_answers_until_a_change_or_its_age_ends_it() {
         let listings = Listings::default();
-        let slot = Mutex::new(None);
+        let slot = Slot::default();
         let mut calls = 0;
         assert_eq!(list_counted(&listings, &slot, &mut calls).await, [1]);
         assert_eq!(list_counted(&listings, &slot, &mut calls).await, [1], "answered by the listing kept");
@@ -871,14 +892,14 @@ mod tests {
         assert_eq!(list_counted(&listings, &slot, &mut calls).await, [2]);
         assert_eq!(list_counted(&listings, &slot, &mut calls).await, [2]);
         // Past the TTL the runtime is asked again.
-        slot.lock().unwrap().as_mut().unwrap().began -= LISTING_TTL;
+        slot.kept.lock().unwrap().as_mut().unwrap().began -= LISTING_TTL;
         assert_eq!(list_counted(&listings, &slot, &mut calls).await, [3]);
     }
 
     #[tokio::test]
     async fn a_listing_a_change_overtook_or_an_older_one_is_not_kept() {
         let listings = Listings::default();
-        let slot: Mutex<Option<Listing<u32>>> = Mutex::new(None);
+        let slot: Slot<u32> = Slot::default();
         // A change ends while the runtime lists: what it listed may miss it.
         let (items, listed) = listings
             .get_or_list(&slot, || {
@@ -888,20 +909,59 @@ mod tests {
             .await
             .unwrap();
         assert_eq!((items.to_vec(), listed), (vec![1], true));
-        assert!(slot.lock().unwrap().is_none());
+        assert!(slot.kept.lock().unwrap().is_none());
         // A listing that began before the one kept, and ends after it,
         // does not replace it.
         let (items, _) = listings
             .get_or_list(&slot, || {
                 let began = std::time::Instant::now();
                 let changes = listings.changes();
-                *slot.lock().unwrap() = Some(Listing { began, changes, items: Arc::new(vec![9]) });
+                *slot.kept.lock().unwrap() = Some(Listing { began, changes, items: Arc::new(vec![9]) });
                 async { Ok(vec![8]) }
             })
             .await
             .unwrap();
         assert_eq!(items.to_vec(), [8], "the caller gets what it listed");
-        assert_eq!(slot.lock().unwrap().as_ref().unwrap().items.to_vec(), [9], "the newer listing stays");
+        assert_eq!(slot.kept.lock().unwrap().as_ref().unwrap().items.to_vec(), [9], "the newer listing stays");
+    }
+
+    #[tokio::test]
+    async fn workers_that_find_the_listing_stale_together_share_one_listing() {
+        let listings = Arc::new(Listings::default());
+        let calls = Arc::new(std::sync::atomic::AtomicU32::new(0));
+        let (release, released) = tokio::sync::watch::channel(false);
+        let lister = |listings: Arc<Listings>, calls: Arc<std::sync::atomic::AtomicU32>| {
+            let mut released = released.clone();
+            async move {
+                let (items, listed) = listings
+                    .get_or_list(&listings.containers, || async move {
+                        let n = calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
+                        // The runtime answers only once every caller waits.
+                        let _ = released.wait_for(|r| *r).await;
+                        Ok(vec![cri::Container { id: n.to_string(), ..Default::default() }])
+                    })
+                    .await
+                    .unwrap();
+                (items[0].id.clone(), listed)
+            }
+        };
+        let callers: Vec<_> = (0..8).map(|_| tokio::spawn(lister(listings.clone(), calls.clone()))).collect();
+        // Each caller runs until it waits: one on the runtime, the rest on it.
+        for _ in 0..4 {
+            tokio::task::yield_now().await;
+        }
+        release.send(true).unwrap();
+        let mut answers = Vec::new();
+        for caller in callers {
+            answers.push(caller.await.unwrap());
+        }
+        assert_eq!(calls.load(std::sync::atomic::Ordering::SeqCst), 1, "one listing for eight callers");
+        assert!(answers.iter().all(|(id, _)| id == "1"), "{answers:?}");
+        assert_eq!(answers.iter().filter(|(_, listed)| *listed).count(), 1, "only the lister prunes statuses");
+        // A caller that changed something lists again, once, after the wait.
+        listings.changed();
+        let again = lister(listings.clone(), calls.clone()).await;
+        assert_eq!((again.0.as_str(), calls.load(std::sync::atomic::Ordering::SeqCst)), ("2", 2));
     }
 
     #[test]
