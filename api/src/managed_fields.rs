@@ -329,6 +329,9 @@ fn compare_field(old: Option<&Value>, new: Option<&Value>, f: Field<'_>, path: &
         (None, None) => {}
         (None, Some(n)) => collect_all(n, f, path, &mut c.added, false),
         (Some(o), None) => collect_all(o, f, path, &mut c.removed, false),
+        // Nothing below changed: most of an update (a pod's spec under a
+        // status write or a binding) is not walked path by path.
+        (Some(o), Some(n)) if same(o, n) => {}
         (Some(Value::Array(o)), Some(Value::Array(n))) if f.list != ListType::Atomic => {
             let (o, n) = (keyed(o, f.list), keyed(n, f.list));
             for (e, ov) in &o {
@@ -363,10 +366,8 @@ fn compare_field(old: Option<&Value>, new: Option<&Value>, f: Field<'_>, path: &
                 }
             }
         }
-        (Some(o), Some(n)) => {
-            if !same(o, n) {
-                c.modified.insert(path.clone());
-            }
+        (Some(_), Some(_)) => {
+            c.modified.insert(path.clone());
         }
     }
 }
