@@ -1197,7 +1197,7 @@ spec:
     assert!(resolved.contains(cluster_ip.trim()), "{resolved}");
     let missing = kubectl(&setup.api, &["exec", "client", "--", "nslookup", "nosuch.default.svc.cluster.local"]);
     assert!(String::from_utf8_lossy(&missing.stdout).contains("NXDOMAIN"), "{missing:?}");
-    // (Unanswered cluster IP traffic meets the service range's unreachable route.)
+    // (The filter table rejects a Service with no endpoints.)
     let started = Instant::now();
     let refused = kubectl(&setup.api, &["exec", "client", "--", "timeout", "5", "wget", "-qO-", "http://nothing:81/"]);
     let stderr = String::from_utf8_lossy(&refused.stderr);
@@ -1210,6 +1210,26 @@ spec:
         assert!(body.contains("hello-from-"), "NodePort {node_port} on {gateway}: {body:?}");
         let fetched = fetch_from(&setup, "client", &format!("http://{gateway}:{node_port}/"), 1);
         assert!(fetched[0].starts_with("hello-from-"), "{fetched:?}");
+    }
+    // The host reaches a cluster IP (its route goes into the service
+    // range's sink, and the OUTPUT chain translates first); a Service
+    // with no endpoints is refused at once, not left to time out.
+    let body = http_get(cluster_ip.trim(), 80, "/").unwrap_or_default();
+    assert!(body.contains("hello-from-"), "the cluster IP {} from the host: {body:?}", cluster_ip.trim());
+    let nothing_ip = setup.kubectl(&["get", "svc", "nothing", "-o", "jsonpath={.spec.clusterIP}"]);
+    let refused = TcpStream::connect_timeout(
+        &format!("{}:81", nothing_ip.trim()).parse().expect("a cluster IP"),
+        Duration::from_secs(3),
+    );
+    assert!(
+        refused.as_ref().is_err_and(|e| e.kind() == std::io::ErrorKind::ConnectionRefused),
+        "a Service with no endpoints from the host: {refused:?}"
+    );
+    // 127.0.0.1 is one of the host's addresses too, in the iptables mode
+    // (kube-proxy's localhostNodePorts; its nftables mode has none).
+    if !nftables {
+        let body = http_get("127.0.0.1", node_port, "/").unwrap_or_default();
+        assert!(body.contains("hello-from-"), "NodePort {node_port} on 127.0.0.1: {body:?}");
     }
 
     // Hairpin: a pod reaches itself through its own Service (one pod on
@@ -1485,7 +1505,7 @@ fn proxy_full_syncs_read_the_kernel_back_and_write_only_what_differs() {
 
             let mut first = Syncer::new(config.clone(), context.clone());
             let synced = first.sync(&ports).await.expect("the first sync");
-            assert_eq!((synced.chains_written, synced.jumps_added), (chains, 7));
+            assert_eq!((synced.chains_written, synced.jumps_added), (chains, 9));
             assert_eq!(synced.new_node_ports, vec![(30080, "tcp"), (30081, "tcp"), (30082, "tcp")]);
             assert_eq!(rules::parse_save(&save()).ours, wanted, "every rule reads back as rendered");
             assert!(first.kernel_has_rules().await);

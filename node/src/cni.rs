@@ -160,16 +160,30 @@ pub async fn add_blackhole_routes(cidrs: &[&str]) -> Result<(), CniError> {
     Ok(())
 }
 
-/// Adds (or keeps) an `unreachable` route for each range, e.g.
-/// [`SERVICE_CIDR`]: like a blackhole nothing leaves the machine, but the
-/// sender hears at once (ICMP host unreachable) instead of timing out, as
-/// a connection to a Service with no endpoints should fail. (The filter
-/// table's REJECT comes after routing, which a blackhole ends first.)
-pub async fn add_unreachable_routes(cidrs: &[&str]) -> Result<(), CniError> {
-    for cidr in cidrs {
-        ip(&["route", "replace", "unreachable", cidr]).await?;
+/// The host's end of the service range's sink: a veth whose peer
+/// ([`SERVICE_SINK_PEER`]) stays down, so whatever is sent into it is
+/// dropped.
+pub const SERVICE_SINK: &str = "skiff-svc";
+/// The sink's other end, never brought up.
+pub const SERVICE_SINK_PEER: &str = "skiff-svc-end";
+
+/// Routes `cidr` (the Service range, [`SERVICE_CIDR`]) into
+/// [`SERVICE_SINK`], made if missing: nothing addressed to the range
+/// leaves the machine, yet, unlike a blackhole or `unreachable` route,
+/// the route exists, so the host's own connections to a cluster IP get
+/// past `connect()` to the `nat` table's OUTPUT chain, whose DNAT then
+/// sends them to an endpoint (the kernel routes them again after the
+/// translation). A cluster IP no Service holds goes into the sink and
+/// times out, as it would through a default route; a Service with no
+/// endpoints is rejected in the `filter` table, which comes after
+/// routing. Several agents on one host share the sink.
+pub async fn add_service_sink(cidr: &str) -> Result<(), CniError> {
+    match ip(&["link", "add", SERVICE_SINK, "type", "veth", "peer", "name", SERVICE_SINK_PEER]).await {
+        Err(CniError::Ip { message, .. }) if message.contains("File exists") => {}
+        other => other?,
     }
-    Ok(())
+    ip(&["link", "set", SERVICE_SINK, "arp", "off", "up"]).await?;
+    ip(&["route", "replace", cidr, "dev", SERVICE_SINK]).await
 }
 
 /// Removes the blackhole routes [`add_blackhole_routes`] added; a missing

@@ -1,8 +1,8 @@
 //! `skiff node` as one process, as k3s's agent composes it: the built-in
 //! images written, a private containerd started and supervised (unless
 //! `--container-runtime-endpoint` names one), image archives imported,
-//! a blackhole route for the cluster range and an unreachable one for
-//! the service range, the CNI config
+//! a blackhole route for the cluster range and a route for the service
+//! range into a sink that drops it (so the host reaches cluster IPs), the CNI config
 //! once the pod CIDR is known, then the agent (with routes to other
 //! hosts' pod CIDRs, the service proxy and cluster DNS). On the way out
 //! containerd is stopped; containers, routes and service rules stay for
@@ -167,8 +167,8 @@ async fn serve(
     if let Err(e) = cni::add_blackhole_routes(&[cni::CLUSTER_CIDR]).await {
         tracing::warn!(error = %e, "blackhole route for the cluster range");
     }
-    if let Err(e) = cni::add_unreachable_routes(&[cni::SERVICE_CIDR]).await {
-        tracing::warn!(error = %e, "unreachable route for the service range");
+    if let Err(e) = cni::add_service_sink(cni::SERVICE_CIDR).await {
+        tracing::warn!(error = %e, "the service range's sink");
     }
     let name = options.node.name.clone();
     let network =

@@ -159,7 +159,7 @@ async fn a_private_containerd_runs_a_pod_from_skiffs_own_images() {
     let config = ContainerdConfig::new(&data);
     let bridge = cni::bridge_name(NODE);
     let config2 = ContainerdConfig::new(&dir.path().join("cd2"));
-    let ranges = [cni::CLUSTER_CIDR, cni::SERVICE_CIDR];
+    let ranges = [cni::CLUSTER_CIDR];
     let routes = ranges.into_iter().filter(|r| !has_blackhole(r)).collect();
     let nodes = vec![(NODE, config.endpoint()), (NODE2, config2.endpoint())];
     let mut cleanup = Cleanup { nodes, routes, armed: true };
@@ -172,6 +172,7 @@ async fn a_private_containerd_runs_a_pod_from_skiffs_own_images() {
     cni.write(&config.cni_conf_dir).expect("CNI config");
     // Nothing for the cluster's ranges leaves this host.
     cni::add_blackhole_routes(&ranges).await.expect("blackhole routes");
+    cni::add_service_sink(cni::SERVICE_CIDR).await.expect("the service range's sink");
 
     let shutdown = Shutdown::new();
     let containerd = Containerd::start(config.clone(), &shutdown).await.expect("containerd starts");

@@ -166,7 +166,7 @@ pub async fn run(informers: &Informers, client: Client, config: ProxyConfig, shu
             if ready.is_err() { return; }
         }
     }
-    prepare_kernel();
+    prepare_kernel(config.mode);
     let context = Context { tag: rules::tag(&config.node_name), cluster_cidr: config.cluster_cidr.clone() };
     // The rules of the other mode, from an earlier run, would take the
     // traffic first.
@@ -227,9 +227,17 @@ pub async fn run(informers: &Informers, client: Client, config: ProxyConfig, shu
 /// through iptables (a pod answering a pod on its own bridge must pass
 /// conntrack for the cluster IP to be put back). Best effort: a host
 /// without `br_netfilter` still serves traffic between bridges.
-fn prepare_kernel() {
-    for (path, value) in [("/proc/sys/net/ipv4/ip_forward", "1"), ("/proc/sys/net/bridge/bridge-nf-call-iptables", "1")]
-    {
+fn prepare_kernel(mode: Mode) {
+    let mut settings =
+        vec![("/proc/sys/net/ipv4/ip_forward", "1"), ("/proc/sys/net/bridge/bridge-nf-call-iptables", "1")];
+    if mode == Mode::Iptables {
+        // NodePorts on 127.0.0.1: the kernel routes a packet from or to
+        // 127.0.0.0/8 off the loopback device only with this (the rules'
+        // SKIFF-FIREWALL drops what it would let in from elsewhere). The
+        // nftables mode, like kube-proxy's, has no localhost NodePorts.
+        settings.push(("/proc/sys/net/ipv4/conf/all/route_localnet", "1"));
+    }
+    for (path, value) in settings {
         if std::fs::read_to_string(path).is_ok_and(|v| v.trim() != value) {
             if let Err(e) = std::fs::write(path, value) {
                 tracing::warn!(path, error = %e, "cannot set a kernel setting the service rules need");
@@ -453,7 +461,7 @@ impl Syncer {
 }
 
 fn is_shared(name: &str) -> bool {
-    name == rules::MARK_MASQ || name == rules::POSTROUTING
+    name == rules::MARK_MASQ || name == rules::POSTROUTING || name == rules::FIREWALL
 }
 
 /// Removes Skiff's rules in both modes: only those of the node tagged

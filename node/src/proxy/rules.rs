@@ -51,6 +51,10 @@ pub const MARK_MASQ: &str = "SKIFF-MARK-MASQ";
 pub const POSTROUTING: &str = "SKIFF-POSTROUTING";
 /// The mark bit, kube-proxy's.
 pub const MASQ_MARK: &str = "0x4000";
+/// The shared `filter` chain dropping what `route_localnet` would let in:
+/// packets from elsewhere addressed to 127.0.0.0/8 (kubelet's and
+/// kube-proxy's `KUBE-FIREWALL` rule, CVE-2020-8558).
+pub const FIREWALL: &str = "SKIFF-FIREWALL";
 
 /// Chain name -> its rules (each without the leading `-A <chain>`).
 pub type Chains = BTreeMap<String, Vec<String>>;
@@ -157,12 +161,18 @@ pub fn assemble<'a>(parts: impl IntoIterator<Item = &'a PortRules>, context: &Co
             nat.insert(name.clone(), chain.clone());
         }
     }
+    // Every local address, 127.0.0.1 included (with `route_localnet`, set
+    // by the proxy), as kube-proxy's default `localhostNodePorts`.
     top.push(format!(
-        "! -d 127.0.0.0/8 -m comment --comment \"skiff service nodeports; must be last\" -m addrtype --dst-type LOCAL -j {nodeports}"
+        "-m comment --comment \"skiff service nodeports; must be last\" -m addrtype --dst-type LOCAL -j {nodeports}"
     ));
     nat.insert(services.clone(), top);
     nat.insert(nodeports, by_node_port);
     rules.filter.insert(services, rejects);
+    rules.filter.insert(
+        FIREWALL.to_string(),
+        vec!["! -s 127.0.0.0/8 -d 127.0.0.0/8 -m comment --comment \"block incoming localnet connections\" -m conntrack ! --ctstate RELATED,ESTABLISHED,DNAT -j DROP".to_string()],
+    );
     rules
 }
 
@@ -324,6 +334,13 @@ pub fn jumps(tag: &str, bridge: Option<&str>) -> Vec<Jump> {
         chain: "POSTROUTING",
         rule: format!("-m comment --comment \"skiff postrouting\" -j {POSTROUTING}"),
     });
+    for chain in ["INPUT", "OUTPUT"] {
+        out.push(Jump {
+            table: "filter",
+            chain,
+            rule: format!("-m comment --comment \"skiff firewall\" -j {FIREWALL}"),
+        });
+    }
     out
 }
 
@@ -461,7 +478,7 @@ mod tests {
             services,
             &vec![
                 format!("-d 10.96.0.20/32 -p tcp -m comment --comment \"default/web:http cluster IP\" -m tcp --dport 80 -j {}", svc(&port)),
-                "! -d 127.0.0.0/8 -m comment --comment \"skiff service nodeports; must be last\" -m addrtype --dst-type LOCAL -j SKIFF-NODEPORTS-ABC123".to_string(),
+                "-m comment --comment \"skiff service nodeports; must be last\" -m addrtype --dst-type LOCAL -j SKIFF-NODEPORTS-ABC123".to_string(),
             ]
         );
         let (a, b, c) =
@@ -589,9 +606,9 @@ mod tests {
         let kernel = parse_save(&saved(&wanted, &extra));
         assert_eq!(kernel.ours, wanted, "the save reads back as what was rendered");
         let missing: Vec<&Jump> = jumps.iter().filter(|j| !kernel.has(j)).collect();
-        assert_eq!(missing.len(), 3, "the filter table's jumps: {missing:?}");
+        assert_eq!(missing.len(), 5, "the filter table's jumps: {missing:?}");
         let input = restore_input(&kernel.ours, &wanted, &missing).expect("jumps to add");
-        assert_eq!(input.lines().filter(|l| l.starts_with("-I ")).count(), 3);
+        assert_eq!(input.lines().filter(|l| l.starts_with("-I ")).count(), 5);
         assert!(!input.contains("*nat"), "nothing for nat: {input}");
         assert!(!input.lines().any(|l| l.starts_with(':')), "no chain rewritten: {input}");
 
@@ -632,8 +649,30 @@ mod tests {
                 "! -i skiff+ -m comment --comment \"skiff services ABC123\" -j SKIFF-SVCS-ABC123",
             ]
         );
-        assert!(jumps.iter().all(|j| j.rule.ends_with("-j SKIFF-SVCS-ABC123") || j.rule.ends_with(POSTROUTING)));
-        assert_eq!(jumps.iter().filter(|j| j.table == "filter").count(), 3);
+        assert!(jumps
+            .iter()
+            .all(|j| ["-j SKIFF-SVCS-ABC123", POSTROUTING, FIREWALL].iter().any(|t| j.rule.ends_with(t))));
+        assert_eq!(jumps.iter().filter(|j| j.table == "filter").count(), 5);
+    }
+
+    #[test]
+    fn node_ports_answer_on_localhost_behind_the_localnet_firewall() {
+        let mut port = web(vec![endpoint(5, true)]);
+        port.node_port = Some(30080);
+        let rules = render(std::slice::from_ref(&port), &context());
+        let last = rules.nat["SKIFF-SVCS-ABC123"].last().expect("the NodePort rule");
+        assert!(!last.contains("127.0.0.0/8"), "127.0.0.1 is a local address like any other: {last}");
+        // What route_localnet lets in from elsewhere, untranslated, is dropped.
+        assert_eq!(
+            rules.filter[FIREWALL],
+            vec!["! -s 127.0.0.0/8 -d 127.0.0.0/8 -m comment --comment \"block incoming localnet connections\" -m conntrack ! --ctstate RELATED,ESTABLISHED,DNAT -j DROP".to_string()]
+        );
+        let firewall: Vec<&str> =
+            jumps("ABC123", None).iter().filter(|j| j.rule.ends_with(FIREWALL)).map(|j| j.chain).collect();
+        assert_eq!(firewall, ["INPUT", "OUTPUT"]);
+        // The masquerade gives the translated packet a source its endpoint can answer.
+        let external = chain("EXT", "ABC123", "default/web:http/tcp");
+        assert_eq!(rules.nat[&external][0], "-j SKIFF-MARK-MASQ");
     }
 
     #[test]
