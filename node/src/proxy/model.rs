@@ -30,7 +30,9 @@ pub struct ServicePort {
     pub protocol: &'static str,
     /// The cluster IPs (IPv4 only: the rules are iptables', not ip6tables').
     pub cluster_ips: Vec<Ipv4Addr>,
-    /// `spec.externalIPs`, served like the cluster IP.
+    /// `spec.externalIPs` and, for a LoadBalancer, its ingress IPs
+    /// (`status.loadBalancer.ingress`, unless `ipMode: Proxy`): traffic
+    /// from outside the cluster, served as the NodePort is.
     pub external_ips: Vec<Ipv4Addr>,
     /// The service port.
     pub port: u16,
@@ -119,7 +121,24 @@ pub fn service_ports(services: &[Arc<Service>], slices: &[Arc<EndpointSlice>], n
             // Headless: DNS answers with the pods themselves.
             continue;
         }
-        let external_ips: Vec<Ipv4Addr> = spec.external_ips.iter().flatten().filter_map(|ip| ip.parse().ok()).collect();
+        let ingress = service.status.as_ref().and_then(|s| s.load_balancer.as_ref()).and_then(|l| l.ingress.as_ref());
+        let ingress = ingress
+            .into_iter()
+            .flatten()
+            .filter(|_| type_ == "LoadBalancer")
+            // `Proxy`: the load balancer reaches the nodes itself; traffic
+            // to its address must go to it, not be short-cut here.
+            .filter(|i| i.ip_mode.as_deref() != Some("Proxy"))
+            .filter_map(|i| i.ip.as_ref());
+        let external_ips: Vec<Ipv4Addr> = spec
+            .external_ips
+            .iter()
+            .flatten()
+            .chain(ingress)
+            .filter_map(|ip| ip.parse().ok())
+            .collect::<BTreeSet<_>>()
+            .into_iter()
+            .collect();
         let affinity_seconds = (spec.session_affinity.as_deref() == Some("ClientIP")).then(|| {
             spec.session_affinity_config
                 .as_ref()
@@ -151,7 +170,8 @@ pub fn service_ports(services: &[Arc<Service>], slices: &[Arc<EndpointSlice>], n
                 port: service_port,
                 node_port,
                 affinity_seconds,
-                external_local: node_port.is_some() && spec.external_traffic_policy.as_deref() == Some("Local"),
+                external_local: (node_port.is_some() || !external_ips.is_empty())
+                    && spec.external_traffic_policy.as_deref() == Some("Local"),
                 internal_local: spec.internal_traffic_policy.as_deref() == Some("Local"),
                 endpoints: choose(candidates(slices, &port_name, port.protocol.as_deref().unwrap_or("TCP"), node)),
             });
@@ -292,6 +312,30 @@ pub(crate) mod tests {
         assert_eq!(one.affinity_seconds, Some(DEFAULT_AFFINITY_SECONDS));
         assert_eq!(one.endpoints.len(), 1, "conditions unset read as ready");
         assert!(one.cluster_endpoints().is_empty(), "internalTrafficPolicy Local: the only endpoint is elsewhere");
+    }
+
+    #[test]
+    fn a_load_balancers_ingress_ips_are_external_ips_unless_proxied() {
+        let balancer = |type_: &str, ingress: serde_json::Value| {
+            service(json!({
+                "metadata": {"namespace": "default", "name": "web"},
+                "spec": {"clusterIP": "10.96.0.20", "type": type_, "externalTrafficPolicy": "Local",
+                         "externalIPs": ["192.0.2.50"],
+                         "ports": [{"name": "http", "port": 80, "nodePort": 30080}]},
+                "status": {"loadBalancer": {"ingress": ingress}}
+            }))
+        };
+        let ingress = json!([{"ip": "192.0.2.7", "ipMode": "VIP"}, {"ip": "192.0.2.8"},
+                             {"ip": "198.51.100.1", "ipMode": "Proxy"}, {"hostname": "lb.example.com"}]);
+        let ports = service_ports(&[balancer("LoadBalancer", ingress.clone())], &[web_slice()], "n1");
+        let external: Vec<String> = ports[0].external_ips.iter().map(Ipv4Addr::to_string).collect();
+        assert_eq!(external, ["192.0.2.7", "192.0.2.8", "192.0.2.50"]);
+        assert!(ports[0].external_local, "externalTrafficPolicy applies to them");
+        // A stale ingress on a Service that is no longer a LoadBalancer.
+        let ports = service_ports(&[balancer("ClusterIP", ingress)], &[web_slice()], "n1");
+        let external: Vec<String> = ports[0].external_ips.iter().map(Ipv4Addr::to_string).collect();
+        assert_eq!(external, ["192.0.2.50"]);
+        assert!(ports[0].external_local, "an external IP is reached from outside too");
     }
 
     #[test]

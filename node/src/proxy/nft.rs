@@ -20,7 +20,8 @@
 //!   traffic from outside the pod range, then the translation itself:
 //!   `dnat ip addr . port to numgen random mod n map { 0 : <ip> . <port>, … }`;
 //!   `local-…` the same over this node's endpoints only (the `Local`
-//!   traffic policies); `external-…` for NodePort traffic;
+//!   traffic policies); `external-…` for NodePort and external IP
+//!   (`spec.externalIPs`, a LoadBalancer's ingress) traffic;
 //! - with `sessionAffinity: ClientIP`, the service port's chain first
 //!   sends a client found in an endpoint's `affinity-<seconds>-<endpoint>`
 //!   set (dynamic, entries kept for the timeout) to that endpoint's
@@ -207,8 +208,12 @@ fn render_port(port: &ServicePort, context: &Context, out: &mut NftRules) {
     let proto = port.protocol;
     let all = format!("service-{id}");
     let local = format!("local-{id}");
+    let external = format!("external-{id}");
     let cluster_chain = if port.internal_local { &local } else { &all };
-    let addresses: Vec<_> = port.cluster_ips.iter().chain(&port.external_ips).collect();
+    // No loopback external IP (a LoadBalancer on nodes at 127.0.0.1): as
+    // for NodePorts, this mode leaves `route_localnet` off.
+    let external_ips: Vec<_> = port.external_ips.iter().filter(|ip| !ip.is_loopback()).collect();
+    let addresses: Vec<_> = port.cluster_ips.iter().chain(external_ips.iter().copied()).collect();
     if port.endpoints.is_empty() {
         let map = out.maps.entry(NO_ENDPOINT_SERVICES).or_default();
         for ip in &addresses {
@@ -221,8 +226,11 @@ fn render_port(port: &ServicePort, context: &Context, out: &mut NftRules) {
         return;
     }
     let map = out.maps.entry(SERVICE_IPS).or_default();
-    for ip in &addresses {
+    for ip in &port.cluster_ips {
         map.insert(format!("{ip} . {proto} . {}", port.port), format!("goto {cluster_chain}"));
+    }
+    for ip in &external_ips {
+        map.insert(format!("{ip} . {proto} . {}", port.port), format!("goto {external}"));
     }
 
     // From outside the pod range (the host itself): masqueraded, so the
@@ -247,11 +255,12 @@ fn render_port(port: &ServicePort, context: &Context, out: &mut NftRules) {
     }
 
     if let Some(node_port) = port.node_port {
-        let external = format!("external-{id}");
         out.maps
             .entry(SERVICE_NODEPORTS)
             .or_default()
             .insert(format!("{proto} . {node_port}"), format!("goto {external}"));
+    }
+    if port.node_port.is_some() || !external_ips.is_empty() {
         let rules = if port.external_local {
             vec![
                 // Pods and the host itself reach every endpoint, as kube-proxy lets them.
@@ -588,6 +597,24 @@ mod tests {
             [format!("update @{set} {{ ip saddr }}"), "meta l4proto tcp dnat to 10.244.1.4:8080".to_string()]
         );
         assert_eq!(rules.chains["nat-prerouting"], ["jump services comment \"skiff services ABC123\""]);
+    }
+
+    #[test]
+    fn external_ips_go_to_the_external_chain_except_loopback_ones() {
+        let mut p = port("default/web", &[(2, true)]);
+        p.external_ips = vec![Ipv4Addr::new(127, 0, 0, 1), Ipv4Addr::new(192, 0, 2, 7)];
+        let rules = render(&[p], &context(), None);
+        assert_eq!(
+            rules.maps[SERVICE_IPS],
+            BTreeMap::from([
+                ("10.96.0.10 . tcp . 80".to_string(), "goto service-default/web/tcp/p80".to_string()),
+                ("192.0.2.7 . tcp . 80".to_string(), "goto external-default/web/tcp/p80".to_string()),
+            ])
+        );
+        assert_eq!(
+            rules.chains["external-default/web/tcp/p80"],
+            ["jump mark-for-masquerade", "goto service-default/web/tcp/p80"]
+        );
     }
 
     #[test]

@@ -8,14 +8,16 @@
 //! wanted, chain by chain: a full sync writes only what differs.
 //!
 //! Chains, in the `nat` table (`<t>` is the node's tag, `<h>` a hash):
-//! - `SKIFF-SVCS-<t>`: one rule per cluster IP (and external IP) and port,
-//!   to the service port's chain; last, traffic to one of the host's own
-//!   addresses goes on to `SKIFF-NODEPORTS-<t>`.
+//! - `SKIFF-SVCS-<t>`: one rule per cluster IP and port, to the service
+//!   port's chain, and per external IP (`spec.externalIPs`, a
+//!   LoadBalancer's ingress IPs) and port, to its external chain; last,
+//!   traffic to one of the host's own addresses goes on to
+//!   `SKIFF-NODEPORTS-<t>`.
 //! - `SKIFF-SVC-<t>-<h>`: the service port's endpoints, one chosen at
 //!   random (rule i matches with probability 1/(n-i)), or the one a client
 //!   had within the affinity timeout (`-m recent`). `SKIFF-SVL-<t>-<h>`
 //!   holds only this node's endpoints, for the `Local` traffic policies.
-//! - `SKIFF-EXT-<t>-<h>`: NodePort traffic: marked for masquerade and to
+//! - `SKIFF-EXT-<t>-<h>`: NodePort and external IP traffic: marked for masquerade and to
 //!   all endpoints (`externalTrafficPolicy: Cluster`), or to this node's
 //!   endpoints with the client's address kept (`Local`).
 //! - `SKIFF-SEP-<t>-<h>`: one endpoint: its DNAT, and the masquerade mark
@@ -184,6 +186,7 @@ pub fn render_port(port: &ServicePort, context: &Context) -> PortRules {
     let proto = port.protocol;
     let all = chain("SVC", tag, &format!("{key}/{proto}"));
     let local = chain("SVL", tag, &format!("{key}/{proto}"));
+    let external = chain("EXT", tag, &format!("{key}/{proto}"));
     let cluster_chain = if port.internal_local { &local } else { &all };
     let addresses = port.cluster_ips.iter().chain(&port.external_ips);
     if port.endpoints.is_empty() {
@@ -200,9 +203,15 @@ pub fn render_port(port: &ServicePort, context: &Context) -> PortRules {
         }
         return out;
     }
-    for ip in addresses {
+    for ip in &port.cluster_ips {
         out.services.push(format!(
             "-d {ip}/32 -p {proto} -m comment --comment \"{key} cluster IP\" -m {proto} --dport {} -j {cluster_chain}",
+            port.port
+        ));
+    }
+    for ip in &port.external_ips {
+        out.services.push(format!(
+            "-d {ip}/32 -p {proto} -m comment --comment \"{key} external IP\" -m {proto} --dport {} -j {external}",
             port.port
         ));
     }
@@ -225,10 +234,11 @@ pub fn render_port(port: &ServicePort, context: &Context) -> PortRules {
     }
 
     if let Some(node_port) = port.node_port {
-        let external = chain("EXT", tag, &format!("{key}/{proto}"));
         out.nodeports.push(format!(
             "-p {proto} -m comment --comment \"{key} node port\" -m {proto} --dport {node_port} -j {external}"
         ));
+    }
+    if port.node_port.is_some() || !port.external_ips.is_empty() {
         let external_rules = if port.external_local {
             vec![
                 // Pods and the host itself reach every endpoint, as kube-proxy lets them.
@@ -541,6 +551,21 @@ mod tests {
         let only_local = &rules.nat[&local];
         assert_eq!(only_local.len(), 2, "the masquerade rule and the one local endpoint: {only_local:?}");
         assert!(only_local[1].ends_with(&format!("-j {}", sep(&port, &endpoint(5, true)))));
+    }
+
+    #[test]
+    fn external_ips_are_served_as_the_node_port_is() {
+        let mut port = web(vec![endpoint(5, true), endpoint(6, false)]);
+        port.external_ips = vec![Ipv4Addr::new(192, 0, 2, 7)];
+        let rules = render(std::slice::from_ref(&port), &context());
+        let external = chain("EXT", "ABC123", "default/web:http/tcp");
+        assert_eq!(
+            rules.nat["SKIFF-SVCS-ABC123"][1],
+            format!("-d 192.0.2.7/32 -p tcp -m comment --comment \"default/web:http external IP\" -m tcp --dport 80 -j {external}")
+        );
+        // Masqueraded, so a reply from an endpoint on another node comes back through this one.
+        assert_eq!(rules.nat[&external], vec!["-j SKIFF-MARK-MASQ".to_string(), format!("-j {}", svc(&port))]);
+        assert!(rules.nat["SKIFF-NODEPORTS-ABC123"].is_empty(), "no NodePort");
     }
 
     #[test]
