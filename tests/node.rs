@@ -1232,6 +1232,22 @@ spec:
         assert!(body.contains("hello-from-"), "NodePort {node_port} on 127.0.0.1: {body:?}");
     }
 
+    // A LoadBalancer is published at the Ready nodes' addresses (these
+    // nodes' InternalIP is 127.0.0.1) and answers there on its port.
+    setup.apply(
+        "apiVersion: v1\nkind: Service\nmetadata: {name: web-lb}\nspec:\n  type: LoadBalancer\n  selector: {app: web}\n  ports: [{port: 18080, targetPort: 8080}]\n",
+    );
+    setup.wait("web-lb published at the nodes' address", Duration::from_secs(30), || {
+        setup.kubectl(&["get", "svc", "web-lb", "-o", "jsonpath={.status.loadBalancer.ingress[*].ip}"]) == "127.0.0.1"
+    });
+    let shown = setup.kubectl(&["get", "svc", "web-lb"]);
+    assert!(shown.lines().nth(1).is_some_and(|l| l.split_whitespace().nth(3) == Some("127.0.0.1")), "{shown}");
+    if !nftables {
+        setup.wait("web-lb to answer at 127.0.0.1:18080", Duration::from_secs(30), || {
+            http_get("127.0.0.1", 18080, "/").unwrap_or_default().contains("hello-from-")
+        });
+    }
+
     // Hairpin: a pod reaches itself through its own Service (one pod on
     // each node, so through each node's rules).
     for name in &names {

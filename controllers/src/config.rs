@@ -26,6 +26,7 @@ pub const CONTROLLERS: &[&str] = &[
     "resourcequota",
     "root-ca-cert-publisher",
     "serviceaccount",
+    "servicelb",
 ];
 
 /// Controllers `*` does not turn on (none yet; Kubernetes keeps a few

@@ -47,6 +47,8 @@
 //!   owners, foreground deletion, orphaning.
 //! - [`endpoints`]: a selector Service's Endpoints from its pods.
 //! - [`endpointslice`]: a selector Service's EndpointSlices from its pods.
+//! - [`servicelb`]: a LoadBalancer Service's `status.loadBalancer` from the
+//!   Ready nodes' addresses, where every node's proxy takes its traffic.
 //! - [`podgc`]: deletes terminated pods over a threshold and orphaned pods.
 //! - [`node_ipam`]: a pod CIDR per node from the cluster CIDR.
 //! - [`node_lifecycle`]: node health from Leases, NoExecute taints, taint
@@ -89,6 +91,7 @@ pub mod replication;
 pub mod resourcequota;
 pub mod root_ca;
 pub mod serviceaccount;
+pub mod servicelb;
 
 pub use action::{Action, Reconciled};
 pub use expectations::Expectations;

@@ -151,6 +151,7 @@ fn start(name: &'static str, ctx: &Arc<Context>, shutdown: &Shutdown) -> bool {
         "daemonset" => batch::daemon_sets(ctx, shutdown),
         "endpoint" => network::endpoints(ctx, shutdown),
         "endpointslice" => network::endpoint_slices(ctx, shutdown),
+        "servicelb" => network::service_lb(ctx, shutdown),
         "resourcequota" => network::resource_quotas(ctx, shutdown),
         "disruption" => disruption::disruption(ctx, shutdown),
         _ => return false,

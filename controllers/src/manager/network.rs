@@ -1,11 +1,12 @@
-//! Wiring of the Endpoints and EndpointSlice controllers, and of the
-//! ResourceQuota controller (which also counts what is in a namespace).
+//! Wiring of the Endpoints and EndpointSlice controllers, the service
+//! load balancer, and the ResourceQuota controller (which also counts
+//! what is in a namespace).
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::{Endpoints, Pod, ResourceQuota, Service};
+use k8s_openapi::api::core::v1::{Endpoints, Node, Pod, ResourceQuota, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use skiff_api::resources::{self, Kind};
 use skiff_client::resources::ListParams;
@@ -18,7 +19,7 @@ use super::dynamic::{every_kind, AnyInformer};
 use super::{drive, drive_about, export_queue_depth, Context};
 use crate::action::Reconciled;
 use crate::execute::ExecuteError;
-use crate::{endpoints, endpointslice, resourcequota};
+use crate::{endpoints, endpointslice, resourcequota, servicelb};
 
 /// Routes a pod's change to the Services of its namespace that select it
 /// now or selected it before (its last labels are remembered), so a pod
@@ -108,6 +109,35 @@ pub(super) fn endpoint_slices(ctx: &Arc<Context>, shutdown: &Shutdown) {
     let workers = ctx.config.workers("endpointslice");
     let stop = shutdown.clone();
     shutdown.spawn(controller.run(reconcile, shared, workers, stop));
+}
+
+pub(super) fn service_lb(ctx: &Arc<Context>, shutdown: &Shutdown) {
+    let services = ctx.informers.informer::<Service>();
+    let nodes = ctx.informers.informer::<Node>();
+    let service_store = services.store();
+    // A node's change may change every LoadBalancer's addresses (and a
+    // Service turned into another type keeps its key through its own events).
+    let controller = Controller::new(&services).watches(&nodes, move |_: &Node| {
+        service_store
+            .list()
+            .iter()
+            .filter(|s| s.spec.as_ref().and_then(|s| s.type_.as_deref()) == Some("LoadBalancer"))
+            .map(|s| ObjectKey::of(s.as_ref()))
+            .collect()
+    });
+    export_queue_depth("servicelb", controller.metrics(), shutdown);
+    let shared = Arc::new((ctx.clone(), nodes.store()));
+    type Shared = (Arc<Context>, Store<Node>);
+    let reconcile = |request: Request<Service>, shared: Arc<Shared>| async move {
+        let Some(service) = request.object else { return Ok::<_, ExecuteError>(ReconcileAction::AwaitChange) };
+        let started = Instant::now();
+        let nodes = shared.1.list();
+        let ingress = servicelb::ingress_ips(nodes.iter().map(|n| n.as_ref()));
+        let actions = servicelb::reconcile(&service, &ingress);
+        drive(&shared.0, "servicelb", started, Reconciled { actions, requeue_after: None }, |_, _| {}).await
+    };
+    let stop = shutdown.clone();
+    shutdown.spawn(controller.run(reconcile, shared, 1, stop));
 }
 
 /// What a quota counts, read from the apiserver rather than the caches.
