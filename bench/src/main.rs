@@ -446,6 +446,10 @@ struct SchedulerArgs {
     /// Concurrent pod creates.
     #[arg(long, default_value_t = 64)]
     create_clients: usize,
+    /// Spread the creates' connections over every master (the leader's
+    /// first) instead of sending them all to the leader.
+    #[arg(long)]
+    creates_to_every_member: bool,
     /// Fail when no pod of a workload is bound within this long.
     #[arg(long, default_value = "60s", value_parser = humantime::parse_duration)]
     bind_timeout: Duration,
@@ -792,6 +796,7 @@ async fn run_scheduler(args: &SchedulerArgs) -> Result<()> {
         preemption_pods: args.preemption_pods,
         fill_to: if args.skip_fill { 0 } else { args.fill_to },
         create_clients: args.create_clients,
+        creates_to_every_member: args.creates_to_every_member,
         bind_timeout: args.bind_timeout,
         stall_timeout: args.stall_timeout,
         idle_window: args.idle_window,

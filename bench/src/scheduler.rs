@@ -142,6 +142,8 @@ pub struct SchedulerConfig {
     pub fill_to: usize,
     /// Concurrent pod creates.
     pub create_clients: usize,
+    /// The creates' connections go to every master in turn, not only the leader.
+    pub creates_to_every_member: bool,
     /// The run fails when no pod of a workload is bound within this long.
     pub bind_timeout: Duration,
     /// A workload stops waiting after this long without a new binding.
@@ -859,8 +861,16 @@ pub async fn run(config: &SchedulerConfig) -> Result<SchedulerReport> {
     );
     eprintln!("  lease load: {}", report.lease_load);
 
-    let clients: Vec<Client> =
-        (0..config.create_clients.min(8)).map(|_| Client::new(&leader_first)).collect::<Result<_, _>>()?;
+    let clients: Vec<Client> = (0..config.create_clients.min(8))
+        .map(|i| {
+            let mut order = leader_first.clone();
+            if config.creates_to_every_member {
+                let turn = i % order.len();
+                order.rotate_left(turn);
+            }
+            Client::new(&order)
+        })
+        .collect::<Result<_, _>>()?;
     for workload in plan(config) {
         eprintln!(
             "  {}: {} initial, {} measured pods in {}",
@@ -976,11 +986,16 @@ pub async fn run(config: &SchedulerConfig) -> Result<SchedulerReport> {
         }
     }
     report.settings.push(format!(
-        "pods created by {} concurrent creates over {} connections to the leader; each workload in its own \
+        "pods created by {} concurrent creates over {} connections {}; each workload in its own \
          namespace, its pods deleted (grace 0) before the next; bound = first seen with spec.nodeName by the \
          hollow nodes' watch",
         config.create_clients,
-        clients.len()
+        clients.len(),
+        if config.creates_to_every_member {
+            "spread over the 3 masters (--creates-to-every-member)"
+        } else {
+            "to the leader"
+        }
     ));
     report.settings.push(match &scheduler {
         Some(_) => format!(
@@ -1143,6 +1158,7 @@ mod tests {
             preemption_pods: None,
             fill_to: 50_000,
             create_clients: 64,
+            creates_to_every_member: false,
             bind_timeout: Duration::from_secs(60),
             stall_timeout: Duration::from_secs(60),
             idle_window: Duration::from_secs(10),
