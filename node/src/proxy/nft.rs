@@ -13,7 +13,10 @@
 //! - base chains `nat-prerouting` (the node's pods' bridge, and traffic
 //!   from elsewhere), `nat-output` (the host's own) -> `services`;
 //!   `nat-postrouting` -> `masquerading`; `filter-input`, `filter-forward`,
-//!   `filter-output` -> `endpoints-check` for new connections;
+//!   `filter-output` -> `endpoints-check` for new connections, and in
+//!   `filter-input` and `filter-output` first kubelet's drop of untranslated
+//!   packets to 127.0.0.0/8 from elsewhere (as the iptables mode's
+//!   `SKIFF-FIREWALL`);
 //! - `services`: `ip daddr . meta l4proto . th dport vmap @service-ips`,
 //!   then, for the host's own addresses, `vmap @service-nodeports`;
 //! - `service-<ns>/<name>/<proto>/p<port>`: the masquerade mark for
@@ -141,13 +144,19 @@ pub fn render(ports: &[ServicePort], context: &Context, bridge: Option<&str>) ->
     };
     let comment = format!("comment \"skiff services {tag}\"");
     let check = format!("ct state new jump {ENDPOINTS_CHECK}");
+    // kubelet's KUBE-FIREWALL rule (CVE-2020-8558): with `route_localnet`
+    // on, which this mode does not need but an iptables-mode agent of this
+    // host may have left set, the kernel would take packets to 127.0.0.0/8
+    // from elsewhere. Only what a NAT rule translated may pass.
+    let localnet =
+        "ip daddr 127.0.0.0/8 ip saddr != 127.0.0.0/8 ct state != { established, related } ct status ! dnat drop";
     let fixed: [(&str, Vec<String>); 11] = [
         ("nat-prerouting", prerouting.into_iter().map(|r| format!("{r} {comment}")).collect()),
         ("nat-output", vec![format!("{to_services} {comment}")]),
         ("nat-postrouting", vec![format!("jump {MASQUERADING}")]),
-        ("filter-input", vec![check.clone()]),
+        ("filter-input", vec![localnet.to_string(), check.clone()]),
         ("filter-forward", vec![check.clone()]),
-        ("filter-output", vec![check]),
+        ("filter-output", vec![localnet.to_string(), check]),
         (
             SERVICES,
             vec![
@@ -570,6 +579,17 @@ mod tests {
         );
         assert!(rules.maps[NO_ENDPOINT_SERVICES].is_empty());
         assert!(rules.sets.is_empty());
+    }
+
+    #[test]
+    fn untranslated_packets_to_the_loopback_range_from_elsewhere_are_dropped_on_input_and_output() {
+        let rules = render(&[], &context(), None);
+        let drop =
+            "ip daddr 127.0.0.0/8 ip saddr != 127.0.0.0/8 ct state != { established, related } ct status ! dnat drop";
+        for chain in ["filter-input", "filter-output"] {
+            assert_eq!(rules.chains[chain], [drop, "ct state new jump endpoints-check"], "{chain}");
+        }
+        assert_eq!(rules.chains["filter-forward"], ["ct state new jump endpoints-check"]);
     }
 
     #[test]
