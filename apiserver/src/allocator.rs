@@ -98,6 +98,11 @@ pub fn assign(svc: &mut Value, old: Option<&Value>) -> Result<Vec<(String, Strin
         }
     }
     if needs_node_ports(svc) {
+        // `allocateLoadBalancerNodePorts: false`: a LoadBalancer whose
+        // balancer sends traffic to the pods directly keeps only the
+        // NodePorts its user chose.
+        let allocate = svc["spec"]["allocateLoadBalancerNodePorts"].as_bool() != Some(false)
+            || svc["spec"]["type"].as_str() != Some("LoadBalancer");
         let old_ports: Vec<i64> = old.map(held_ports).unwrap_or_default();
         let mut used: Vec<i64> = Vec::new();
         let ports = svc["spec"]["ports"].as_array_mut().map(std::mem::take).unwrap_or_default();
@@ -117,6 +122,7 @@ pub fn assign(svc: &mut Value, old: Option<&Value>) -> Result<Vec<(String, Strin
                     }
                     used.push(p);
                 }
+                None if !allocate => {}
                 None => {
                     let p = loop {
                         let p = rng.gen_range(NODE_PORT_RANGE);
@@ -166,6 +172,21 @@ mod tests {
         assert_eq!(chosen, vec![(port_key(30080), "spec.ports[0].nodePort".to_string())]);
         let second = svc["spec"]["ports"][1]["nodePort"].as_i64().unwrap();
         assert!(NODE_PORT_RANGE.contains(&second) && second != 30080);
+    }
+
+    #[test]
+    fn a_load_balancer_without_node_port_allocation_keeps_only_the_chosen_ones() {
+        let mut svc = json!({"spec": {"type": "LoadBalancer", "allocateLoadBalancerNodePorts": false,
+            "ports": [{"port": 80}, {"port": 81, "nodePort": 30081}]}});
+        let chosen = assign(&mut svc, None).unwrap();
+        assert_eq!(chosen, vec![(port_key(30081), "spec.ports[1].nodePort".to_string())]);
+        assert!(svc["spec"]["ports"][0].get("nodePort").is_none(), "{svc}");
+        assert_eq!(held(&svc), vec![ip_key(svc["spec"]["clusterIP"].as_str().unwrap()), port_key(30081)]);
+        // The default allocates, as for a NodePort Service.
+        let mut svc =
+            json!({"spec": {"type": "LoadBalancer", "allocateLoadBalancerNodePorts": true, "ports": [{"port": 80}]}});
+        assign(&mut svc, None).unwrap();
+        assert!(NODE_PORT_RANGE.contains(&svc["spec"]["ports"][0]["nodePort"].as_i64().unwrap()));
     }
 
     #[test]
