@@ -32,7 +32,7 @@ pub(crate) async fn ranges_for(objects: &ObjectStore, attrs: &Attributes<'_>) ->
     }
     let revision = objects.prepare_read(Consistency::Any).await?;
     let prefix = resources::of(Kind::LimitRange).namespace_prefix(Some(attrs.namespace));
-    let page = objects.range(prefix.as_bytes(), &prefix_end(prefix.as_bytes()), revision, 0).await?;
+    let page = objects.range_small(prefix.as_bytes(), &prefix_end(prefix.as_bytes()), revision)?;
     page.items.iter().map(|s| s.decode()).collect()
 }
 

@@ -89,7 +89,7 @@ fn class_name(class: &Value) -> &str {
 async fn read_classes(objects: &ObjectStore, consistency: Consistency) -> Result<Vec<Value>, ApiError> {
     let revision = objects.prepare_read(consistency).await?;
     let prefix = resources::of(Kind::PriorityClass).prefix();
-    let page = objects.range(prefix.as_bytes(), &prefix_end(prefix.as_bytes()), revision, 0).await?;
+    let page = objects.range_small(prefix.as_bytes(), &prefix_end(prefix.as_bytes()), revision)?;
     page.items.iter().map(|s| s.decode()).collect()
 }
 

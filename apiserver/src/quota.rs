@@ -88,7 +88,7 @@ async fn charge_at(
 ) -> Result<Vec<Charge>, ApiError> {
     let revision = objects.prepare_read(consistency).await?;
     let prefix = resources::of(Kind::ResourceQuota).namespace_prefix(Some(attrs.namespace));
-    let page = objects.range(prefix.as_bytes(), &prefix_end(prefix.as_bytes()), revision, 0).await?;
+    let page = objects.range_small(prefix.as_bytes(), &prefix_end(prefix.as_bytes()), revision)?;
     if page.items.is_empty() {
         return Ok(Vec::new());
     }

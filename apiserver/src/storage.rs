@@ -272,10 +272,11 @@ impl ObjectStore {
         }
     }
 
-    /// One key at `revision` (0: current), read locally.
+    /// One key at `revision` (0: current), read locally, on the calling
+    /// task (one seek at most: see [`ObjectStore::range_small`]).
     pub async fn get(&self, key: &str, revision: i64) -> Result<(Option<Stored>, i64), ApiError> {
         let req = RangeRequest { key: key.as_bytes().to_vec(), revision, ..Default::default() };
-        let (r, header) = self.store.range(req, true).await.map_err(store_error)?;
+        let (r, header) = self.store.range_small(&req).map_err(store_error)?;
         let found = r.kvs.into_iter().next().map(|kv| self.stored(kv)).transpose()?;
         Ok((found, header.revision))
     }
@@ -285,6 +286,17 @@ impl ObjectStore {
     pub async fn range(&self, start: &[u8], end: &[u8], revision: i64, limit: i64) -> Result<Page, ApiError> {
         let req = RangeRequest { key: start.to_vec(), range_end: end.to_vec(), revision, limit, ..Default::default() };
         let (r, header) = self.store.range(req, true).await.map_err(store_error)?;
+        let revision = if revision > 0 { revision } else { header.revision };
+        let items = r.kvs.into_iter().map(|kv| self.stored(kv)).collect::<Result<_, _>>()?;
+        Ok(Page { items, more: r.more, count: r.count, revision })
+    }
+
+    /// [`ObjectStore::range`] for a range known to hold a few keys (a
+    /// namespace's quotas or limit ranges, the cluster's PriorityClasses:
+    /// what admission reads on every write), read on the calling task.
+    pub fn range_small(&self, start: &[u8], end: &[u8], revision: i64) -> Result<Page, ApiError> {
+        let req = RangeRequest { key: start.to_vec(), range_end: end.to_vec(), revision, ..Default::default() };
+        let (r, header) = self.store.range_small(&req).map_err(store_error)?;
         let revision = if revision > 0 { revision } else { header.revision };
         let items = r.kvs.into_iter().map(|kv| self.stored(kv)).collect::<Result<_, _>>()?;
         Ok(Page { items, more: r.more, count: r.count, revision })

@@ -13,6 +13,11 @@
 //! says the newest record is, so a member's answers never depend on whether
 //! a key was cached. A deleted key is cached as `None`: for the applier a
 //! tombstone and a missing key mean the same.
+//!
+//! Reads of one key at the current revision are answered from it too
+//! ([`crate::state_machine::StateMachine::range_cached`]): the cache knows
+//! the revision its records are the newest at, so a hit needs no RocksDB
+//! snapshot, seek or blocking-pool hop.
 
 use lru::LruCache;
 
@@ -25,6 +30,9 @@ pub struct LatestCache {
     records: LruCache<Vec<u8>, Option<KvRecord>>,
     bytes: usize,
     limit: usize,
+    /// The store revision the records are the newest at: that of the last
+    /// batch committed (0: unknown, after a start or a snapshot install).
+    revision: i64,
 }
 
 fn cost(key: &[u8], record: &Option<KvRecord>) -> usize {
@@ -34,13 +42,19 @@ fn cost(key: &[u8], record: &Option<KvRecord>) -> usize {
 impl LatestCache {
     /// A cache holding at most about `limit` bytes of keys and values.
     pub fn new(limit: usize) -> LatestCache {
-        LatestCache { records: LruCache::unbounded(), bytes: 0, limit }
+        LatestCache { records: LruCache::unbounded(), bytes: 0, limit, revision: 0 }
     }
 
     /// The newest record of `key` if cached: `Some(None)` means the key does
     /// not exist (or was deleted).
     pub fn get(&self, key: &[u8]) -> Option<&Option<KvRecord>> {
         self.records.peek(key)
+    }
+
+    /// [`LatestCache::get`] for a reader: a hit counts as a use, so keys
+    /// read often stay cached as keys written often do.
+    pub fn read(&mut self, key: &[u8]) -> Option<&Option<KvRecord>> {
+        self.records.get(key)
     }
 
     /// Records that the newest record of `key` is now `record`.
@@ -76,6 +90,17 @@ impl LatestCache {
     pub fn clear(&mut self) {
         self.records.clear();
         self.bytes = 0;
+        self.revision = 0;
+    }
+
+    /// Records that the batch committed last left the store at `revision`.
+    pub fn set_revision(&mut self, revision: i64) {
+        self.revision = revision;
+    }
+
+    /// The revision the cached records are the newest at (0: unknown).
+    pub fn revision(&self) -> i64 {
+        self.revision
     }
 
     #[cfg(test)]

@@ -21,6 +21,7 @@ pub struct Metrics {
     pub log_sync_seconds: Histogram,
     pub reads_linearized: IntCounter,
     pub read_rounds: IntCounter,
+    pub reads_from_cache: IntCounter,
     pub snapshots_installed: IntCounter,
 }
 
@@ -92,6 +93,11 @@ pub fn metrics() -> &'static Metrics {
                 &registry,
                 "skiff_read_index_rounds_total",
                 "Read-index rounds (each serves every read waiting).",
+            ),
+            reads_from_cache: counter(
+                &registry,
+                "skiff_reads_from_cache_total",
+                "Reads of one key answered from the cache of newest records, without RocksDB.",
             ),
             snapshots_installed: counter(
                 &registry,

@@ -653,6 +653,15 @@ fn finish_range(req: &RangeRequest, found: impl Iterator<Item = (Vec<u8>, KvReco
     result.finish()
 }
 
+/// etcd's Range answer for one key whose newest record is `record`.
+pub(crate) fn range_of_one(req: &RangeRequest, key: &[u8], record: Option<&KvRecord>) -> RangeResult {
+    let mut result = RangeBuilder::new(req);
+    if let Some(record) = record {
+        result.add(key.to_vec(), RecordView::from(record));
+    }
+    result.finish()
+}
+
 /// etcd's Range answer, built from the range's newest records in key
 /// order: every live key is counted; those the revision filters pass are
 /// kept. When the answer is in key order only the first `limit` of them are

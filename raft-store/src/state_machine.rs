@@ -227,6 +227,27 @@ impl StateMachine {
         self.shared.applied.borrow().revision
     }
 
+    /// etcd's Range of one key at the current revision, with the revision
+    /// it was read at, answered from the cache of newest records when that
+    /// holds the key; `None` when it cannot answer (a range, an older
+    /// revision, a key not cached, or an apply holding the cache this
+    /// moment, which is not waited for). The cache is updated under its
+    /// lock together with its revision, after the batch is committed, so
+    /// an answer is the store's state at that revision, as a RocksDB
+    /// snapshot taken then would give it.
+    pub fn range_cached(&self, req: &crate::types::RangeRequest) -> Option<(crate::types::RangeResult, i64)> {
+        if req.revision != 0 || !req.range_end.is_empty() {
+            return None;
+        }
+        let mut latest = self.shared.latest.try_lock().ok()?;
+        let revision = latest.revision();
+        if revision == 0 {
+            return None;
+        }
+        let record = latest.read(&req.key)?;
+        Some((mvcc::range_of_one(req, &req.key, record.as_ref()), revision))
+    }
+
     pub fn compacted(&self) -> i64 {
         self.shared.compacted.load(Ordering::Acquire)
     }
@@ -442,6 +463,7 @@ impl StateMachine {
                 None => latest.forget(&key),
             }
         }
+        latest.set_revision(revision);
         drop(latest);
         *self.shared.raft_state.lock().expect("poisoned") = (last_applied, membership);
         self.shared.compacted.store(compacted, Ordering::Release);

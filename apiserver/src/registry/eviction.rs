@@ -276,7 +276,7 @@ impl Registry {
     async fn budgets_selecting(&self, namespace: &str, pod: &Value) -> Result<Vec<Value>, ApiError> {
         let prefix = resources::of(Kind::PodDisruptionBudget).namespace_prefix(Some(namespace));
         let revision = self.objects.prepare_read(Consistency::Any).await?;
-        let page = self.objects.range(prefix.as_bytes(), &prefix_end(prefix.as_bytes()), revision, 0).await?;
+        let page = self.objects.range_small(prefix.as_bytes(), &prefix_end(prefix.as_bytes()), revision)?;
         let mut found = Vec::new();
         for item in &page.items {
             let budget = item.decode()?;

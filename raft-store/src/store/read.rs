@@ -44,7 +44,26 @@ impl Store {
         if !serializable {
             self.linearize().await?;
         }
+        if let Some((result, revision)) = self.inner.sm.range_cached(&req) {
+            crate::metrics::metrics().reads_from_cache.inc();
+            return Ok((result, Header { revision, ..self.header() }));
+        }
         self.read_view(move |view| view.range(&req)).await
+    }
+
+    /// etcd's Range, serializable, for a range known to hold a few keys
+    /// (a namespace's ResourceQuotas, the cluster's PriorityClasses),
+    /// read on the calling task: for such a read the blocking pool's
+    /// hand-off (a spawn, a thread woken, two context switches) costs more
+    /// than the read itself. A range that may be large goes through
+    /// [`Store::range`], which keeps RocksDB off the async workers.
+    pub fn range_small(&self, req: &RangeRequest) -> Result<(RangeResult, Header), StoreError> {
+        if let Some((result, revision)) = self.inner.sm.range_cached(req) {
+            crate::metrics::metrics().reads_from_cache.inc();
+            return Ok((result, Header { revision, ..self.header() }));
+        }
+        let header = self.header();
+        finish_read(read_now(&self.inner.sm, |view| view.range(req)), header)
     }
 
     /// etcd's HashKV on this member's state: (hash, compacted revision,
@@ -66,18 +85,8 @@ impl Store {
     ) -> Result<(T, Header), StoreError> {
         let sm = self.inner.sm.clone();
         let header = self.header();
-        let result = tokio::task::spawn_blocking(move || {
-            let db = sm.db();
-            let view = Reader::snapshot(&db);
-            let revision = view.revision();
-            read(&view).map(|r| (r, revision))
-        })
-        .await?;
-        match result {
-            Ok((r, revision)) => Ok((r, Header { revision: revision.unwrap_or(header.revision), ..header })),
-            Err(ReadError::Request(e)) => Err(StoreError::Apply(e)),
-            Err(ReadError::Engine(e)) => Err(e.into()),
-        }
+        let result = tokio::task::spawn_blocking(move || read_now(&sm, read)).await?;
+        finish_read(result, header)
     }
 
     /// The revision of this member's applied state.
@@ -119,6 +128,29 @@ impl Store {
     /// Live feeds following this member (see [`Store::subscribe`]).
     pub fn watchers(&self) -> usize {
         self.inner.sm.hub().watchers()
+    }
+}
+
+/// Runs `read` on a point-in-time view of `sm`'s state, here and now;
+/// with the view's revision.
+fn read_now<T>(
+    sm: &crate::state_machine::StateMachine,
+    read: impl FnOnce(&Reader<'_>) -> Result<T, ReadError>,
+) -> Result<(T, Result<i64, crate::mvcc::EngineError>), ReadError> {
+    let db = sm.db();
+    let view = Reader::snapshot(&db);
+    let revision = view.revision();
+    read(&view).map(|r| (r, revision))
+}
+
+fn finish_read<T>(
+    result: Result<(T, Result<i64, crate::mvcc::EngineError>), ReadError>,
+    header: Header,
+) -> Result<(T, Header), StoreError> {
+    match result {
+        Ok((r, revision)) => Ok((r, Header { revision: revision.unwrap_or(header.revision), ..header })),
+        Err(ReadError::Request(e)) => Err(StoreError::Apply(e)),
+        Err(ReadError::Engine(e)) => Err(e.into()),
     }
 }
 

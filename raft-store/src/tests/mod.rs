@@ -3,5 +3,6 @@
 //! They live inside the crate because the engine and the storage are not
 //! part of its public interface.
 
+mod cached_reads;
 mod mvcc_model;
 mod storage_suite;
