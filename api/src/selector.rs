@@ -1049,6 +1049,139 @@ pub fn object_fields(kind: Kind, obj: &Value) -> Fields {
     fields
 }
 
+/// What of an object of `kind` its selectors and its place in a watch
+/// read: `metadata.name`, `namespace` and `labels`, and every path
+/// [`object_fields`] reads for the kind (a path's whole value is kept).
+fn selected_paths(kind: Kind) -> &'static [&'static [&'static str]] {
+    macro_rules! with_meta {
+        ($($path:expr),* $(,)?) => {
+            &[&["metadata", "name"], &["metadata", "namespace"], &["metadata", "labels"], $($path),*]
+        };
+    }
+    match kind {
+        Kind::Pod => with_meta![
+            &["spec", "nodeName"],
+            &["spec", "restartPolicy"],
+            &["spec", "schedulerName"],
+            &["spec", "serviceAccountName"],
+            &["spec", "hostNetwork"],
+            &["status", "phase"],
+            &["status", "podIPs"],
+            &["status", "podIP"],
+            &["status", "nominatedNodeName"],
+        ],
+        Kind::Event => with_meta![&["involvedObject"], &["reason"], &["reportingComponent"], &["type"], &["source"]],
+        Kind::Secret => with_meta![&["type"]],
+        Kind::Node => with_meta![&["spec", "unschedulable"]],
+        Kind::Namespace => with_meta![&["status", "phase"]],
+        Kind::ReplicaSet | Kind::ReplicationController => with_meta![&["status", "replicas"]],
+        Kind::Job => with_meta![&["status", "succeeded"]],
+        _ => with_meta![],
+    }
+}
+
+/// Decodes of the JSON object `json` only what its selectors read (see
+/// [`object_fields`] and [`crate::meta::labels`]): the rest is parsed, so
+/// bad JSON is still an error, but not built. A watch decodes every change
+/// it filters, and a pod's spec and managed fields are most of its bytes.
+pub fn selectable_parts(kind: Kind, json: &[u8]) -> serde_json::Result<Value> {
+    use serde::de::DeserializeSeed;
+    let paths: Vec<&[&str]> = selected_paths(kind).to_vec();
+    let mut de = serde_json::Deserializer::from_slice(json);
+    let value = Pick { paths: &paths, depth: 0 }.deserialize(&mut de)?;
+    de.end()?;
+    Ok(value)
+}
+
+/// Keeps of a JSON value what `paths` (from `depth` on) name.
+struct Pick<'p> {
+    paths: &'p [&'p [&'p str]],
+    depth: usize,
+}
+
+impl<'de> serde::de::DeserializeSeed<'de> for Pick<'_> {
+    type Value = Value;
+
+    fn deserialize<D: serde::Deserializer<'de>>(self, deserializer: D) -> Result<Value, D::Error> {
+        deserializer.deserialize_any(self)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for Pick<'_> {
+    type Value = Value;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a JSON value")
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
+        let mut out = serde_json::Map::new();
+        while let Some(key) = map.next_key::<Key<'de>>()? {
+            let key = key.0;
+            let under: Vec<&[&str]> =
+                self.paths.iter().copied().filter(|p| p.get(self.depth) == Some(&key.as_ref())).collect();
+            if under.is_empty() {
+                map.next_value::<serde::de::IgnoredAny>()?;
+            } else if under.iter().any(|p| p.len() == self.depth + 1) {
+                out.insert(key.into_owned(), map.next_value::<Value>()?);
+            } else {
+                let value = map.next_value_seed(Pick { paths: &under, depth: self.depth + 1 })?;
+                out.insert(key.into_owned(), value);
+            }
+        }
+        Ok(Value::Object(out))
+    }
+
+    // Above a kept path only objects matter: anything else holds no field.
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
+        while seq.next_element::<serde::de::IgnoredAny>()?.is_some() {}
+        Ok(Value::Null)
+    }
+    fn visit_bool<E>(self, _: bool) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+    fn visit_i64<E>(self, _: i64) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+    fn visit_u64<E>(self, _: u64) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+    fn visit_f64<E>(self, _: f64) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+    fn visit_str<E>(self, _: &str) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+    fn visit_unit<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+}
+
+/// An object's key, borrowed from the input when it has no escapes.
+struct Key<'de>(std::borrow::Cow<'de, str>);
+
+impl<'de> serde::Deserialize<'de> for Key<'de> {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct KeyVisitor;
+        impl<'de> serde::de::Visitor<'de> for KeyVisitor {
+            type Value = Key<'de>;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a string")
+            }
+            fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Key<'de>, E> {
+                Ok(Key(std::borrow::Cow::Borrowed(v)))
+            }
+            fn visit_str<E>(self, v: &str) -> Result<Key<'de>, E> {
+                Ok(Key(std::borrow::Cow::Owned(v.to_string())))
+            }
+            fn visit_string<E>(self, v: String) -> Result<Key<'de>, E> {
+                Ok(Key(std::borrow::Cow::Owned(v)))
+            }
+        }
+        deserializer.deserialize_str(KeyVisitor)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use proptest::collection::vec;
@@ -1057,6 +1190,60 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+
+    #[test]
+    fn the_selectable_parts_select_as_the_whole_object_does() {
+        let objects = [
+            (
+                Kind::Pod,
+                json!({"apiVersion": "v1", "kind": "Pod",
+                    "metadata": {"name": "web-1", "namespace": "prod", "labels": {"app": "web", "tier": "a\"b"},
+                        "annotations": {"x": "y"}, "managedFields": [{"manager": "m", "fieldsV1": {"f:spec": {}}}]},
+                    "spec": {"nodeName": "node-1", "restartPolicy": "Never", "schedulerName": "s",
+                        "serviceAccountName": "sa", "hostNetwork": true,
+                        "containers": [{"name": "c", "image": "i", "args": ["a", 1, null, {"k": [true]}]}]},
+                    "status": {"phase": "Running", "podIP": "10.0.0.2", "podIPs": [{"ip": "10.0.0.1"}],
+                        "nominatedNodeName": "n", "conditions": [{"type": "Ready"}]}}),
+            ),
+            (Kind::Pod, json!({"metadata": {"name": "bare"}, "spec": null, "status": [1, 2]})),
+            (
+                Kind::Event,
+                json!({"metadata": {"name": "e", "namespace": "prod"},
+                    "involvedObject": {"kind": "Pod", "name": "web-1", "uid": "u", "fieldPath": "spec"},
+                    "reason": "Started", "type": "Normal", "source": {"component": "kubelet"}, "message": "m"}),
+            ),
+            (Kind::Event, json!({"metadata": {"name": "e2"}, "reportingComponent": "ctl", "reason": "R"})),
+            (
+                Kind::Secret,
+                json!({"metadata": {"name": "s", "namespace": "a"}, "type": "Opaque", "data": {"k": "dg=="}}),
+            ),
+            (Kind::Node, json!({"metadata": {"name": "n", "labels": {"zone": "z"}}, "spec": {"unschedulable": true}})),
+            (Kind::Namespace, json!({"metadata": {"name": "ns"}, "status": {"phase": "Terminating"}})),
+            (Kind::ReplicaSet, json!({"metadata": {"name": "rs", "namespace": "a"}, "status": {"replicas": 3}})),
+            (Kind::Job, json!({"metadata": {"name": "j", "namespace": "a"}, "status": {"succeeded": 2}})),
+            (
+                Kind::Custom,
+                json!({"metadata": {"name": "c", "namespace": "a", "labels": {"k": "v"}}, "spec": {"x": 1}}),
+            ),
+        ];
+        for (kind, object) in objects {
+            let bytes = serde_json::to_vec(&object).unwrap();
+            let parts = selectable_parts(kind, &bytes).unwrap();
+            assert_eq!(object_fields(kind, &parts), object_fields(kind, &object), "{kind:?}: {object}");
+            assert_eq!(crate::meta::labels(&parts), crate::meta::labels(&object), "{object}");
+            assert_eq!(crate::meta::namespace(&parts), crate::meta::namespace(&object), "{object}");
+            assert!(parts["metadata"].get("managedFields").is_none() && parts.get("data").is_none(), "{parts}");
+        }
+        // Keys with escapes are read as the whole object reads them.
+        let escaped = br#"{"metadata":{"n\u0061me":"x","labels":{"a\"b":"c"}},"spec":{"nodeName":"n\/1"}}"#;
+        let parts = selectable_parts(Kind::Pod, escaped).unwrap();
+        assert_eq!((parts["metadata"]["name"].as_str(), parts["spec"]["nodeName"].as_str()), (Some("x"), Some("n/1")));
+        assert_eq!(parts["metadata"]["labels"]["a\"b"], "c");
+        // What is not JSON is still refused.
+        for bad in [&b"{"[..], b"{\"spec\": {\"containers\": [}}", b"{} {}", b"[1"] {
+            assert!(selectable_parts(Kind::Pod, bad).is_err(), "{}", String::from_utf8_lossy(bad));
+        }
+    }
 
     fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
         pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()

@@ -20,7 +20,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
-use serde_json::{json, Value};
+use serde_json::json;
 use skiff_api::resources::{Kind, ResourceInfo};
 use skiff_api::selector::{object_fields, FieldSelector, Fields, LabelSelector};
 use skiff_api::{meta, ApiError, Reason};
@@ -110,7 +110,9 @@ struct Decoded {
 
 impl Decoded {
     fn new(kind: Kind, stored: &[u8], revision: i64) -> Option<Decoded> {
-        let value: Value = serde_json::from_slice(stored).ok()?;
+        // Only what filters read is built: a pod's spec and managed fields,
+        // most of its bytes, are parsed past.
+        let value = skiff_api::selector::selectable_parts(kind, stored).ok()?;
         Some(Decoded {
             namespace: meta::namespace(&value).unwrap_or_default().to_string(),
             labels: meta::labels(&value),
@@ -637,6 +639,7 @@ pub fn is_expired(e: &ApiError) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::Value;
 
     fn pod(name: &str, node: &str, app: &str) -> Vec<u8> {
         serde_json::to_vec(&json!({"apiVersion": "v1", "kind": "Pod",
