@@ -57,6 +57,21 @@ const APPLY_IN_PLACE_BYTES: u64 = 64 * 1024;
 /// Values bigger than this are not kept in the applier's record cache.
 const LATEST_CACHE_MAX_VALUE: usize = 64 * 1024;
 
+/// A range with no limit, revision filter, sort or projection: the cache
+/// answers only those.
+fn is_plain_range(req: &crate::types::RangeRequest) -> bool {
+    use crate::types::{SortOrder, SortTarget};
+    req.limit == 0
+        && req.sort_order == SortOrder::None
+        && req.sort_target == SortTarget::Key
+        && !req.keys_only
+        && !req.count_only
+        && req.min_mod_revision == 0
+        && req.max_mod_revision == 0
+        && req.min_create_revision == 0
+        && req.max_create_revision == 0
+}
+
 fn member_key(id: NodeId) -> Vec<u8> {
     let mut k = META_MEMBER_PREFIX.to_vec();
     k.extend_from_slice(&id.to_be_bytes());
@@ -227,16 +242,17 @@ impl StateMachine {
         self.shared.applied.borrow().revision
     }
 
-    /// etcd's Range of one key at the current revision, with the revision
-    /// it was read at, answered from the cache of newest records when that
-    /// holds the key; `None` when it cannot answer (a range, an older
-    /// revision, a key not cached, or an apply holding the cache this
-    /// moment, which is not waited for). The cache is updated under its
-    /// lock together with its revision, after the batch is committed, so
-    /// an answer is the store's state at that revision, as a RocksDB
-    /// snapshot taken then would give it.
+    /// etcd's Range at the current revision, with the revision it was
+    /// read at, answered from the cache of newest records: a key the cache
+    /// holds, or a plain range whose answer it kept
+    /// ([`StateMachine::remember_read`]). `None` when it cannot answer (an
+    /// older revision, a key or range not cached, or an apply holding the
+    /// cache this moment, which is not waited for). The cache is updated
+    /// under its lock together with its revision, after the batch is
+    /// committed, so an answer is the store's state at that revision, as a
+    /// RocksDB snapshot taken then would give it.
     pub fn range_cached(&self, req: &crate::types::RangeRequest) -> Option<(crate::types::RangeResult, i64)> {
-        if req.revision != 0 || !req.range_end.is_empty() {
+        if req.revision != 0 {
             return None;
         }
         let mut latest = self.shared.latest.try_lock().ok()?;
@@ -244,8 +260,48 @@ impl StateMachine {
         if revision == 0 {
             return None;
         }
-        let record = latest.read(&req.key)?;
-        Some((mvcc::range_of_one(req, &req.key, record.as_ref()), revision))
+        if req.range_end.is_empty() {
+            let record = latest.read(&req.key)?;
+            return Some((mvcc::range_of_one(req, &req.key, record.as_ref()), revision));
+        }
+        if !is_plain_range(req) {
+            return None;
+        }
+        latest.range(&req.key, &req.range_end).map(|result| (result.clone(), revision))
+    }
+
+    /// Keeps what a read at the current revision found in RocksDB, so the
+    /// next read of the same key or range is answered from the cache: a
+    /// key's newest record, or a plain range's answer. `revision` is the
+    /// revision of the view read; nothing is kept if a batch was applied
+    /// since (or an apply holds the cache this moment).
+    pub fn remember_read(&self, req: &crate::types::RangeRequest, result: &crate::types::RangeResult, revision: i64) {
+        if req.revision != 0 || !is_plain_range(req) || req.range_end == b"\0" {
+            return;
+        }
+        let Ok(mut latest) = self.shared.latest.try_lock() else { return };
+        if revision == 0 || latest.revision() != revision {
+            return;
+        }
+        if !req.range_end.is_empty() {
+            latest.insert_range(&req.key, &req.range_end, result.clone());
+            return;
+        }
+        match result.kvs.first() {
+            Some(kv) if kv.value.len() > LATEST_CACHE_MAX_VALUE => {}
+            Some(kv) => latest.insert(
+                kv.key.clone(),
+                Some(mvcc::KvRecord {
+                    create_revision: kv.create_revision,
+                    mod_revision: kv.mod_revision,
+                    version: kv.version,
+                    lease: kv.lease,
+                    value: kv.value.clone(),
+                    deleted: false,
+                }),
+            ),
+            None => latest.insert(req.key.clone(), None),
+        }
     }
 
     pub fn compacted(&self) -> i64 {
@@ -458,6 +514,7 @@ impl StateMachine {
         // and openraft re-applies `(last_applied, committed]` after a crash.
         db.write_opt(batch, &mvcc::apply_write_options()).map_err(sm_error)?;
         for (key, record) in written {
+            latest.changed(&key);
             match record {
                 Some(record) => latest.insert(key, record),
                 None => latest.forget(&key),

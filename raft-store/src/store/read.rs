@@ -44,11 +44,17 @@ impl Store {
         if !serializable {
             self.linearize().await?;
         }
-        if let Some((result, revision)) = self.inner.sm.range_cached(&req) {
-            crate::metrics::metrics().reads_from_cache.inc();
-            return Ok((result, Header { revision, ..self.header() }));
+        if let Some(cached) = self.range_cached(&req) {
+            return Ok(cached);
         }
         self.read_view(move |view| view.range(&req)).await
+    }
+
+    /// A Range at the current revision the state machine's cache answers.
+    fn range_cached(&self, req: &RangeRequest) -> Option<(RangeResult, Header)> {
+        let (result, revision) = self.inner.sm.range_cached(req)?;
+        crate::metrics::metrics().reads_from_cache.inc();
+        Some((result, Header { revision, ..self.header() }))
     }
 
     /// etcd's Range, serializable, for a range known to hold a few keys
@@ -57,13 +63,18 @@ impl Store {
     /// hand-off (a spawn, a thread woken, two context switches) costs more
     /// than the read itself. A range that may be large goes through
     /// [`Store::range`], which keeps RocksDB off the async workers.
+    /// What it reads from RocksDB at the current revision is kept in the
+    /// cache for the next such read, until a write changes it.
     pub fn range_small(&self, req: &RangeRequest) -> Result<(RangeResult, Header), StoreError> {
-        if let Some((result, revision)) = self.inner.sm.range_cached(req) {
-            crate::metrics::metrics().reads_from_cache.inc();
-            return Ok((result, Header { revision, ..self.header() }));
+        if let Some(cached) = self.range_cached(req) {
+            return Ok(cached);
         }
         let header = self.header();
-        finish_read(read_now(&self.inner.sm, |view| view.range(req)), header)
+        let read = read_now(&self.inner.sm, |view| view.range(req));
+        if let Ok((result, Ok(revision))) = &read {
+            self.inner.sm.remember_read(req, result, *revision);
+        }
+        finish_read(read, header)
     }
 
     /// etcd's HashKV on this member's state: (hash, compacted revision,
