@@ -509,31 +509,35 @@ pub fn decode(obj: &Value) -> Result<Option<Vec<Manager>>, ManagedFieldsError> {
         Some(Value::Array(a)) => a,
         Some(_) => return Err(ManagedFieldsError::NotAList),
     };
-    let mut out = Vec::with_capacity(entries.len());
-    for (index, e) in entries.iter().enumerate() {
-        let text = |k: &str| e.get(k).and_then(Value::as_str).unwrap_or_default().to_string();
-        let operation = match text("operation").as_str() {
-            "Apply" => Operation::Apply,
-            "Update" | "" => Operation::Update,
-            other => return Err(ManagedFieldsError::Entry { index, reason: format!("unknown operation {other:?}") }),
-        };
-        if !matches!(text("fieldsType").as_str(), "FieldsV1" | "") {
-            return Err(ManagedFieldsError::Entry { index, reason: "fieldsType must be FieldsV1".into() });
-        }
-        let fields = match e.get("fieldsV1") {
-            None | Some(Value::Null) => FieldSet::new(),
-            Some(v) => FieldSet::from_fields_v1(v).map_err(|source| ManagedFieldsError::Fields { index, source })?,
-        };
-        out.push(Manager {
-            name: text("manager"),
-            operation,
-            api_version: text("apiVersion"),
-            subresource: text("subresource"),
-            time: e.get("time").and_then(Value::as_str).map(str::to_string),
-            fields,
-        });
+    entries.iter().enumerate().map(|(index, e)| decode_entry(index, e, true)).collect::<Result<_, _>>().map(Some)
+}
+
+/// Entry `index` of `metadata.managedFields`; its fields are left empty
+/// unless `fields`.
+fn decode_entry(index: usize, e: &Value, fields: bool) -> Result<Manager, ManagedFieldsError> {
+    let text = |k: &str| e.get(k).and_then(Value::as_str).unwrap_or_default().to_string();
+    let operation = match text("operation").as_str() {
+        "Apply" => Operation::Apply,
+        "Update" | "" => Operation::Update,
+        other => return Err(ManagedFieldsError::Entry { index, reason: format!("unknown operation {other:?}") }),
+    };
+    if !matches!(text("fieldsType").as_str(), "FieldsV1" | "") {
+        return Err(ManagedFieldsError::Entry { index, reason: "fieldsType must be FieldsV1".into() });
     }
-    Ok(Some(out))
+    let fields = match e.get("fieldsV1") {
+        Some(v) if fields && !v.is_null() => {
+            FieldSet::from_fields_v1(v).map_err(|source| ManagedFieldsError::Fields { index, source })?
+        }
+        _ => FieldSet::new(),
+    };
+    Ok(Manager {
+        name: text("manager"),
+        operation,
+        api_version: text("apiVersion"),
+        subresource: text("subresource"),
+        time: e.get("time").and_then(Value::as_str).map(str::to_string),
+        fields,
+    })
 }
 
 /// Writes `managers` into `obj`'s `metadata.managedFields`, in Kubernetes'
@@ -553,27 +557,149 @@ pub fn encode(managers: &[Manager], obj: &mut Value) {
     let entries: Vec<Value> = kept
         .iter()
         .map(|m| {
-            let mut e = Map::new();
-            e.insert("manager".into(), json!(m.name));
-            e.insert("operation".into(), json!(if m.operation == Operation::Apply { "Apply" } else { "Update" }));
-            e.insert("apiVersion".into(), json!(m.api_version));
-            if let Some(t) = &m.time {
-                e.insert("time".into(), json!(t));
-            }
-            e.insert("fieldsType".into(), json!("FieldsV1"));
-            e.insert("fieldsV1".into(), m.fields.to_fields_v1());
-            if !m.subresource.is_empty() {
-                e.insert("subresource".into(), json!(m.subresource));
-            }
-            Value::Object(e)
+            entry(&m.name, m.operation, &m.api_version, m.time.as_deref(), m.fields.to_fields_v1(), &m.subresource)
         })
         .collect();
+    set_entries(obj, entries);
+}
+
+/// One `ManagedFieldsEntry`.
+fn entry(
+    name: &str,
+    operation: Operation,
+    api_version: &str,
+    time: Option<&str>,
+    fields_v1: Value,
+    subresource: &str,
+) -> Value {
+    let mut e = Map::new();
+    e.insert("manager".into(), json!(name));
+    e.insert("operation".into(), json!(if operation == Operation::Apply { "Apply" } else { "Update" }));
+    e.insert("apiVersion".into(), json!(api_version));
+    if let Some(t) = time {
+        e.insert("time".into(), json!(t));
+    }
+    e.insert("fieldsType".into(), json!("FieldsV1"));
+    e.insert("fieldsV1".into(), fields_v1);
+    if !subresource.is_empty() {
+        e.insert("subresource".into(), json!(subresource));
+    }
+    Value::Object(e)
+}
+
+fn set_entries(obj: &mut Value, entries: Vec<Value>) {
     let Some(meta) = obj.get_mut("metadata").and_then(Value::as_object_mut) else { return };
     if entries.is_empty() {
         meta.remove("managedFields");
     } else {
         meta.insert("managedFields".into(), Value::Array(entries));
     }
+}
+
+/// Records a create by `w` of `new` that supplied no managers: what
+/// [`update`] from nothing and [`encode`] record (`w` owns every field of
+/// `new` it can own), built straight into `FieldsV1`. A create is most
+/// writes, and `update` would build a field path for every field of the
+/// object, then copy the set of them three times over before encoding it.
+pub fn record_create<'s>(root: impl Into<Ty<'s>>, new: &mut Value, w: &Writer) {
+    let root = root.into();
+    let fields = match new.as_object() {
+        Some(m) if !m.is_empty() && !root.is_atomic() => created_fields(root, m, w),
+        _ => {
+            let managers = update(root, &Value::Null, new, Vec::new(), w);
+            return encode(&managers, new);
+        }
+    };
+    let entries = match fields {
+        Some(fields) => vec![entry(w.manager, Operation::Update, w.api_version, Some(w.now), fields, w.subresource)],
+        None => Vec::new(),
+    };
+    set_entries(new, entries);
+}
+
+/// A set of fields as a tree of `FieldsV1` elements.
+#[derive(Default)]
+struct FieldTree {
+    member: bool,
+    children: std::collections::BTreeMap<String, FieldTree>,
+}
+
+impl FieldTree {
+    /// Its `FieldsV1` JSON, `None` if it holds no field.
+    fn into_fields_v1(self) -> Option<Value> {
+        let mut m = Map::new();
+        for (e, child) in self.children {
+            if let Some(v) = child.into_fields_v1() {
+                m.insert(e, v);
+            }
+        }
+        if m.is_empty() && !self.member {
+            return None;
+        }
+        if self.member && !m.is_empty() {
+            m.insert(".".into(), Value::Object(Map::new()));
+        }
+        Some(Value::Object(m))
+    }
+
+    /// Every field of `v` (of field type `f`), as [`collect_all`] gathers them.
+    fn add_all(&mut self, v: &Value, f: Field<'_>, element: bool) {
+        if element || !f.ty.is_struct() {
+            self.member = true;
+        }
+        match (v, f.list) {
+            (Value::Array(items), ListType::Set | ListType::Map(_)) => {
+                for (i, item) in items.iter().enumerate() {
+                    let child = self.children.entry(element_or_index(item, f.list, i).encode()).or_default();
+                    if f.list == ListType::Set {
+                        child.member = true;
+                    } else {
+                        child.add_all(item, f.ty.as_field(), true);
+                    }
+                }
+            }
+            (Value::Object(m), _) if !f.ty.is_atomic() => {
+                if m.is_empty() {
+                    self.member = true;
+                }
+                for (k, child) in m {
+                    self.children.entry(format!("f:{k}")).or_default().add_all(child, f.ty.field(k), false);
+                }
+            }
+            _ => self.member = true,
+        }
+    }
+}
+
+/// The `FieldsV1` of what a create of `new` by `w` owns (see [`ownable`]),
+/// `None` if nothing.
+fn created_fields(root: Ty<'_>, new: &Map<String, Value>, w: &Writer) -> Option<Value> {
+    let mut tree = FieldTree::default();
+    for (k, v) in new {
+        let status = k == "status";
+        let owned = match w.subresource {
+            "status" => status,
+            _ => !(w.status_subresource && status),
+        };
+        if !owned || k == "apiVersion" || k == "kind" {
+            continue;
+        }
+        let f = root.field(k);
+        let node = tree.children.entry(format!("f:{k}")).or_default();
+        match v {
+            Value::Object(meta) if k == "metadata" && !f.ty.is_atomic() => {
+                // As `add_all`, without the server-set fields.
+                if !f.ty.is_struct() || meta.is_empty() {
+                    node.member = true;
+                }
+                for (name, child) in meta.iter().filter(|(name, _)| !SERVER_METADATA.contains(&name.as_str())) {
+                    node.children.entry(format!("f:{name}")).or_default().add_all(child, f.ty.field(name), false);
+                }
+            }
+            _ => node.add_all(v, f, false),
+        }
+    }
+    tree.into_fields_v1()
 }
 
 /// Server-set metadata no manager owns.
@@ -609,21 +735,35 @@ pub fn update<'s>(
     mut managers: Vec<Manager>,
     w: &Writer,
 ) -> Vec<Manager> {
+    let (taken, removed) = changed_fields(root.into(), live, new, w);
+    take(&mut managers, &taken, &removed, w);
+    cap_update_managers(&mut managers);
+    managers
+}
+
+/// The fields an update by `w` from `live` to `new` takes (added or
+/// changed) and removes, of those it can own.
+fn changed_fields(root: Ty<'_>, live: &Value, new: &Value, w: &Writer) -> (FieldSet, FieldSet) {
     let empty = json!({});
     let live = if live.is_null() { &empty } else { live };
     let c = compare(root, live, new);
     let keep = |p: &Path| ownable(w, p);
     let (added, modified, removed) = (c.added.filter(keep), c.modified.filter(keep), c.removed.filter(keep));
-    let taken = added.union(&modified);
-    for m in &mut managers {
-        m.fields = m.fields.difference(&taken).difference(&removed);
+    (added.union(&modified), removed)
+}
+
+/// Gives `w` the fields it took, which every other manager loses, as
+/// they lose the fields removed; drops managers left owning nothing.
+fn take(managers: &mut Vec<Manager>, taken: &FieldSet, removed: &FieldSet, w: &Writer) {
+    for m in managers.iter_mut() {
+        m.fields = m.fields.difference(taken).difference(removed);
     }
     let existing = managers.iter().position(|m| m.is(w.manager, Operation::Update, w.api_version, w.subresource));
     if let Some(i) = existing {
         if !taken.is_empty() {
             managers[i].time = Some(w.now.to_string());
         }
-        managers[i].fields = managers[i].fields.union(&taken);
+        managers[i].fields = managers[i].fields.union(taken);
     } else if !taken.is_empty() {
         managers.push(Manager {
             name: w.manager.to_string(),
@@ -631,12 +771,88 @@ pub fn update<'s>(
             api_version: w.api_version.to_string(),
             subresource: w.subresource.to_string(),
             time: Some(w.now.to_string()),
-            fields: taken,
+            fields: taken.clone(),
         });
     }
     managers.retain(|m| !m.fields.is_empty());
-    cap_update_managers(&mut managers);
-    managers
+}
+
+/// [`update`] then [`encode`] for a write whose managers are those stored
+/// in `live` (validated when they were written). A manager that owns
+/// nothing under the top-level fields the write changes cannot lose
+/// anything to it: its `FieldsV1` is written back as stored instead of
+/// being decoded into paths and encoded again (a pod's status write
+/// leaves its creator's spec fields alone).
+pub fn update_stored<'s>(root: impl Into<Ty<'s>>, live: &Value, new: &mut Value, w: &Writer) {
+    let root = root.into();
+    let entries = live.pointer("/metadata/managedFields").and_then(Value::as_array).map_or(&[][..], Vec::as_slice);
+    let general = |new: &mut Value| {
+        // Unreadable bookkeeping is dropped, as Kubernetes resets it.
+        let managers = decode(live).ok().flatten().unwrap_or_default();
+        let managers = update(root, live, new, managers, w);
+        encode(&managers, new);
+    };
+    let Ok(identities) =
+        entries.iter().enumerate().map(|(i, e)| decode_entry(i, e, false)).collect::<Result<Vec<_>, _>>()
+    else {
+        return general(new);
+    };
+    let (taken, removed) = changed_fields(root, live, new, w);
+    let touched: std::collections::BTreeSet<String> = taken
+        .iter()
+        .chain(removed.iter())
+        .filter_map(|p| match p.0.first() {
+            Some(PathElement::Field(name)) => Some(format!("f:{name}")),
+            _ => None,
+        })
+        .collect();
+    let untouched = |m: &Manager, raw: Option<&Value>| match raw {
+        Some(Value::Object(fields)) => {
+            !fields.is_empty()
+                && !m.is(w.manager, Operation::Update, w.api_version, w.subresource)
+                && fields.keys().all(|k| k.starts_with("f:") && !touched.contains(k))
+        }
+        _ => false,
+    };
+    let mut kept = Vec::new();
+    let mut changed = Vec::new();
+    for (mut m, e) in identities.into_iter().zip(entries) {
+        let raw = e.get("fieldsV1").filter(|v| !v.is_null());
+        if untouched(&m, raw) {
+            kept.push((m, raw.expect("untouched fields are an object")));
+            continue;
+        }
+        match raw.map(FieldSet::from_fields_v1).transpose() {
+            Ok(fields) => m.fields = fields.unwrap_or_default(),
+            Err(_) => return general(new),
+        }
+        changed.push(m);
+    }
+    take(&mut changed, &taken, &removed, w);
+    let updaters = kept.iter().map(|(m, _)| m).chain(&changed).filter(|m| m.operation == Operation::Update).count();
+    if updaters > MAX_UPDATE_MANAGERS {
+        // Merging the oldest needs everyone's fields.
+        return general(new);
+    }
+    let mut all: Vec<(&Manager, Option<&Value>)> =
+        kept.iter().map(|(m, raw)| (m, Some(*raw))).chain(changed.iter().map(|m| (m, None))).collect();
+    all.sort_by(|(a, _), (b, _)| {
+        (a.operation, &a.time, &a.name, &a.api_version, &a.subresource).cmp(&(
+            b.operation,
+            &b.time,
+            &b.name,
+            &b.api_version,
+            &b.subresource,
+        ))
+    });
+    let entries = all
+        .into_iter()
+        .map(|(m, raw)| {
+            let fields = raw.cloned().unwrap_or_else(|| m.fields.to_fields_v1());
+            entry(&m.name, m.operation, &m.api_version, m.time.as_deref(), fields, &m.subresource)
+        })
+        .collect();
+    set_entries(new, entries);
 }
 
 /// The most Update managers an object keeps, as Kubernetes keeps.

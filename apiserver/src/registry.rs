@@ -299,9 +299,22 @@ fn record_update(
     live: &Value,
     next: &mut Value,
 ) -> Result<(), ApiError> {
-    let managers = managers_before(live, next, subresource)?;
     let (now, api_version) = (meta::now_rfc3339(), info.api_version());
     let w = writer(info, ctx, subresource, &api_version, &now);
+    fn managed(obj: &Value) -> Option<&Value> {
+        obj.pointer("/metadata/managedFields").filter(|v| !v.is_null())
+    }
+    if !live.is_null() && (!subresource.is_empty() || managed(next).is_none() || managed(next) == managed(live)) {
+        // The managers are those stored (a patch carries them over as they
+        // are): read only those the write can change.
+        managed_fields::update_stored(structure::of(info), live, next, &w);
+        return Ok(());
+    }
+    let managers = managers_before(live, next, subresource)?;
+    if live.is_null() && managers.is_empty() {
+        managed_fields::record_create(structure::of(info), next, &w);
+        return Ok(());
+    }
     let managers = managed_fields::update(structure::of(info), live, next, managers, &w);
     managed_fields::encode(&managers, next);
     Ok(())
@@ -744,14 +757,19 @@ impl Registry {
             self.security.admit(&attrs, &mut candidate, None)?;
             pod_security::admit(&self.objects, ctx, &attrs, &candidate, None).await?;
             let chosen = strategy.allocate(&mut candidate, None).map_err(|e| ApiError::invalid(info, &name, &[e]))?;
-            let managers = if recorded {
-                supplied.clone()
+            if recorded {
+                managed_fields::encode(&supplied, &mut candidate);
             } else {
                 let (now, api_version) = (meta::now_rfc3339(), info.api_version());
                 let w = writer(info, ctx, "", &api_version, &now);
-                managed_fields::update(structure::of(info), &Value::Null, &candidate, supplied.clone(), &w)
-            };
-            managed_fields::encode(&managers, &mut candidate);
+                if supplied.is_empty() {
+                    managed_fields::record_create(structure::of(info), &mut candidate, &w);
+                } else {
+                    let managers =
+                        managed_fields::update(structure::of(info), &Value::Null, &candidate, supplied.clone(), &w);
+                    managed_fields::encode(&managers, &mut candidate);
+                }
+            }
             self.check_valid(info, &candidate, strategy.validate_create(info, &candidate))?;
             let bytes = storage::encode(&candidate);
             size_check(&bytes)?;

@@ -430,3 +430,133 @@ fn past_ten_update_managers_the_oldest_are_merged_into_ancient_changes() {
     assert_eq!(managers.iter().filter(|m| m.operation == Operation::Update).count(), MAX_UPDATE_MANAGERS);
     assert!(!managers.iter().any(|m| m.name == "m3"));
 }
+
+#[test]
+fn a_create_records_what_an_update_from_nothing_records() {
+    let pod = json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {
+            "name": "p", "namespace": "default", "uid": "u", "resourceVersion": "1",
+            "creationTimestamp": "2026-01-01T00:00:00Z", "generateName": "p-",
+            "labels": {"app": "web", "tier": "front"}, "annotations": {},
+            "finalizers": ["a", "b", "a"],
+            "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "rs", "uid": "r1", "controller": true}]
+        },
+        "spec": {
+            "containers": [
+                {"name": "web", "image": "nginx", "ports": [{"containerPort": 80}, {"containerPort": 53, "protocol": "UDP"}],
+                 "resources": {"requests": {"cpu": "100m", "memory": "500Mi"}}, "env": [{"name": "A", "value": "1"}],
+                 "command": ["sh", "-c", "sleep 1"]},
+                {"image": "no-name"}
+            ],
+            "nodeSelector": {"zone": "a"},
+            "tolerations": [{"key": "k", "operator": "Exists"}],
+            "affinity": {},
+            "schedulerName": "default-scheduler", "priority": 0
+        },
+        "status": {"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "False"}]}
+    });
+    let service = json!({
+        "apiVersion": "v1", "kind": "Service", "metadata": {"name": "s"},
+        "spec": {"ports": [{"port": 80, "targetPort": 8080}, {"port": 53, "protocol": "UDP"}], "selector": {"app": "web"},
+                 "clusterIPs": ["10.0.0.1"], "type": "ClusterIP"}
+    });
+    let custom = json!({"apiVersion": "example.com/v1", "kind": "Thing", "metadata": {"name": "t"},
+                        "spec": {"list": [1, 2], "nested": {"a": {}}}, "status": {"ok": true}});
+    let empty_meta = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {}, "data": {"k": "v"}});
+    let only_server_meta = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}, "data": {}});
+    let nothing_owned = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c", "uid": "u"}});
+    let cases = [
+        (Kind::Pod, pod),
+        (Kind::Deployment, deployment(3, "nginx")),
+        (Kind::Service, service),
+        (Kind::Custom, custom),
+        (Kind::ConfigMap, empty_meta),
+        (Kind::ConfigMap, only_server_meta),
+        (Kind::ConfigMap, nothing_owned),
+    ];
+    let writers = [
+        writer("creator"),
+        Writer { status_subresource: false, ..writer("creator") },
+        Writer { subresource: "status", ..writer("creator") },
+    ];
+    for (kind, obj) in cases {
+        for w in &writers {
+            let mut fast = obj.clone();
+            record_create(kind, &mut fast, w);
+            let mut slow = obj.clone();
+            encode(&update(kind, &Value::Null, &obj, Vec::new(), w), &mut slow);
+            assert_eq!(fast, slow, "{kind:?} written by {w:?}");
+        }
+    }
+}
+
+/// `update_stored` gives what decoding every stored manager, `update` and
+/// `encode` give.
+fn assert_stored_update_as_update(kind: Kind, live: &Value, new: &Value, w: &Writer) {
+    let mut lazy = new.clone();
+    update_stored(kind, live, &mut lazy, w);
+    let mut general = new.clone();
+    let managers = decode(live).ok().flatten().unwrap_or_default();
+    encode(&update(kind, live, new, managers, w), &mut general);
+    assert_eq!(lazy, general, "{} by {w:?}", serde_json::to_string_pretty(new).unwrap());
+}
+
+#[test]
+fn an_update_of_stored_managers_records_what_decoding_them_all_records() {
+    let created = {
+        let mut d = deployment(3, "nginx");
+        record_create(Kind::Deployment, &mut d, &writer("creator"));
+        d
+    };
+    let status_writer = Writer { subresource: "status", now: LATER, ..writer("controller") };
+    let mut with_status = created.clone();
+    with_status["status"] = json!({"replicas": 3, "conditions": [{"type": "Available", "status": "True"}]});
+    // A first status write: the creator's spec fields are left alone.
+    assert_stored_update_as_update(Kind::Deployment, &created, &with_status, &status_writer);
+    let mut live = with_status.clone();
+    update_stored(Kind::Deployment, &created, &mut live, &status_writer);
+    assert_eq!(must_decode(&live).len(), 2);
+
+    // The same manager again, changing and removing status fields.
+    let mut next = live.clone();
+    next["status"] = json!({"replicas": 2});
+    assert_stored_update_as_update(Kind::Deployment, &live, &next, &status_writer);
+    // Another manager takes a spec field from the creator; one removes one.
+    let mut scaled = live.clone();
+    scaled["spec"]["replicas"] = json!(5);
+    assert_stored_update_as_update(Kind::Deployment, &live, &scaled, &Writer { now: LATER, ..writer("scaler") });
+    let mut unlabelled = live.clone();
+    unlabelled["metadata"]["labels"] = json!({});
+    assert_stored_update_as_update(Kind::Deployment, &live, &unlabelled, &Writer { now: LATER, ..writer("editor") });
+    // The creator writes again; nothing changes; no managers stored.
+    assert_stored_update_as_update(Kind::Deployment, &live, &scaled, &writer("creator"));
+    assert_stored_update_as_update(Kind::Deployment, &live, &live, &writer("creator"));
+    let mut bare = live.clone();
+    bare["metadata"].as_object_mut().unwrap().remove("managedFields");
+    assert_stored_update_as_update(Kind::Deployment, &bare, &scaled, &writer("scaler"));
+    // Unreadable bookkeeping is dropped either way.
+    let mut unreadable = live.clone();
+    unreadable["metadata"]["managedFields"][0]["operation"] = json!("Sideways");
+    assert_stored_update_as_update(Kind::Deployment, &unreadable, &scaled, &writer("scaler"));
+    let mut bad_fields = live.clone();
+    bad_fields["metadata"]["managedFields"][1]["fieldsV1"] = json!({"x:nope": {}});
+    assert_stored_update_as_update(Kind::Deployment, &bad_fields, &scaled, &writer("scaler"));
+}
+
+#[test]
+fn an_update_of_stored_managers_past_ten_merges_the_oldest_as_update_does() {
+    let mut live = deployment(1, "nginx");
+    record_create(Kind::Deployment, &mut live, &Writer { now: "2025-01-01T00:00:00Z", ..writer("creator") });
+    let times: Vec<String> = (0..12).map(|i| format!("2025-02-{:02}T00:00:00Z", i + 1)).collect();
+    for (i, time) in times.iter().enumerate() {
+        let mut next = live.clone();
+        next["metadata"]["annotations"][format!("a{i}")] = json!("x");
+        let name = format!("m{i}");
+        let w = Writer { now: time, ..writer(&name) };
+        assert_stored_update_as_update(Kind::Deployment, &live, &next, &w);
+        update_stored(Kind::Deployment, &live, &mut next, &w);
+        live = next;
+    }
+    assert!(must_decode(&live).iter().any(|m| m.name == ANCIENT_CHANGES));
+}
