@@ -26,6 +26,8 @@
 //! the constants of the system priority classes, which the apiserver
 //! creates and its priority admission reads.
 
+use std::borrow::Cow;
+
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use serde_json::{Map, Value};
@@ -59,13 +61,20 @@ pub fn normalize(info: &ResourceInfo, obj: &Value) -> Result<Value, FieldError> 
     let Some(map) = obj.as_object() else {
         return Err(FieldError::type_invalid("", "the object must be a JSON object"));
     };
-    let mut input = Value::Object(map.clone());
-    if let Some(m) = input.as_object_mut() {
-        m.insert("apiVersion".into(), Value::String(info.api_version()));
+    // Typed as the catalog says (as nearly every object is), the object is
+    // decoded where it is; it is copied only when something must change.
+    let api_version = info.api_version();
+    let typed = |k: &str, want: &str| map.get(k).and_then(Value::as_str) == Some(want);
+    let mut input = if typed("apiVersion", &api_version) && typed("kind", info.kind) {
+        Cow::Borrowed(obj)
+    } else {
+        let mut m = map.clone();
+        m.insert("apiVersion".into(), Value::String(api_version));
         m.insert("kind".into(), Value::String(info.kind.to_string()));
-    }
+        Cow::Owned(Value::Object(m))
+    };
     if info.kind_id == Kind::Secret {
-        merge_string_data(&mut input)?;
+        merge_string_data(input.to_mut())?;
     }
     if info.kind_id == Kind::Custom {
         return crate::custom::normalize(info, &input);
@@ -183,15 +192,15 @@ const QUANTITY_MAPS: &[&str] = &[
 ];
 const QUANTITY_FIELDS: &[&str] = &["sizeLimit", "divisor"];
 
-fn roundtrip<T: DeserializeOwned + Serialize>(mut input: Value) -> Result<Value, FieldError> {
+fn roundtrip<T: DeserializeOwned + Serialize>(mut input: Cow<'_, Value>) -> Result<Value, FieldError> {
     for _ in 0..=MAX_QUANTITY_FIXES {
-        let err = match serde_path_to_error::deserialize::<_, T>(&input) {
+        let err = match serde_path_to_error::deserialize::<_, T>(&*input) {
             Ok(typed) => {
                 return serde_json::to_value(&typed).map_err(|e| FieldError::type_invalid("", e.to_string()));
             }
             Err(e) => e,
         };
-        if fix_quantity(&mut input, err.path()) {
+        if fix_quantity(input.to_mut(), err.path()) {
             continue;
         }
         return Err(FieldError::type_invalid(kube_path(err.path()), err.into_inner().to_string()));

@@ -40,11 +40,35 @@ pub fn prefix_end(prefix: &[u8]) -> Vec<u8> {
 
 /// The stored bytes of `obj`: its JSON without `resourceVersion`.
 pub fn encode(obj: &Value) -> Vec<u8> {
-    let mut obj = obj.clone();
-    if let Some(m) = obj.get_mut("metadata").and_then(Value::as_object_mut) {
-        m.remove("resourceVersion");
+    serde_json::to_vec(&Unversioned(obj)).expect("JSON values serialize")
+}
+
+/// An object serialized as it is, but for its `metadata.resourceVersion`:
+/// no copy of the object is made to leave it out.
+struct Unversioned<'a>(&'a Value);
+
+/// An object's metadata without its `resourceVersion`.
+struct UnversionedMeta<'a>(&'a serde_json::Map<String, Value>);
+
+impl serde::Serialize for Unversioned<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let Value::Object(fields) = self.0 else { return self.0.serialize(s) };
+        let mut map = s.serialize_map(Some(fields.len()))?;
+        for (k, v) in fields {
+            match v {
+                Value::Object(meta) if k == "metadata" => map.serialize_entry(k, &UnversionedMeta(meta))?,
+                _ => map.serialize_entry(k, v)?,
+            }
+        }
+        map.end()
     }
-    serde_json::to_vec(&obj).expect("JSON values serialize")
+}
+
+impl serde::Serialize for UnversionedMeta<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_map(self.0.iter().filter(|(name, _)| *name != "resourceVersion"))
+    }
 }
 
 /// `stored` with `"resourceVersion":"<revision>"` added to its top-level
@@ -385,6 +409,19 @@ mod tests {
         let stored = encode(&json!({"metadata": {"resourceVersion": "3", "name": "x"}}));
         let out: Value = serde_json::from_slice(&with_resource_version(&stored, 9)).unwrap();
         assert_eq!(out["metadata"]["resourceVersion"], "9");
+    }
+
+    #[test]
+    fn the_stored_bytes_are_the_object_without_its_resource_version() {
+        let obj = json!({"apiVersion": "v1", "kind": "Pod",
+                         "metadata": {"name": "p", "resourceVersion": "3", "labels": {"resourceVersion": "kept"}},
+                         "spec": {"resourceVersion": "kept"}, "status": {}});
+        let mut expected = obj.clone();
+        expected["metadata"].as_object_mut().unwrap().remove("resourceVersion");
+        assert_eq!(encode(&obj), serde_json::to_vec(&expected).unwrap());
+        for other in [json!({"kind": "X"}), json!({"metadata": "not an object"}), json!([1]), json!(null)] {
+            assert_eq!(encode(&other), serde_json::to_vec(&other).unwrap(), "{other}");
+        }
     }
 
     #[test]
