@@ -131,13 +131,21 @@ pub fn normalize(info: &ResourceInfo, obj: &Value) -> Result<Value, FieldError> 
     Ok(out)
 }
 
-/// Every problem with `obj` (already normalized and defaulted); `old` is the
-/// stored object for an update, so immutable fields can be checked.
-pub fn validate(info: &ResourceInfo, obj: &Value, old: Option<&Value>) -> Vec<FieldError> {
+/// The problems with `obj`'s metadata, and with its change from `old`'s
+/// for an update: all a write needs checked when it leaves the rest of the
+/// object as stored (a pod's status, its binding).
+pub fn validate_metadata(info: &ResourceInfo, obj: &Value, old: Option<&Value>) -> Vec<FieldError> {
     let mut errs = object::validate_meta(info, obj);
     if let Some(old) = old {
         errs.extend(object::validate_meta_update(obj, old));
     }
+    errs
+}
+
+/// Every problem with `obj` (already normalized and defaulted); `old` is the
+/// stored object for an update, so immutable fields can be checked.
+pub fn validate(info: &ResourceInfo, obj: &Value, old: Option<&Value>) -> Vec<FieldError> {
+    let mut errs = validate_metadata(info, obj, old);
     errs.extend(match info.kind_id {
         Kind::Pod => pod::validate_pod(obj, old),
         Kind::Service => service::validate_service(obj, old),

@@ -14,11 +14,19 @@ pub struct Pod;
 impl Strategy for Pod {
     fn validate_update(&self, info: &ResourceInfo, obj: &Value, old: &Value, subresource: &str) -> Vec<FieldError> {
         if subresource == "binding" {
-            // Binding sets the node; the pod update rule (spec immutable)
-            // judges everything else.
-            let mut old = old.clone();
-            old["spec"]["nodeName"] = obj["spec"]["nodeName"].clone();
-            return validation::validate(info, obj, Some(&old));
+            // Binding sets the node and the PodScheduled condition: the rest
+            // of the spec is as stored, validated when it was written.
+            let mut errors = validation::validate_metadata(info, obj, Some(old));
+            let node = &obj["spec"]["nodeName"];
+            for problem in validation::is_dns1123_subdomain(node.as_str().unwrap_or_default()) {
+                errors.push(FieldError::invalid("spec.nodeName", node, problem));
+            }
+            return errors;
+        }
+        if subresource == "status" && obj["spec"] == old["spec"] {
+            // A status write leaves the spec as stored, validated when it was
+            // written (Kubernetes checks only metadata and status here too).
+            return validation::validate_metadata(info, obj, Some(old));
         }
         if subresource == "ephemeralcontainers" {
             // The pod update rule judges the rest with the new list taken
@@ -200,6 +208,29 @@ mod tests {
                 "{missing}"
             );
         }
+    }
+
+    #[test]
+    fn a_binding_checks_its_node_name_and_a_status_write_its_metadata_not_the_stored_spec() {
+        let info = resources::of(Kind::Pod);
+        // Stored before some rule it breaks: no containers.
+        let stored = json!({"metadata": {"name": "p", "namespace": "default"}, "spec": {}, "status": {}});
+        let bound = bind(info, &stored, "node-1").unwrap();
+        assert_eq!(Pod.validate_update(info, &bound, &stored, "binding"), vec![]);
+        let bad = bind(info, &stored, "Node_1").unwrap();
+        let errors = Pod.validate_update(info, &bad, &stored, "binding");
+        assert!(!errors.is_empty() && errors.iter().all(|e| e.field == "spec.nodeName"), "{errors:?}");
+
+        let mut running = bound.clone();
+        running["status"]["phase"] = json!("Running");
+        assert_eq!(Pod.validate_update(info, &running, &bound, "status"), vec![]);
+        let mut renamed = running.clone();
+        renamed["metadata"]["name"] = json!("q");
+        assert!(!Pod.validate_update(info, &renamed, &bound, "status").is_empty(), "metadata is still checked");
+        let mut respecced = running.clone();
+        respecced["spec"]["containers"] = json!([]);
+        let errors = Pod.validate_update(info, &respecced, &bound, "status");
+        assert!(errors.iter().any(|e| e.field == "spec.containers"), "a changed spec is checked: {errors:?}");
     }
 
     #[test]
