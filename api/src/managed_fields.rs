@@ -463,6 +463,12 @@ pub struct Writer<'a> {
 }
 
 impl Manager {
+    /// Where it goes in `managedFields`: Apply before Update, then oldest
+    /// first.
+    fn order(&self) -> (Operation, &Option<String>, &str, &str, &str) {
+        (self.operation, &self.time, self.name.as_str(), self.api_version.as_str(), self.subresource.as_str())
+    }
+
     /// Kubernetes keys managers by name, operation, subresource and, for
     /// Update managers, apiVersion.
     fn is(&self, name: &str, operation: Operation, api_version: &str, subresource: &str) -> bool {
@@ -545,15 +551,7 @@ fn decode_entry(index: usize, e: &Value, fields: bool) -> Result<Manager, Manage
 /// own nothing.
 pub fn encode(managers: &[Manager], obj: &mut Value) {
     let mut kept: Vec<&Manager> = managers.iter().filter(|m| !m.fields.is_empty()).collect();
-    kept.sort_by(|a, b| {
-        (a.operation, &a.time, &a.name, &a.api_version, &a.subresource).cmp(&(
-            b.operation,
-            &b.time,
-            &b.name,
-            &b.api_version,
-            &b.subresource,
-        ))
-    });
+    kept.sort_by(|a, b| a.order().cmp(&b.order()));
     let entries: Vec<Value> = kept
         .iter()
         .map(|m| {
@@ -836,15 +834,7 @@ pub fn update_stored<'s>(root: impl Into<Ty<'s>>, live: &Value, new: &mut Value,
     }
     let mut all: Vec<(&Manager, Option<&Value>)> =
         kept.iter().map(|(m, raw)| (m, Some(*raw))).chain(changed.iter().map(|m| (m, None))).collect();
-    all.sort_by(|(a, _), (b, _)| {
-        (a.operation, &a.time, &a.name, &a.api_version, &a.subresource).cmp(&(
-            b.operation,
-            &b.time,
-            &b.name,
-            &b.api_version,
-            &b.subresource,
-        ))
-    });
+    all.sort_by(|(a, _), (b, _)| a.order().cmp(&b.order()));
     let entries = all
         .into_iter()
         .map(|(m, raw)| {
