@@ -1077,7 +1077,7 @@ impl Registry {
 fn finish_patch(
     info: &'static ResourceInfo,
     current: &Value,
-    patched: Value,
+    mut patched: Value,
     opts: &PatchOptions,
     subresource: &str,
 ) -> Result<Value, ApiError> {
@@ -1090,9 +1090,21 @@ fn finish_patch(
             ));
         }
     }
+    let report_unknown = opts.strict_fields || opts.warnings.is_some();
+    if subresource == "status"
+        && !report_unknown
+        && info.kind_id != Kind::Custom
+        && patched.get("spec") == current.get("spec")
+    {
+        // A status write keeps the stored spec (`merge_update`), and this
+        // one left it as stored: decoding it again would change nothing.
+        if let Some(m) = patched.as_object_mut() {
+            m.remove("spec");
+        }
+    }
     let normalized = validation::normalize(info, &patched)
         .map_err(|e| ApiError::bad_request(format!("invalid {} after patching: {e}", info.kind)))?;
-    if opts.strict_fields || opts.warnings.is_some() {
+    if report_unknown {
         let mut unknown = Vec::new();
         unknown_fields(&patched, &normalized, "", &mut unknown);
         let list: Vec<String> = unknown.iter().map(|f| format!("unknown field \"{f}\"")).collect();
