@@ -66,4 +66,14 @@ async fn pods_get_the_priority_of_their_class() {
     assert!(err.contains("maximum allowed value of a user defined priority is 1000000000"), "{err}");
     let err = fails(kubectl(&server, &["delete", "pc", "system-node-critical"]));
     assert!(err.contains("this is a system priority class and cannot be deleted"), "{err}");
+
+    // The classes are decoded once and kept while none changes: a class
+    // deleted, then made again with another value, is read as it is now.
+    ok(kubectl(&server, &["delete", "pc", "high"]));
+    let err = fails(kubectl_stdin(&server, &["create", "-f", "-"], &pod("gone", "high")));
+    assert!(err.contains("no PriorityClass with name high was found"), "{err}");
+    ok(kubectl(&server, &["create", "priorityclass", "high", "--value", "500"]));
+    ok(kubectl_stdin(&server, &["create", "-f", "-"], &pod("again", "high")));
+    let priority = ok(kubectl(&server, &["get", "pod", "again", "-o", "jsonpath={.spec.priority}"]));
+    assert_eq!(priority, "500");
 }

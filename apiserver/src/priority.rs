@@ -16,6 +16,8 @@
 //! is told apart from one it sent. The reads and the rules are apart: the
 //! rules are plain functions of the classes read.
 
+use std::sync::Arc;
+
 use serde_json::{json, Value};
 use skiff_api::resources::{self, Kind};
 use skiff_api::validation::scheduling::SYSTEM_PRIORITY_CLASSES;
@@ -86,11 +88,10 @@ fn class_name(class: &Value) -> &str {
     class["metadata"]["name"].as_str().unwrap_or_default()
 }
 
-async fn read_classes(objects: &ObjectStore, consistency: Consistency) -> Result<Vec<Value>, ApiError> {
+async fn read_classes(objects: &ObjectStore, consistency: Consistency) -> Result<Arc<[Value]>, ApiError> {
     let revision = objects.prepare_read(consistency).await?;
     let prefix = resources::of(Kind::PriorityClass).prefix();
-    let page = objects.range_small(prefix.as_bytes(), &prefix_end(prefix.as_bytes()), revision)?;
-    page.items.iter().map(|s| s.decode()).collect()
+    objects.range_decoded(prefix.as_bytes(), &prefix_end(prefix.as_bytes()), revision)
 }
 
 /// Sets a new pod's priority from its class, the global default class or

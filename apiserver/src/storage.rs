@@ -7,6 +7,8 @@
 //! compares make it optimistic: a create requires the key to be absent, an
 //! update or delete requires the mod revision the caller read.
 
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde_json::Value;
@@ -247,7 +249,20 @@ pub fn parse_resource_version(s: &str) -> Result<i64, ApiError> {
 pub struct ObjectStore {
     pub store: Store,
     pub encryption: Encryption,
+    /// The objects of the small ranges admission reads on every pod
+    /// create, decoded, with the revisions they were decoded at:
+    /// [`ObjectStore::range_decoded`].
+    decoded: Arc<Mutex<HashMap<(Vec<u8>, Vec<u8>), Decoded>>>,
 }
+
+/// A range's objects as decoded at their revisions.
+struct Decoded {
+    versions: Vec<(Vec<u8>, i64)>,
+    objects: Arc<[Value]>,
+}
+
+/// Ranges whose decoded objects are kept; past it all are dropped.
+const DECODED_RANGES_MAX: usize = 64;
 
 /// What a range read found, at which store revision.
 pub struct Page {
@@ -261,7 +276,7 @@ pub struct Page {
 
 impl ObjectStore {
     pub fn new(store: Store, encryption: Encryption) -> ObjectStore {
-        ObjectStore { store, encryption }
+        ObjectStore { store, encryption, decoded: Arc::default() }
     }
 
     /// The plain bytes stored under `key`; a value that cannot be
@@ -324,6 +339,34 @@ impl ObjectStore {
         let revision = if revision > 0 { revision } else { header.revision };
         let items = r.kvs.into_iter().map(|kv| self.stored(kv)).collect::<Result<_, _>>()?;
         Ok(Page { items, more: r.more, count: r.count, revision })
+    }
+
+    /// The objects of [`ObjectStore::range_small`], decoded. The decoded
+    /// objects of up to [`DECODED_RANGES_MAX`] ranges are kept, each with
+    /// the keys and revisions it was decoded from, and answered again
+    /// while the range holds the same keys at the same revisions: the
+    /// PriorityClasses every pod create reads are decoded once, not on
+    /// every create.
+    pub fn range_decoded(&self, start: &[u8], end: &[u8], revision: i64) -> Result<Arc<[Value]>, ApiError> {
+        let req = RangeRequest { key: start.to_vec(), range_end: end.to_vec(), revision, ..Default::default() };
+        let (r, _) = self.store.range_small(&req).map_err(store_error)?;
+        let same = |d: &Decoded| {
+            d.versions.len() == r.kvs.len()
+                && d.versions.iter().zip(&r.kvs).all(|((k, m), kv)| *k == kv.key && *m == kv.mod_revision)
+        };
+        let range = (start.to_vec(), end.to_vec());
+        if let Some(d) = self.decoded.lock().expect("decoded ranges lock").get(&range).filter(|d| same(d)) {
+            return Ok(d.objects.clone());
+        }
+        let versions: Vec<(Vec<u8>, i64)> = r.kvs.iter().map(|kv| (kv.key.clone(), kv.mod_revision)).collect();
+        let objects: Arc<[Value]> =
+            r.kvs.into_iter().map(|kv| self.stored(kv)?.decode()).collect::<Result<Vec<_>, _>>()?.into();
+        let mut decoded = self.decoded.lock().expect("decoded ranges lock");
+        if decoded.len() >= DECODED_RANGES_MAX && !decoded.contains_key(&range) {
+            decoded.clear();
+        }
+        decoded.insert(range, Decoded { versions, objects: objects.clone() });
+        Ok(objects)
     }
 
     /// Runs `txn`, its puts encrypted; returns whether its compares held
