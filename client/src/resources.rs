@@ -88,6 +88,21 @@ impl WatchEvent {
     }
 }
 
+/// One watch event with its object as the server sent it, JSON: for a
+/// caller that decodes it into its own type, without a [`Value`] between.
+#[derive(Clone, Debug)]
+pub struct RawWatchEvent {
+    pub kind: EventType,
+    pub json: Vec<u8>,
+}
+
+impl RawWatchEvent {
+    /// The object as a [`Value`].
+    pub fn decode(&self) -> Result<Value, ClientError> {
+        from_json(&self.json)
+    }
+}
+
 #[derive(Clone, Debug, Default)]
 pub struct ListParams {
     pub label_selector: String,
@@ -500,10 +515,15 @@ impl Client {
     }
 
     pub async fn create(&self, info: &ResourceInfo, namespace: &str, obj: &Value) -> Result<Value, ClientError> {
+        from_json(&self.create_raw(info, namespace, obj).await?)
+    }
+
+    /// [`Client::create`], answering the created object's JSON undecoded
+    /// (for a caller that decodes it into its own type, or ignores it).
+    pub async fn create_raw(&self, info: &ResourceInfo, namespace: &str, obj: &Value) -> Result<Vec<u8>, ClientError> {
         self.throttle_write().await;
         let req = CreateRequest { resource: resource_ref(info, namespace), json: to_json(obj), ..Default::default() };
-        let obj = rpc!(self, create, req)?;
-        from_json(&obj.json)
+        Ok(rpc!(self, create, req)?.json)
     }
 
     /// Binds a pod to a node (`pods/binding`).
@@ -579,6 +599,19 @@ impl Client {
         patch: &Value,
         subresource: &str,
     ) -> Result<Value, ClientError> {
+        from_json(&self.patch_at(resource_ref(info, namespace), name, patch_type, patch, subresource).await?)
+    }
+
+    /// [`Client::patch`], answering the patched object's JSON undecoded.
+    pub async fn patch_raw(
+        &self,
+        info: &ResourceInfo,
+        namespace: &str,
+        name: &str,
+        patch_type: &str,
+        patch: &Value,
+        subresource: &str,
+    ) -> Result<Vec<u8>, ClientError> {
         self.patch_at(resource_ref(info, namespace), name, patch_type, patch, subresource).await
     }
 
@@ -593,7 +626,7 @@ impl Client {
         patch_type: &str,
         patch: &Value,
     ) -> Result<Value, ClientError> {
-        self.patch_at(named_ref(group, plural, namespace), name, patch_type, patch, "").await
+        from_json(&self.patch_at(named_ref(group, plural, namespace), name, patch_type, patch, "").await?)
     }
 
     async fn patch_at(
@@ -603,7 +636,7 @@ impl Client {
         patch_type: &str,
         patch: &Value,
         subresource: &str,
-    ) -> Result<Value, ClientError> {
+    ) -> Result<Vec<u8>, ClientError> {
         self.throttle_write().await;
         let req = PatchRequest {
             resource,
@@ -613,8 +646,7 @@ impl Client {
             subresource: subresource.to_string(),
             dry_run: false,
         };
-        let obj = rpc!(self, patch, req)?;
-        from_json(&obj.json)
+        Ok(rpc!(self, patch, req)?.json)
     }
 
     pub async fn delete(
@@ -691,6 +723,25 @@ impl Client {
         resource: Option<ResourceRef>,
         params: &WatchParams,
     ) -> Result<impl Stream<Item = Result<WatchEvent, ClientError>> + Send + 'static, ClientError> {
+        let stream = self.watch_raw_at(resource, params).await?;
+        Ok(stream.map(|item| item.and_then(|e| Ok(WatchEvent { object: e.decode()?, kind: e.kind }))))
+    }
+
+    /// [`Client::watch`] with each object left as its JSON.
+    pub async fn watch_raw(
+        &self,
+        info: &ResourceInfo,
+        namespace: &str,
+        params: &WatchParams,
+    ) -> Result<impl Stream<Item = Result<RawWatchEvent, ClientError>> + Send + 'static, ClientError> {
+        self.watch_raw_at(resource_ref(info, namespace), params).await
+    }
+
+    async fn watch_raw_at(
+        &self,
+        resource: Option<ResourceRef>,
+        params: &WatchParams,
+    ) -> Result<impl Stream<Item = Result<RawWatchEvent, ClientError>> + Send + 'static, ClientError> {
         let req = WatchRequest {
             resource,
             label_selector: params.label_selector.clone(),
@@ -703,12 +754,12 @@ impl Client {
         };
         let stream = rpc!(self, watch, req)?;
         Ok(stream.map(|item| match item {
-            Ok(e) => Ok(WatchEvent {
+            Ok(e) => Ok(RawWatchEvent {
                 kind: e
                     .r#type
                     .parse()
                     .map_err(|e: skiff_api::watch::UnknownEventType| ClientError::Decode(e.to_string()))?,
-                object: from_json(&e.object)?,
+                json: e.object,
             }),
             Err(s) if try_elsewhere(&s) => Err(ClientError::Unreachable(s.message().to_string())),
             Err(s) => Err(ClientError::Api(api_error(&s))),
