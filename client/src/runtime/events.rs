@@ -3,7 +3,7 @@
 //! client-go's spam filter does, so a controller or scheduler failing in a
 //! loop cannot flood the store with Events.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -15,7 +15,7 @@ use crate::Client;
 /// Events one object may get at once, and how often it earns another.
 const EVENT_BURST: u32 = 25;
 const EVENT_REFILL: Duration = Duration::from_secs(300);
-/// Objects whose event budgets are remembered; the oldest are forgotten.
+/// Objects whose event budgets are remembered; the least recently used are forgotten.
 const RECORDER_OBJECTS: usize = 4096;
 
 /// Writes Events as `component`, at most [`EVENT_BURST`] per object and then
@@ -23,24 +23,55 @@ const RECORDER_OBJECTS: usize = 4096;
 /// an Event is a hint to a human, never worth failing a reconcile.
 pub struct Recorder {
     component: String,
-    budgets: Mutex<HashMap<String, (f64, Instant)>>,
+    budgets: Mutex<Budgets>,
+}
+
+/// Each object's event budget: tokens left, when they were counted and
+/// the number of its last use, with the objects in the order of their
+/// uses (an object used again is queued again; its earlier places are
+/// skipped), so the least recently used is forgotten first without a
+/// search through all of them.
+#[derive(Default)]
+struct Budgets {
+    tokens: HashMap<String, (f64, Instant, u64)>,
+    order: VecDeque<(String, u64)>,
+    uses: u64,
+}
+
+impl Budgets {
+    /// The budget of `key`, made room for and marked as used now.
+    fn touch(&mut self, key: &str, now: Instant) -> &mut (f64, Instant, u64) {
+        self.uses += 1;
+        let used = self.uses;
+        if !self.tokens.contains_key(key) {
+            while self.tokens.len() >= RECORDER_OBJECTS {
+                let Some((oldest, at)) = self.order.pop_front() else { break };
+                if self.tokens.get(&oldest).is_some_and(|b| b.2 == at) {
+                    self.tokens.remove(&oldest);
+                }
+            }
+        }
+        self.order.push_back((key.to_string(), used));
+        if self.order.len() > 2 * RECORDER_OBJECTS {
+            let tokens = &self.tokens;
+            self.order.retain(|(k, at)| tokens.get(k).is_some_and(|b| b.2 == *at));
+        }
+        let budget = self.tokens.entry(key.to_string()).or_insert((EVENT_BURST as f64, now, used));
+        budget.2 = used;
+        budget
+    }
 }
 
 impl Recorder {
     /// A recorder whose Events name `component` as their source.
     pub fn new(component: impl Into<String>) -> Recorder {
-        Recorder { component: component.into(), budgets: Mutex::new(HashMap::new()) }
+        Recorder { component: component.into(), budgets: Mutex::default() }
     }
 
     /// Whether an event about `object_key` may be sent now.
     fn allow(&self, object_key: &str, now: Instant) -> bool {
         let mut budgets = self.budgets.lock().expect("recorder lock poisoned");
-        if budgets.len() >= RECORDER_OBJECTS && !budgets.contains_key(object_key) {
-            if let Some(oldest) = budgets.iter().min_by_key(|(_, (_, at))| *at).map(|(k, _)| k.clone()) {
-                budgets.remove(&oldest);
-            }
-        }
-        let (tokens, at) = budgets.entry(object_key.to_string()).or_insert((EVENT_BURST as f64, now));
+        let (tokens, at, _) = budgets.touch(object_key, now);
         let earned = now.duration_since(*at).as_secs_f64() / EVENT_REFILL.as_secs_f64();
         *tokens = (*tokens + earned).min(EVENT_BURST as f64);
         *at = now;
@@ -62,7 +93,8 @@ impl Recorder {
         let event = event_for(&self.component, regarding, type_, reason, message, &meta::now_rfc3339());
         let info = resources::of(skiff_api::Kind::Event);
         let ns = event["metadata"]["namespace"].as_str().unwrap_or("default").to_string();
-        if let Err(e) = client.create(info, &ns, &event).await {
+        // The Event as stored is of no use here: its JSON is not decoded.
+        if let Err(e) = client.create_raw(info, &ns, &event).await {
             tracing::debug!(%reason, error = %e, "event not recorded");
         }
     }
@@ -129,8 +161,33 @@ mod tests {
         for i in 0..RECORDER_OBJECTS + 10 {
             recorder.allow(&format!("uid-{i}"), start + Duration::from_millis(i as u64));
         }
-        assert_eq!(recorder.budgets.lock().unwrap().len(), RECORDER_OBJECTS);
-        assert!(!recorder.budgets.lock().unwrap().contains_key("uid-0"));
+        let budgets = recorder.budgets.lock().unwrap();
+        assert_eq!(budgets.tokens.len(), RECORDER_OBJECTS);
+        assert!(!budgets.tokens.contains_key("uid-0"));
+        assert!(budgets.order.len() <= 2 * RECORDER_OBJECTS);
+    }
+
+    #[test]
+    fn an_object_used_again_is_forgotten_after_those_used_since() {
+        let recorder = Recorder::new("test");
+        let start = Instant::now();
+        let at = |ms: usize| start + Duration::from_millis(ms as u64);
+        for _ in 0..EVENT_BURST {
+            assert!(recorder.allow("busy", at(0)));
+        }
+        assert!(!recorder.allow("busy", at(1)), "its burst is spent");
+        // Many objects come and go; the busy one keeps being used, so it
+        // is never the least recently used and its spent budget stays.
+        for i in 0..3 * RECORDER_OBJECTS {
+            recorder.allow(&format!("uid-{i}"), at(2 + i));
+            if i % 1000 == 0 {
+                assert!(!recorder.allow("busy", at(2 + i)), "forgotten while in use, at {i}");
+            }
+        }
+        let budgets = recorder.budgets.lock().unwrap();
+        assert_eq!(budgets.tokens.len(), RECORDER_OBJECTS);
+        assert!(budgets.tokens.contains_key("busy"));
+        assert!(budgets.order.len() <= 2 * RECORDER_OBJECTS);
     }
 
     #[test]
