@@ -378,7 +378,7 @@ async fn renew_leases(client: Client, nodes: usize, interval: Duration, stats: A
             let _permit = permit;
             let sent = Instant::now();
             let patch = json!({"spec": {"renewTime": micro_now()}});
-            match timed(client.patch(info(Kind::Lease), LEASE_NAMESPACE, &name, "merge", &patch, "")).await {
+            match timed(client.patch_raw(info(Kind::Lease), LEASE_NAMESPACE, &name, "merge", &patch, "")).await {
                 Ok(_) => {
                     stats.renewals.fetch_add(1, Ordering::Relaxed);
                     if let Ok(mut l) = stats.latency.lock() {
@@ -417,8 +417,9 @@ async fn watch_pods(
             None => {
                 let params = ListParams { field_selector: selector.clone(), ..Default::default() };
                 let list = timed(client.list_all(info(Kind::Pod), "", &params)).await?;
-                for pod in &list.items {
-                    if let Some(work) = observe(pod, &nodes, &bindings, &mut deleting) {
+                for pod in list.items {
+                    let pod: PodView = serde_json::from_value(pod).context("a listed pod")?;
+                    if let Some(work) = observe(&pod, &nodes, &bindings, &mut deleting) {
                         queue.send(work).await.context("the pod writers stopped")?;
                     }
                 }
@@ -427,7 +428,7 @@ async fn watch_pods(
         };
         let params =
             WatchParams { field_selector: selector.clone(), resource_version: rv.clone(), ..Default::default() };
-        let mut stream = match client.watch(info(Kind::Pod), "", &params).await {
+        let mut stream = match client.watch_raw(info(Kind::Pod), "", &params).await {
             Ok(s) => Box::pin(s),
             Err(e) => {
                 eprintln!("skiff-bench: hollow pod watch: {e}; listing again");
@@ -453,13 +454,14 @@ async fn watch_pods(
                 relist = true;
                 break;
             }
-            if let Some(rv) = event.resource_version() {
-                last = rv.to_string();
+            let pod: PodView = serde_json::from_slice(&event.json).context("a watched pod")?;
+            if !pod.metadata.resource_version.is_empty() {
+                last = pod.metadata.resource_version.clone();
             }
             if !matches!(event.kind, EventType::Added | EventType::Modified) {
                 continue;
             }
-            if let Some(work) = observe(&event.object, &nodes, &bindings, &mut deleting) {
+            if let Some(work) = observe(&pod, &nodes, &bindings, &mut deleting) {
                 queue.send(work).await.context("the pod writers stopped")?;
             }
         }
@@ -469,27 +471,57 @@ async fn watch_pods(
     Ok(())
 }
 
+/// The fields of a pod a hollow kubelet reads (serde skips the rest
+/// without building them).
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(default)]
+struct PodView {
+    metadata: PodViewMeta,
+    spec: PodViewSpec,
+    status: PodViewStatus,
+}
+
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+struct PodViewMeta {
+    namespace: String,
+    name: String,
+    uid: String,
+    resource_version: String,
+    deletion_timestamp: Option<String>,
+}
+
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+struct PodViewSpec {
+    node_name: String,
+}
+
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(default)]
+struct PodViewStatus {
+    phase: String,
+}
+
 /// Records a pod seen bound to a hollow node and says what to do with it.
 fn observe(
-    pod: &Value,
+    pod: &PodView,
     nodes: &HashSet<String>,
     bindings: &Mutex<Bindings>,
     deleting: &mut HashSet<String>,
 ) -> Option<PodWork> {
     let seen = Instant::now();
-    let meta = &pod["metadata"];
-    let node = pod["spec"]["nodeName"].as_str().unwrap_or_default();
-    if !nodes.contains(node) {
+    let meta = &pod.metadata;
+    if !nodes.contains(&pod.spec.node_name) {
         return None;
     }
-    let namespace = meta["namespace"].as_str().unwrap_or_default().to_string();
-    let name = meta["name"].as_str().unwrap_or_default().to_string();
-    if !meta["deletionTimestamp"].is_null() {
-        let uid = meta["uid"].as_str().unwrap_or_default().to_string();
+    let (namespace, name) = (meta.namespace.clone(), meta.name.clone());
+    if meta.deletion_timestamp.is_some() {
+        let uid = meta.uid.clone();
         return deleting.insert(uid.clone()).then_some(PodWork::Delete { namespace, name, uid });
     }
     let new = bindings.lock().map(|mut b| b.record(&namespace, &name, seen)).unwrap_or(false);
-    let running = pod["status"]["phase"].as_str() == Some("Running");
+    let running = pod.status.phase == "Running";
     (new && !running).then_some(PodWork::Run { namespace, name })
 }
 
@@ -547,7 +579,7 @@ pub fn running_status(name: &str) -> Value {
 }
 
 async fn run_pod(client: &Client, namespace: &str, name: &str) -> Result<()> {
-    match timed(client.patch(info(Kind::Pod), namespace, name, "merge", &running_status(name), "status")).await {
+    match timed(client.patch_raw(info(Kind::Pod), namespace, name, "merge", &running_status(name), "status")).await {
         Ok(_) => Ok(()),
         // Deleted meanwhile (a workload's cleanup, a preemption).
         Err(e) if e.downcast_ref::<ClientError>().is_some_and(|e| e.is(Reason::NotFound)) => Ok(()),
@@ -683,15 +715,21 @@ mod tests {
         let nodes: HashSet<String> = [node_name(0)].into();
         let bindings = Mutex::new(Bindings::default());
         let mut deleting = HashSet::new();
-        let pod =
-            json!({"metadata": {"namespace": "ns", "name": "m-0", "uid": "u"}, "spec": {"nodeName": node_name(0)}});
-        assert!(matches!(observe(&pod, &nodes, &bindings, &mut deleting), Some(PodWork::Run { .. })));
-        assert!(observe(&pod, &nodes, &bindings, &mut deleting).is_none());
+        let view = |pod: &Value| -> PodView { serde_json::from_slice(&serde_json::to_vec(pod).unwrap()).unwrap() };
+        let pod = json!({"metadata": {"namespace": "ns", "name": "m-0", "uid": "u", "resourceVersion": "5"},
+                         "spec": {"nodeName": node_name(0), "containers": [{"name": "c"}]}, "status": {}});
+        assert_eq!(view(&pod).metadata.resource_version, "5");
+        assert!(matches!(observe(&view(&pod), &nodes, &bindings, &mut deleting), Some(PodWork::Run { .. })));
+        assert!(observe(&view(&pod), &nodes, &bindings, &mut deleting).is_none());
         let elsewhere = json!({"metadata": {"namespace": "ns", "name": "m-1"}, "spec": {"nodeName": "real-node"}});
-        assert!(observe(&elsewhere, &nodes, &bindings, &mut deleting).is_none());
+        assert!(observe(&view(&elsewhere), &nodes, &bindings, &mut deleting).is_none());
         let mut terminating = pod.clone();
         terminating["metadata"]["deletionTimestamp"] = json!("2026-12-02T00:00:00Z");
-        assert!(matches!(observe(&terminating, &nodes, &bindings, &mut deleting), Some(PodWork::Delete { .. })));
-        assert!(observe(&terminating, &nodes, &bindings, &mut deleting).is_none());
+        assert!(matches!(observe(&view(&terminating), &nodes, &bindings, &mut deleting), Some(PodWork::Delete { .. })));
+        assert!(observe(&view(&terminating), &nodes, &bindings, &mut deleting).is_none());
+        let running = json!({"metadata": {"namespace": "ns", "name": "m-2"}, "spec": {"nodeName": node_name(0)},
+                             "status": {"phase": "Running"}});
+        assert!(observe(&view(&running), &nodes, &bindings, &mut deleting).is_none(), "already running");
+        assert_eq!(bindings.lock().unwrap().count("ns", "m"), 2, "seen bound all the same");
     }
 }

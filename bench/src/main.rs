@@ -36,6 +36,12 @@ mod suite;
 mod tls;
 mod watch;
 
+/// The harness's allocator is `skiff`'s: in `skiff-bench scheduler` it
+/// shares the 2 cores with the processes it measures, and glibc's malloc
+/// and free took about a fifth of its CPU there (perf, 2026-12-07).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;

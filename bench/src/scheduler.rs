@@ -560,7 +560,7 @@ async fn create_pods(
                 let at = Instant::now();
                 let mut outcome = Err(anyhow::anyhow!("not tried"));
                 for attempt in 0..3 {
-                    outcome = match timed(client.create(info(Kind::Pod), namespace, &body)).await {
+                    outcome = match timed(client.create_raw(info(Kind::Pod), namespace, &body)).await {
                         Ok(_) => Ok(()),
                         Err(e) if e.downcast_ref::<ClientError>().is_some_and(|e| e.is(Reason::AlreadyExists)) => {
                             Ok(())
