@@ -1352,10 +1352,6 @@ fn dedup_key(id: RequestId) -> Vec<u8> {
 /// 4 MiB flushed and compacted enough to give some of it back.
 const HIST_MEMTABLE_BYTES: usize = 8 << 20;
 
-/// The share of `hist`, oldest first, that universal compaction keeps
-/// compressed; the newest data is left plain (see [`open_db`]).
-const HIST_COMPRESSED_PERCENT: i32 = 80;
-
 /// Memtable memory of all families together past which RocksDB flushes
 /// them. Applies bypass the WAL (see [`apply_write_options`]), so what sits
 /// in memtables is what a crashed member re-applies from the Raft log when
@@ -1448,32 +1444,12 @@ pub fn open_db(path: &std::path::Path) -> Result<DB, rocksdb::Error> {
             // nice 19 (see `lower_compaction_priority`). bench/README.md
             // has the runs.
             cf_opts.set_compaction_style(rocksdb::DBCompactionStyle::Universal);
-            // Fresh history is written uncompressed: it is soon merged
-            // again, and compressing it on every flush and merge was most
-            // of the followers' compaction CPU (LZ4 alone 14% of a
-            // follower's samples with the scheduler benchmark's pods,
-            // 2026-12-07). With `compression_size_percent` set, flushes are
-            // plain and a merge is compressed only while the runs older
-            // than its output hold less than that share of the data.
-            let mut universal = rocksdb::UniversalCompactOptions::default();
-            universal.set_compression_size_percent(HIST_COMPRESSED_PERCENT);
-            cf_opts.set_universal_compaction_options(&universal);
             cf_opts.set_prefix_extractor(hist_key_prefix());
             cf_opts.set_memtable_prefix_bloom_ratio(0.05);
             let mut table = rocksdb::BlockBasedOptions::default();
             table.set_bloom_filter(10.0, false);
             table.set_whole_key_filtering(false);
             cf_opts.set_block_based_table_factory(&table);
-        }
-        if *name != CF_HIST {
-            // Fresh data is flushed and first merged uncompressed, as
-            // RocksDB's tuning guide recommends: it is soon rewritten by
-            // compaction anyway, and compressing it each time was most of
-            // the followers' compaction CPU (LZ4 alone 14% of a follower's
-            // samples with the scheduler benchmark's pods, 2026-12-07).
-            // Older levels stay LZ4. (`hist`, universal, above.)
-            use rocksdb::DBCompressionType::{Lz4, None as Plain};
-            cf_opts.set_compression_per_level(&[Plain, Plain, Lz4, Lz4, Lz4, Lz4, Lz4]);
         }
         if *name == CF_DEDUP {
             // Every write looks its request id up, and almost always finds
