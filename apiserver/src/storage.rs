@@ -252,8 +252,11 @@ pub struct ObjectStore {
     /// The objects of the small ranges admission reads on every pod
     /// create, decoded, with the revisions they were decoded at:
     /// [`ObjectStore::range_decoded`].
-    decoded: Arc<Mutex<HashMap<(Vec<u8>, Vec<u8>), Decoded>>>,
+    decoded: Arc<Mutex<DecodedRanges>>,
 }
+
+/// Decoded ranges by their (start, end).
+type DecodedRanges = HashMap<(Vec<u8>, Vec<u8>), Decoded>;
 
 /// A range's objects as decoded at their revisions.
 struct Decoded {

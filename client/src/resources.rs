@@ -599,7 +599,7 @@ impl Client {
         patch: &Value,
         subresource: &str,
     ) -> Result<Value, ClientError> {
-        from_json(&self.patch_at(resource_ref(info, namespace), name, patch_type, patch, subresource).await?)
+        from_json(&self.patch_raw(info, namespace, name, patch_type, patch, subresource).await?)
     }
 
     /// [`Client::patch`], answering the patched object's JSON undecoded.
