@@ -201,12 +201,6 @@ const QUANTITY_MAPS: &[&str] = &[
 const QUANTITY_FIELDS: &[&str] = &["sizeLimit", "divisor"];
 
 fn roundtrip<T: DeserializeOwned + Serialize>(mut input: Cow<'_, Value>) -> Result<Value, FieldError> {
-    // Nearly every object decodes at the first try: decode it plainly, and
-    // track the path (which copies every key it passes) only to say where
-    // a failure is or to fix a numeric quantity.
-    if let Ok(typed) = <T as serde::Deserialize>::deserialize(&*input) {
-        return serde_json::to_value(&typed).map_err(|e| FieldError::type_invalid("", e.to_string()));
-    }
     for _ in 0..=MAX_QUANTITY_FIXES {
         let err = match serde_path_to_error::deserialize::<_, T>(&*input) {
             Ok(typed) => {
