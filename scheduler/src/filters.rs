@@ -165,6 +165,11 @@ pub(crate) fn node_matches_selectors(
     required: Option<&NodeSelectorTerms>,
     node: &NodeInfo,
 ) -> bool {
+    if node_selector.is_empty() && required.is_none() {
+        // Most pods: no need to reach into the node's object for its labels
+        // (a cache miss per node filtered, 5% of the scheduler's samples).
+        return true;
+    }
     let labels = node.labels();
     node_selector.iter().all(|(k, v)| labels.get(k) == Some(v))
         && required.is_none_or(|a| a.matches(labels, &node.name))

@@ -9,7 +9,6 @@ use std::sync::Arc;
 use crate::cluster::{Cluster, DomainCounts};
 use crate::filters::tolerates;
 use crate::framework::{NodeInfo, PodInfo};
-use crate::resources::Resources;
 use crate::spread::SpreadQuery;
 
 /// The highest score a node can get from one score.
@@ -26,12 +25,13 @@ pub fn normalize(scores: &mut [i64], reverse: bool) {
     }
 }
 
-/// The requests a node would carry with the pod, as scoring counts them.
-fn requested_with(pod: &PodInfo, node: &NodeInfo) -> Resources {
-    let mut r = node.non_zero_requested.clone();
-    r.milli_cpu += pod.non_zero_requests.milli_cpu;
-    r.memory += pod.non_zero_requests.memory;
-    r
+/// The cpu (millicores) and memory (bytes) a node would carry with the
+/// pod, as scoring counts them.
+fn requested_with(pod: &PodInfo, node: &NodeInfo) -> (i64, i64) {
+    (
+        node.non_zero_requested.milli_cpu + pod.non_zero_requests.milli_cpu,
+        node.non_zero_requested.memory + pod.non_zero_requests.memory,
+    )
 }
 
 /// The seed's LeastRequestedPriority: per resource
@@ -46,23 +46,18 @@ pub fn least_allocated(pod: &PodInfo, node: &NodeInfo) -> i64 {
             (capacity - requested) * MAX_SCORE / capacity
         }
     };
-    let r = requested_with(pod, node);
-    (free(r.milli_cpu, node.allocatable.milli_cpu) + free(r.memory, node.allocatable.memory)) / 2
+    let (cpu, memory) = requested_with(pod, node);
+    (free(cpu, node.allocatable.milli_cpu) + free(memory, node.allocatable.memory)) / 2
 }
 
 /// BalancedResourceAllocation: nodes whose cpu and memory would be used
 /// in equal fractions score higher, `(1 - |cpu - memory| / 2) * 100`.
 pub fn balanced_allocation(pod: &PodInfo, node: &NodeInfo) -> i64 {
-    let r = requested_with(pod, node);
+    let (cpu, memory) = requested_with(pod, node);
     let fraction =
         |requested: i64, capacity: i64| (capacity > 0).then(|| (requested as f64 / capacity as f64).min(1.0));
-    let fractions: Vec<f64> =
-        [fraction(r.milli_cpu, node.allocatable.milli_cpu), fraction(r.memory, node.allocatable.memory)]
-            .into_iter()
-            .flatten()
-            .collect();
-    let std = match fractions.as_slice() {
-        [a, b] => (a - b).abs() / 2.0,
+    let std = match (fraction(cpu, node.allocatable.milli_cpu), fraction(memory, node.allocatable.memory)) {
+        (Some(a), Some(b)) => (a - b).abs() / 2.0,
         _ => 0.0,
     };
     ((1.0 - std) * MAX_SCORE as f64) as i64
