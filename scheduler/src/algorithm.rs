@@ -103,20 +103,40 @@ pub struct FitError {
     pub nodes: usize,
     /// How many nodes each reason ruled out (a node may count under several).
     pub reasons: BTreeMap<String, usize>,
-    /// Nodes that failed only for reasons evicting pods could resolve: preemption's candidates.
-    pub resolvable: BTreeSet<String>,
+    /// Nodes that failed only for reasons evicting pods could resolve:
+    /// preemption's candidates, by their position in the decision's
+    /// `Cluster::nodes`.
+    pub resolvable: BTreeSet<usize>,
     /// What preemption found, appended to the message as kube does.
     pub post_filter: Option<String>,
+    /// The counts while the nodes are walked, by reason: `reasons` once
+    /// `finish`ed. A failed decision of a large cluster records thousands
+    /// of nodes, mostly for the same few reasons, and a reason's text is
+    /// only needed once.
+    counted: BTreeMap<Reason, usize>,
 }
 
 impl FitError {
-    fn record(&mut self, node: &NodeInfo, reasons: &[Reason]) {
+    fn record(&mut self, position: usize, reasons: &[Reason]) {
         for r in reasons {
-            *self.reasons.entry(r.to_string()).or_default() += 1;
+            match self.counted.get_mut(r) {
+                Some(n) => *n += 1,
+                None => {
+                    self.counted.insert(r.clone(), 1);
+                }
+            }
         }
         if reasons.iter().all(Reason::resolvable) {
-            self.resolvable.insert(node.name.clone());
+            self.resolvable.insert(position);
         }
+    }
+
+    /// Turns the counts by reason into counts by kube's text for them.
+    fn finish(mut self) -> Self {
+        for (r, n) in std::mem::take(&mut self.counted) {
+            *self.reasons.entry(r.to_string()).or_default() += n;
+        }
+        self
     }
 }
 
@@ -190,7 +210,8 @@ pub fn schedule(pod: &PodInfo, cluster: &Cluster, profile: &Profile, start: &mut
         evaluated = 0;
     }
     for i in 0..nodes.len() {
-        let node = &nodes[(first + i) % nodes.len()];
+        let position = (first + i) % nodes.len();
+        let node = &nodes[position];
         evaluated += 1;
         match filter(pod, node, &state, cluster) {
             Ok(()) => {
@@ -199,12 +220,12 @@ pub fn schedule(pod: &PodInfo, cluster: &Cluster, profile: &Profile, start: &mut
                     break;
                 }
             }
-            Err(reasons) => error.record(node, &reasons),
+            Err(reasons) => error.record(position, &reasons),
         }
     }
     *start = (first + evaluated) % nodes.len();
     if feasible.is_empty() {
-        return Err(error);
+        return Err(error.finish());
     }
     Ok(pick(pod, feasible, evaluated, cluster, &profile.weights))
 }
@@ -359,11 +380,8 @@ mod tests {
             err.to_string(),
             "0/3 nodes are available: 1 Insufficient cpu, 2 node(s) didn't match Pod's node affinity/selector."
         );
-        assert_eq!(
-            err.resolvable,
-            BTreeSet::from(["small".to_string()]),
-            "only the cpu shortage can be preempted away"
-        );
+        let resolvable: Vec<&str> = err.resolvable.iter().map(|&i| cluster.nodes()[i].name.as_str()).collect();
+        assert_eq!(resolvable, ["small"], "only the cpu shortage can be preempted away");
         let empty = Cluster::new();
         assert_eq!(
             schedule(&pod, &empty, &Profile::default(), &mut 0).expect_err("no nodes").to_string(),

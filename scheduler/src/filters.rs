@@ -3,6 +3,7 @@
 //! state computed once per decision from the cluster's indexes
 //! (`AffinityState`, `SpreadState`), which preemption adjusts for victims.
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt;
 use std::sync::Arc;
@@ -32,8 +33,9 @@ pub enum Reason {
     NodeAffinity,
     /// A host port is taken.
     Ports,
-    /// Not enough of a resource.
-    Insufficient(String),
+    /// Not enough of a resource (its name borrowed for cpu, memory and
+    /// ephemeral-storage: a failed decision can name thousands of nodes).
+    Insufficient(Cow<'static, str>),
     /// No room for another pod.
     TooManyPods,
     /// A disk the pod needs is attached read-write to another pod here.
@@ -214,7 +216,7 @@ pub fn resources_fit(pod: &PodInfo, node: &NodeInfo) -> Result<(), Vec<Reason>> 
     for (name, amount) in &want.scalar {
         let used = used.scalar.get(name).copied().unwrap_or(0);
         if short(*amount, used, have.scalar.get(name).copied().unwrap_or(0)) {
-            reasons.push(Reason::Insufficient(name.clone()));
+            reasons.push(Reason::Insufficient(name.clone().into()));
         }
     }
     if reasons.is_empty() {
@@ -561,7 +563,7 @@ mod tests {
     use std::sync::Arc;
 
     fn insufficient(r: &str) -> Reason {
-        Reason::Insufficient(r.into())
+        Reason::Insufficient(r.to_string().into())
     }
 
     #[test]

@@ -130,7 +130,8 @@ pub fn preempt(
     let state = FilterState::new(pod, cluster);
     let wanted = (cluster.node_count() * MIN_CANDIDATES_PERCENTAGE / 100).max(MIN_CANDIDATES);
     let mut candidates: Vec<Preemption> = Vec::new();
-    for node in cluster.nodes().iter().filter(|n| fit.resolvable.contains(&n.name)) {
+    let nodes = cluster.nodes();
+    for node in fit.resolvable.iter().map(|&i| &nodes[i]) {
         if let Some((victims, budget_violations)) = select_victims(pod, node, &state, cluster, budgets) {
             let candidate = Preemption { node: node.name.clone(), victims, budget_violations };
             if candidate.victims.is_empty() {
