@@ -105,29 +105,27 @@ pub struct FitError {
     pub reasons: BTreeMap<String, usize>,
     /// Nodes that failed only for reasons evicting pods could resolve:
     /// preemption's candidates, by their position in the decision's
-    /// `Cluster::nodes`.
-    pub resolvable: BTreeSet<usize>,
+    /// `Cluster::nodes`, ascending.
+    pub resolvable: Vec<usize>,
     /// What preemption found, appended to the message as kube does.
     pub post_filter: Option<String>,
     /// The counts while the nodes are walked, by reason: `reasons` once
     /// `finish`ed. A failed decision of a large cluster records thousands
-    /// of nodes, mostly for the same few reasons, and a reason's text is
-    /// only needed once.
-    counted: BTreeMap<Reason, usize>,
+    /// of nodes, mostly for the same few reasons (one per filter at most,
+    /// taints aside), and a reason's text is only needed once.
+    counted: Vec<(Reason, usize)>,
 }
 
 impl FitError {
     fn record(&mut self, position: usize, reasons: &[Reason]) {
         for r in reasons {
-            match self.counted.get_mut(r) {
-                Some(n) => *n += 1,
-                None => {
-                    self.counted.insert(r.clone(), 1);
-                }
+            match self.counted.iter_mut().find(|(counted, _)| counted == r) {
+                Some((_, n)) => *n += 1,
+                None => self.counted.push((r.clone(), 1)),
             }
         }
         if reasons.iter().all(Reason::resolvable) {
-            self.resolvable.insert(position);
+            self.resolvable.push(position);
         }
     }
 
@@ -136,6 +134,8 @@ impl FitError {
         for (r, n) in std::mem::take(&mut self.counted) {
             *self.reasons.entry(r.to_string()).or_default() += n;
         }
+        // The walk started anywhere and wrapped around.
+        self.resolvable.sort_unstable();
         self
     }
 }
