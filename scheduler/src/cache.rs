@@ -9,6 +9,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{Node, Pod};
 use skiff_client::runtime::reflector::ObjectKey;
@@ -24,9 +25,26 @@ pub struct Cache {
     /// Pods counted on a node by decision, not yet by the watch: their node.
     assumed: HashMap<ObjectKey, String>,
     /// Pending pods that preempted on a node, counted there so that no
-    /// other pod takes the room their victims leave: their node.
-    nominated: HashMap<ObjectKey, String>,
+    /// other pod takes the room their victims leave.
+    nominated: HashMap<ObjectKey, Nomination>,
 }
+
+/// Where a pending pod preempted: the node it holds room on, and the
+/// victims it evicted there.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Nomination {
+    /// The node (`status.nominatedNodeName`).
+    pub node: String,
+    /// The pods evicted for it.
+    pub victims: Vec<ObjectKey>,
+    /// When they were.
+    pub at: Instant,
+}
+
+/// How long a victim the watch does not show terminating yet is still
+/// waited for: its deletion may not have come back through the watch, or
+/// may have failed (then the pod preempts again).
+const UNSEEN_EVICTION_WAIT: Duration = Duration::from_secs(5);
 
 impl Cache {
     /// An empty cache.
@@ -89,16 +107,46 @@ impl Cache {
     /// bound or deleted. Kubernetes counts a nominated pod only against
     /// pods of lower or equal priority; here it counts against every pod,
     /// and preemption never picks it as a victim.
-    pub fn nominate(&mut self, pod: &PodInfo, node: &str) {
-        self.nominated.insert(pod.key.clone(), node.to_string());
-        self.cluster.add_pod(Arc::new(pod.bound_to(node)));
+    pub fn nominate(&mut self, pod: &PodInfo, nomination: Nomination) {
+        self.cluster.add_pod(Arc::new(pod.bound_to(&nomination.node)));
+        self.nominated.insert(pod.key.clone(), nomination);
     }
 
-    /// Gives up `key`'s held room, before the pod is tried again.
-    pub fn release_nomination(&mut self, key: &ObjectKey) {
-        if self.nominated.remove(key).is_some() {
-            self.cluster.remove_pod(key);
-        }
+    /// Gives up `key`'s held room, before the pod is tried again; where it
+    /// was held.
+    pub fn release_nomination(&mut self, key: &ObjectKey) -> Option<Nomination> {
+        let nomination = self.nominated.remove(key)?;
+        self.cluster.remove_pod(key);
+        Some(nomination)
+    }
+
+    /// Gives up the room `pod` (`key`) held since preempting, before it is
+    /// tried again, and returns the pod as that decision must see it
+    /// (nominated to the node it held room on, which is tried first) and
+    /// where it held room. Its `status.nominatedNodeName` is written off
+    /// the loop after the evictions, and the watch may not have brought it
+    /// back yet.
+    pub fn release_for_retry(&mut self, key: &ObjectKey, pod: Arc<Pod>) -> (Arc<Pod>, Option<Nomination>) {
+        let held = self.release_nomination(key);
+        let pod = match &held {
+            Some(n) if pod.status.as_ref().and_then(|s| s.nominated_node_name.as_ref()).is_none() => {
+                let mut nominated = (*pod).clone();
+                nominated.status.get_or_insert_with(Default::default).nominated_node_name = Some(n.node.clone());
+                Arc::new(nominated)
+            }
+            _ => pod,
+        };
+        (pod, held)
+    }
+
+    /// Whether a victim of `nomination` is still in the cluster, and
+    /// terminating or evicted only just now. Until they have all left, the
+    /// pod waits for them (holding their room) instead of preempting again:
+    /// the watch may not even show them terminating yet, and preempting
+    /// again would evict more pods than it needs.
+    pub fn victims_remain(&self, nomination: &Nomination) -> bool {
+        let recent = nomination.at.elapsed() < UNSEEN_EVICTION_WAIT;
+        nomination.victims.iter().filter_map(|v| self.cluster.pod(v)).any(|v| v.terminating || recent)
     }
 
     /// Whether `key` holds room on a node without being bound there.
@@ -204,6 +252,10 @@ mod tests {
         .expect("a pod")
     }
 
+    fn nominated(node: &str) -> Nomination {
+        Nomination { node: node.into(), victims: Vec::new(), at: Instant::now() }
+    }
+
     fn requested_cpu(cache: &Cache, node: &str) -> i64 {
         cache.cluster().node(node).expect("node known").requested.milli_cpu
     }
@@ -258,7 +310,7 @@ mod tests {
         cache.upsert_node(node("n1", "4"));
         let p = pod("a", None, "3");
         let key = ObjectKey::new("default", "a");
-        cache.nominate(&PodInfo::new(Arc::new(p.clone())), "n1");
+        cache.nominate(&PodInfo::new(Arc::new(p.clone())), nominated("n1"));
         assert_eq!(requested_cpu(&cache, "n1"), 3000);
         assert!(cache.is_nominated(&key) && !cache.is_assumed(&key), "held, not assumed: it is still queued");
         // Its nominatedNodeName being written comes back through the watch.
@@ -266,10 +318,53 @@ mod tests {
         assert_eq!(requested_cpu(&cache, "n1"), 3000);
         cache.release_nomination(&key);
         assert_eq!(requested_cpu(&cache, "n1"), 0);
-        cache.nominate(&PodInfo::new(Arc::new(p)), "n1");
+        cache.nominate(&PodInfo::new(Arc::new(p)), nominated("n1"));
         cache.observe_pod(Arc::new(pod("a", Some("n1"), "3")));
         assert!(!cache.is_nominated(&key), "bound: the room is its own now");
         assert_eq!(requested_cpu(&cache, "n1"), 3000);
+    }
+
+    #[test]
+    fn a_pod_tried_again_waits_for_its_victims_while_holding_their_room() {
+        let mut cache = Cache::new();
+        cache.upsert_node(node("n1", "1"));
+        let victim = ObjectKey::new("default", "low");
+        cache.observe_pod(Arc::new(pod("low", Some("n1"), "1")));
+        let key = ObjectKey::new("default", "high");
+        let high = pod("high", None, "1");
+        // It preempted `low` on n1; the watch has shown neither the
+        // eviction nor its nominatedNodeName yet.
+        cache.nominate(
+            &PodInfo::new(Arc::new(high.clone())),
+            Nomination { node: "n1".into(), victims: vec![victim.clone()], at: Instant::now() },
+        );
+        assert_eq!(requested_cpu(&cache, "n1"), 2000, "the victim, and the room held after it");
+
+        let (seen, held) = cache.release_for_retry(&key, Arc::new(high.clone()));
+        let held = held.expect("it held room");
+        assert_eq!(held.node, "n1");
+        assert_eq!(seen.status.as_ref().and_then(|s| s.nominated_node_name.as_deref()), Some("n1"));
+        assert!(cache.victims_remain(&held), "low is still there: wait, do not preempt again");
+        cache.nominate(&PodInfo::new(seen), held);
+
+        cache.remove_pod(&victim);
+        assert_eq!(requested_cpu(&cache, "n1"), 1000, "the victim left; its room is held");
+        let (_, held) = cache.release_for_retry(&key, Arc::new(high));
+        assert!(!cache.victims_remain(&held.expect("still held")), "free to be placed, or to preempt anew");
+        assert_eq!(requested_cpu(&cache, "n1"), 0);
+
+        // A victim the watch never shows terminating (its deletion failed)
+        // is waited for only briefly; a terminating one until it is gone.
+        let mut stuck = pod("stuck", Some("n1"), "1");
+        cache.observe_pod(Arc::new(stuck.clone()));
+        let long_ago = Instant::now().checked_sub(UNSEEN_EVICTION_WAIT * 2).expect("a past instant");
+        let stale = Nomination { node: "n1".into(), victims: vec![ObjectKey::new("default", "stuck")], at: long_ago };
+        assert!(!cache.victims_remain(&stale));
+        assert!(cache.victims_remain(&Nomination { at: Instant::now(), ..stale.clone() }));
+        stuck.metadata.deletion_timestamp =
+            Some(serde_json::from_value(json!("2026-12-07T00:00:00Z")).expect("a time"));
+        cache.observe_pod(Arc::new(stuck));
+        assert!(cache.victims_remain(&stale));
     }
 
     #[test]

@@ -30,7 +30,7 @@ use skiff_shutdown::Shutdown;
 use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 
 use crate::algorithm::{self, FitError, Profile};
-use crate::cache::{is_terminal, Cache};
+use crate::cache::{is_terminal, Cache, Nomination};
 use crate::config::SchedulerConfig;
 use crate::metrics::metrics;
 use crate::preemption::{self, Budget, Preemption};
@@ -381,7 +381,7 @@ impl Scheduler {
         }
         // Room it held since preempting is its own to take again, not an
         // obstacle to itself.
-        self.cache.release_nomination(&queued.key);
+        let (pod, held) = self.cache.release_for_retry(&queued.key, pod);
         let info = crate::framework::PodInfo::new(pod.clone());
         let started = Instant::now();
         let decision = algorithm::schedule(&info, self.cache.cluster(), &self.profile, &mut self.next_start);
@@ -396,7 +396,8 @@ impl Scheduler {
             Err(mut fit) => {
                 metrics().attempts.with_label_values(&["unschedulable"]).inc();
                 let cluster = self.cache.cluster();
-                let preemption = match preempts(&pod) {
+                let waiting = held.as_ref().is_some_and(|h| self.cache.victims_remain(h));
+                let preemption = match preempts(&pod) && !waiting {
                     true => {
                         let budgets: Vec<Budget> =
                             self.stores.budgets.list().iter().filter_map(|b| Budget::new(b)).collect();
@@ -407,10 +408,20 @@ impl Scheduler {
                 // A pending pod holding room is not on the node to evict;
                 // without it the eviction would not make room, so none.
                 let preemption = preemption.filter(|p| !p.victims.iter().any(|v| self.cache.is_nominated(&v.key)));
-                if let Some(p) = &preemption {
-                    self.cache.nominate(&info, &p.node);
+                match (&preemption, held) {
+                    (Some(p), _) => {
+                        let victims = p.victims.iter().map(|v| v.key.clone()).collect();
+                        self.cache.nominate(&info, Nomination { node: p.node.clone(), victims, at: Instant::now() });
+                    }
+                    // Its victims have not all left: it keeps their room,
+                    // or another pod takes it and this one has to preempt
+                    // a second time.
+                    (None, Some(held)) if waiting => self.cache.nominate(&info, held),
+                    _ => {}
                 }
-                if preemption.is_none() && preempts(&pod) {
+                if waiting {
+                    fit.post_filter = Some(WAITING_FOR_VICTIMS.into());
+                } else if preemption.is_none() && preempts(&pod) {
                     fit.post_filter = Some(preemption::failure_message(&fit));
                 }
                 self.spawn_unschedulable(pod, &fit, preemption);
@@ -568,6 +579,10 @@ fn controller_selector(controller: &ReplicationController) -> Option<Selector> {
 fn is_bound(pod: &Pod) -> bool {
     pod.spec.as_ref().and_then(|s| s.node_name.as_deref()).is_some_and(|n| !n.is_empty())
 }
+
+/// What a pod waiting for its victims to leave adds to FailedScheduling
+/// (kube's PodEligibleToPreemptOthers).
+const WAITING_FOR_VICTIMS: &str = "preemption: not eligible due to a terminating pod on the nominated node";
 
 /// Whether a pod that fits nowhere may evict others (`preemptionPolicy`).
 fn preempts(pod: &Pod) -> bool {
