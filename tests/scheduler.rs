@@ -258,8 +258,13 @@ async fn a_high_priority_pod_preempts_a_lower_priority_one() {
     let left: Vec<bool> =
         [s.node_of("prio", "low-1").await, s.node_of("prio", "low-2").await].iter().map(Option::is_some).collect();
     assert_eq!(left.iter().filter(|l| **l).count(), 1, "exactly one low-priority pod was evicted: {left:?}");
-    let events = s.kubectl(&["get", "events", "-n", "prio", "--field-selector", "reason=Preempted"]);
-    assert!(events.contains("Preempted by pod prio/urgent on node only"), "{events}");
+    // The victim is told after its deletion, as kube does: the Event may
+    // land just after the preemptor is bound.
+    s.must_eventually("the victim's Preempted event", Duration::from_secs(30), || async {
+        let events = s.kubectl(&["get", "events", "-n", "prio", "--field-selector", "reason=Preempted"]);
+        events.contains("Preempted by pod prio/urgent on node only").then_some(())
+    })
+    .await;
 }
 
 /// Every pod's binding and every node's requested cpu, over one watch.

@@ -484,20 +484,20 @@ impl Scheduler {
         }
     }
 
-    /// Writes, off the loop, what a pod that fits nowhere shows: the
-    /// Warning Event, the `PodScheduled` condition, and, when preemption
-    /// found room, the evictions and `status.nominatedNodeName`.
+    /// Writes, off the loop, what a pod that fits nowhere shows: when
+    /// preemption found room, the evictions first (the pod waits for
+    /// them), then the Warning Event, the `PodScheduled` condition and
+    /// `status.nominatedNodeName`.
     fn spawn_unschedulable(&self, pod: Arc<Pod>, fit: &FitError, preemption: Option<Preemption>) {
         let message = fit.to_string();
         let (client, recorder, slots) = (self.client.clone(), self.recorder.clone(), self.status_slots.clone());
         self.shutdown.spawn(async move {
             let Ok(_slot) = slots.acquire_owned().await else { return };
-            let regarding = pod_ref(&pod);
-            recorder.record(&client, &regarding, "Warning", "FailedScheduling", &message).await;
             let nominated = match preemption {
                 Some(p) => evict(&client, &recorder, &pod, p).await,
                 None => None,
             };
+            recorder.record(&client, &pod_ref(&pod), "Warning", "FailedScheduling", &message).await;
             if let Some(patch) = unschedulable_status(&pod, &message, nominated.as_deref()) {
                 let (namespace, name) = (meta_namespace(&pod), pod.metadata.name.clone().unwrap_or_default());
                 let info = resources::of(Kind::Pod);
@@ -520,24 +520,31 @@ impl Scheduler {
 }
 
 /// Deletes a preemption's victims (gracefully, each with its own grace
-/// period), telling each why; the node the preemptor is nominated to.
+/// period), then tells each deleted one why, as kube does; the node the
+/// preemptor is nominated to.
 async fn evict(client: &Client, recorder: &Recorder, preemptor: &Pod, p: Preemption) -> Option<String> {
     metrics().preemption_attempts.inc();
     let info = resources::of(Kind::Pod);
-    let preemptor_name = format!("{}/{}", meta_namespace(preemptor), preemptor.metadata.name.as_deref().unwrap_or(""));
+    let mut evicted = Vec::with_capacity(p.victims.len());
     for victim in &p.victims {
         let uid = victim.pod.metadata.uid.clone().unwrap_or_default();
         let params = DeleteParams::background().with_uid(uid);
-        let message = format!("Preempted by pod {preemptor_name} on node {}", p.node);
-        recorder.record(client, &pod_ref(&victim.pod), "Normal", "Preempted", &message).await;
         match client.delete(info, &victim.key.namespace, &victim.key.name, &params).await {
-            Ok(_) => metrics().preemption_victims.inc(),
+            Ok(_) => {
+                metrics().preemption_victims.inc();
+                evicted.push(victim);
+            }
             Err(e) if e.is(Reason::NotFound) || e.is(Reason::Conflict) => {}
             Err(e) => {
                 tracing::warn!(victim = %victim.key, error = %e, "preemption: eviction failed");
                 return None;
             }
         }
+    }
+    let preemptor_name = format!("{}/{}", meta_namespace(preemptor), preemptor.metadata.name.as_deref().unwrap_or(""));
+    let message = format!("Preempted by pod {preemptor_name} on node {}", p.node);
+    for victim in evicted {
+        recorder.record(client, &pod_ref(&victim.pod), "Normal", "Preempted", &message).await;
     }
     Some(p.node)
 }
