@@ -9,6 +9,7 @@ use std::fmt;
 use crate::cluster::Cluster;
 use crate::filters::{filter, FilterState, Reason};
 use crate::framework::{NodeInfo, PodInfo};
+use crate::queue::{ClusterEvent, Events};
 use crate::scores;
 use crate::selector::Narrowing;
 
@@ -109,6 +110,9 @@ pub struct FitError {
     pub resolvable: Vec<usize>,
     /// What preemption found, appended to the message as kube does.
     pub post_filter: Option<String>,
+    /// The cluster events that may remove a reason of a node's: what the
+    /// pod waits for in the queue.
+    pub helped_by: Events,
     /// The counts while the nodes are walked, by reason: `reasons` once
     /// `finish`ed. A failed decision of a large cluster records thousands
     /// of nodes, mostly for the same few reasons (one per filter at most,
@@ -132,6 +136,7 @@ impl FitError {
     /// Turns the counts by reason into counts by kube's text for them.
     fn finish(mut self) -> Self {
         for (r, n) in std::mem::take(&mut self.counted) {
+            self.helped_by = self.helped_by.union(r.helped_by());
             *self.reasons.entry(r.to_string()).or_default() += n;
         }
         // The walk started anywhere and wrapped around.
@@ -169,6 +174,7 @@ pub fn schedule(pod: &PodInfo, cluster: &Cluster, profile: &Profile, start: &mut
     let nodes = cluster.nodes();
     let mut error = FitError { nodes: nodes.len(), ..FitError::default() };
     if nodes.is_empty() {
+        error.helped_by = Events::NONE.with(ClusterEvent::NodeAdded);
         return Err(error);
     }
     if pod.malformed.is_some() {
@@ -382,11 +388,16 @@ mod tests {
         );
         let resolvable: Vec<&str> = err.resolvable.iter().map(|&i| cluster.nodes()[i].name.as_str()).collect();
         assert_eq!(resolvable, ["small"], "only the cpu shortage can be preempted away");
-        let empty = Cluster::new();
+        use ClusterEvent::*;
         assert_eq!(
-            schedule(&pod, &empty, &Profile::default(), &mut 0).expect_err("no nodes").to_string(),
-            "0/0 nodes are available."
+            err.helped_by,
+            Events::NONE.with(NodeAdded).with(NodeChanged).with(PodDeleted),
+            "room freed, or a node joined or relabelled; a pod bound or relabelled does not help"
         );
+        let empty = Cluster::new();
+        let err = schedule(&pod, &empty, &Profile::default(), &mut 0).expect_err("no nodes");
+        assert_eq!(err.to_string(), "0/0 nodes are available.");
+        assert_eq!(err.helped_by, Events::NONE.with(NodeAdded));
     }
 
     #[test]

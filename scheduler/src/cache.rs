@@ -44,7 +44,7 @@ pub struct Nomination {
 /// How long a victim the watch does not show terminating yet is still
 /// waited for: its deletion may not have come back through the watch, or
 /// may have failed (then the pod preempts again).
-const UNSEEN_EVICTION_WAIT: Duration = Duration::from_secs(5);
+pub(crate) const UNSEEN_EVICTION_WAIT: Duration = Duration::from_secs(5);
 
 impl Cache {
     /// An empty cache.

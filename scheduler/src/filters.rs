@@ -12,6 +12,7 @@ use k8s_openapi::api::core::v1::{Taint, Toleration};
 
 use crate::cluster::{Cluster, DomainCounts};
 use crate::framework::{NodeInfo, PodInfo};
+use crate::queue::{ClusterEvent, Events};
 use crate::selector::NodeSelectorTerms;
 use crate::spread::SpreadQuery;
 
@@ -57,6 +58,28 @@ pub enum Reason {
 }
 
 impl Reason {
+    /// The cluster events that may remove this reason, as kube's plugins
+    /// register them for their queueing hints.
+    pub fn helped_by(&self) -> Events {
+        use ClusterEvent::*;
+        let nodes = Events::NONE.with(NodeAdded).with(NodeChanged);
+        match self {
+            Reason::Unschedulable
+            | Reason::UntoleratedTaint { .. }
+            | Reason::NodeAffinity
+            | Reason::SpreadMissingLabel
+            | Reason::MalformedNode => nodes,
+            Reason::NodeName => Events::NONE.with(NodeAdded),
+            Reason::Ports | Reason::DiskConflict => Events::NONE.with(NodeAdded).with(PodDeleted),
+            Reason::Insufficient(_) | Reason::TooManyPods => nodes.with(PodDeleted),
+            Reason::PodAffinity => nodes.with(AssignedPodAdded).with(PodChanged),
+            Reason::PodAntiAffinity | Reason::ExistingPodsAntiAffinity => nodes.with(PodDeleted).with(PodChanged),
+            Reason::SpreadSkew => Events::ALL,
+            // Only an update of the pod itself, which requeues it anyway.
+            Reason::MalformedPod => Events::NONE,
+        }
+    }
+
     /// Whether evicting pods could remove this reason (kube's Unschedulable
     /// as opposed to UnschedulableAndUnresolvable): preemption only looks at
     /// nodes that failed for such reasons alone.

@@ -7,18 +7,24 @@
 //!   `initial_backoff * 2^(attempts-1)`, capped at `max_backoff`; each
 //!   moves to active when its back-off ends (`pop` wakes for the earliest).
 //! - **unschedulable**: fit nowhere, waiting for the cluster to change
-//!   ([`SchedulingQueue::on_cluster_event`] moves them all to backoff, or
-//!   to active when their back-off has passed already) or, failing that,
-//!   for `max_in_unschedulable`, after which they are tried again anyway.
+//!   in a way that may help it, or, failing that, for
+//!   `max_in_unschedulable` (or its [`Hint`]'s shorter `recheck`), after
+//!   which it is tried again anyway. As kube-scheduler's queueing hints,
+//!   each pod's [`Hint`] says which [`ClusterEvent`]s may make it fit (its
+//!   filters' reasons decide) and, for a pod waiting for its victims to
+//!   leave the node it preempted on, that only events on that node count;
+//!   [`SchedulingQueue::on_cluster_event`] moves the pods an event may help
+//!   to backoff, or to active when their back-off has passed already.
 //!
 //! A popped pod is *in flight* until the loop reports its outcome:
 //! [`done`](SchedulingQueue::done) (bound: forgotten),
 //! [`requeue_error`](SchedulingQueue::requeue_error) (to backoff) or
 //! [`requeue_unschedulable`](SchedulingQueue::requeue_unschedulable).
 //! The last goes to backoff instead of unschedulable when a cluster event
-//! arrived while the pod was in flight (kube's `moveRequestCycle`): the
-//! decision was made on a cluster that has changed since, and parking the
-//! pod until the next event could park it for good.
+//! its hint admits arrived while the pod was in flight (kube's
+//! `moveRequestCycle`, per kind of event and node): the decision was made
+//! on a cluster that has changed since, and parking the pod until the
+//! next event could park it for good.
 //!
 //! Updates and deletes of a pod in flight are kept with its in-flight
 //! record and applied when it comes back: a deleted pod is dropped, an
@@ -32,7 +38,7 @@
 //! [`QueueFull`]; a pod already counted always finds its way back.
 
 use std::cmp::Reverse;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -111,20 +117,113 @@ pub enum ClusterEvent {
     NodeAdded,
     /// A node's capacity, labels, taints or conditions changed.
     NodeChanged,
+    /// A node left (topology spread's domains may change).
+    NodeDeleted,
     /// A pod was bound to a node (pod affinity may now be met).
     AssignedPodAdded,
     /// A pod was deleted, freeing room (and anti-affinity terms).
     PodDeleted,
-    /// An assigned pod changed, e.g. its labels (affinity terms).
+    /// An assigned pod's labels or spec changed (affinity terms).
     PodChanged,
 }
 
+/// Kinds of [`ClusterEvent`] in [`ClusterEvent::KINDS`].
+const KINDS: usize = 6;
+
+/// A set of kinds of [`ClusterEvent`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Events(u8);
+
+impl Events {
+    /// No event.
+    pub const NONE: Events = Events(0);
+    /// Every event.
+    pub const ALL: Events = Events((1 << KINDS) - 1);
+
+    /// These and `event`.
+    pub const fn with(self, event: ClusterEvent) -> Events {
+        Events(self.0 | 1 << event as u8)
+    }
+
+    /// These and `other`.
+    pub const fn union(self, other: Events) -> Events {
+        Events(self.0 | other.0)
+    }
+
+    /// Whether `event` is one of these.
+    pub const fn contains(self, event: ClusterEvent) -> bool {
+        self.0 & 1 << event as u8 != 0
+    }
+
+    fn kinds(self) -> impl Iterator<Item = ClusterEvent> {
+        ClusterEvent::KINDS.into_iter().filter(move |e| self.contains(*e))
+    }
+}
+
+/// What may make a pod that fit nowhere fit: the kinds of event, and the
+/// node they must happen on. A pod waiting for its victims to leave
+/// holds their room on that node and will go there: events elsewhere do
+/// not concern it (a node joining always may).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Hint {
+    /// The kinds of event that may help.
+    pub events: Events,
+    /// Only events on this node, if set (a node joining aside).
+    pub node: Option<String>,
+    /// Tried again after this long without such an event, if shorter than
+    /// `max_in_unschedulable`: for what no event may report, such as a
+    /// victim's deletion that was sent but never shows.
+    pub recheck: Option<Duration>,
+}
+
+impl Default for Hint {
+    /// Every event anywhere helps: what the queue assumes when told nothing.
+    fn default() -> Self {
+        Hint { events: Events::ALL, node: None, recheck: None }
+    }
+}
+
+impl Hint {
+    /// A pod that failed for reasons these events may remove.
+    pub fn events(events: Events) -> Hint {
+        Hint { events, ..Hint::default() }
+    }
+
+    /// A pod holding room on `node` while pods it preempted there leave:
+    /// their deletions, or the node's, concern it, and `events` that
+    /// happen there or a node joining; after `recheck` it is tried anyway.
+    pub fn holding_room(events: Events, node: String, recheck: Duration) -> Hint {
+        let events = events.with(ClusterEvent::PodDeleted).with(ClusterEvent::NodeDeleted);
+        Hint { events, node: Some(node), recheck: Some(recheck) }
+    }
+
+    /// Whether `event` on `node` (`None`: no node, or unknown) may help.
+    pub fn admits(&self, event: ClusterEvent, node: Option<&str>) -> bool {
+        self.events.contains(event)
+            && (event == ClusterEvent::NodeAdded
+                || node.is_none()
+                || self.node.is_none()
+                || self.node.as_deref() == node)
+    }
+}
+
 impl ClusterEvent {
+    /// Every kind, in the order of their bits in [`Events`].
+    pub const KINDS: [ClusterEvent; KINDS] = [
+        ClusterEvent::NodeAdded,
+        ClusterEvent::NodeChanged,
+        ClusterEvent::NodeDeleted,
+        ClusterEvent::AssignedPodAdded,
+        ClusterEvent::PodDeleted,
+        ClusterEvent::PodChanged,
+    ];
+
     /// A name for logs and metrics.
     pub fn label(self) -> &'static str {
         match self {
             ClusterEvent::NodeAdded => "NodeAdded",
             ClusterEvent::NodeChanged => "NodeChanged",
+            ClusterEvent::NodeDeleted => "NodeDeleted",
             ClusterEvent::AssignedPodAdded => "AssignedPodAdded",
             ClusterEvent::PodDeleted => "PodDeleted",
             ClusterEvent::PodChanged => "PodChanged",
@@ -152,7 +251,8 @@ pub enum Place {
     Active(ActiveOrder),
     /// In backoff until the instant (and a sequence number, for uniqueness).
     Backoff(Instant, u64),
-    /// In the unschedulable pool since the instant.
+    /// In the unschedulable pool until the instant, when it is tried
+    /// again without an event.
     Unschedulable(Instant, u64),
 }
 
@@ -164,6 +264,8 @@ pub type ActiveOrder = (Reverse<i32>, Instant, u64);
 struct Waiting {
     pod: QueuedPod,
     place: Place,
+    /// What may help it, while unschedulable.
+    hint: Option<Hint>,
 }
 
 /// A popped pod, and what happened to it while it was out.
@@ -185,11 +287,19 @@ pub struct Queues {
     backoff: BTreeMap<(Instant, u64), ObjectKey>,
     unschedulable: BTreeMap<(Instant, u64), ObjectKey>,
     in_flight: HashMap<ObjectKey, InFlight>,
+    /// Unschedulable pods whose hint names no node, by the kinds of event
+    /// their hint admits (a pod in the set of each).
+    anywhere: [HashSet<ObjectKey>; KINDS],
+    /// Unschedulable pods waiting for events on one node, by node.
+    on_node: HashMap<String, HashSet<ObjectKey>>,
     /// Pops so far; a popped pod remembers the cycle it was popped in.
     scheduling_cycle: u64,
-    /// The scheduling cycle current at the last cluster event: a pod
-    /// popped in it or before saw a cluster that has changed since.
-    move_request_cycle: u64,
+    /// The scheduling cycle current at the last cluster event of each
+    /// kind: a pod popped in it or before saw a cluster that has changed
+    /// since. Also the last of each kind with no node, and by node.
+    moved: [u64; KINDS],
+    moved_unplaced: [u64; KINDS],
+    moved_on: HashMap<String, [u64; KINDS]>,
     /// Tie-breaker for the ordered maps.
     seq: u64,
     closed: bool,
@@ -217,8 +327,12 @@ impl Queues {
             backoff: BTreeMap::new(),
             unschedulable: BTreeMap::new(),
             in_flight: HashMap::new(),
+            anywhere: Default::default(),
+            on_node: HashMap::new(),
             scheduling_cycle: 0,
-            move_request_cycle: 0,
+            moved: [0; KINDS],
+            moved_unplaced: [0; KINDS],
+            moved_on: HashMap::new(),
             seq: 0,
             closed: false,
         }
@@ -254,15 +368,28 @@ impl Queues {
         self.waiting.len() + self.in_flight.len()
     }
 
-    /// Puts `pod` at `place`, indexing it.
-    fn put(&mut self, pod: QueuedPod, place: Place) {
+    /// Puts `pod` at `place` (with its hint when unschedulable), indexing it.
+    fn put(&mut self, pod: QueuedPod, place: Place, hint: Option<Hint>) {
         let key = pod.key.clone();
         match place {
             Place::Active(order) => self.active.insert(order, key.clone()),
             Place::Backoff(at, seq) => self.backoff.insert((at, seq), key.clone()),
-            Place::Unschedulable(at, seq) => self.unschedulable.insert((at, seq), key.clone()),
+            Place::Unschedulable(at, seq) => {
+                match hint.as_ref().map(|h| (h.events, h.node.clone())) {
+                    Some((_, Some(node))) => {
+                        self.on_node.entry(node).or_default().insert(key.clone());
+                    }
+                    Some((events, None)) => {
+                        for kind in events.kinds() {
+                            self.anywhere[kind as usize].insert(key.clone());
+                        }
+                    }
+                    None => {}
+                }
+                self.unschedulable.insert((at, seq), key.clone())
+            }
         };
-        self.waiting.insert(key, Waiting { pod, place });
+        self.waiting.insert(key, Waiting { pod, place, hint });
     }
 
     /// Takes `key` out of wherever it waits.
@@ -271,7 +398,25 @@ impl Queues {
         match waiting.place {
             Place::Active(order) => self.active.remove(&order),
             Place::Backoff(at, seq) => self.backoff.remove(&(at, seq)),
-            Place::Unschedulable(at, seq) => self.unschedulable.remove(&(at, seq)),
+            Place::Unschedulable(at, seq) => {
+                match waiting.hint.map(|h| (h.events, h.node)) {
+                    Some((_, Some(node))) => {
+                        if let Some(keys) = self.on_node.get_mut(&node) {
+                            keys.remove(key);
+                            if keys.is_empty() {
+                                self.on_node.remove(&node);
+                            }
+                        }
+                    }
+                    Some((events, None)) => {
+                        for kind in events.kinds() {
+                            self.anywhere[kind as usize].remove(key);
+                        }
+                    }
+                    None => {}
+                }
+                self.unschedulable.remove(&(at, seq))
+            }
         };
         Some(waiting.pod)
     }
@@ -280,7 +425,7 @@ impl Queues {
     fn activate(&mut self, mut pod: QueuedPod, now: Instant) {
         pod.queued = now;
         let order = (Reverse(pod.priority()), now, self.next_seq());
-        self.put(pod, Place::Active(order));
+        self.put(pod, Place::Active(order), None);
     }
 
     /// To backoff until its back-off from `pod.queued` ends, or straight to
@@ -291,7 +436,7 @@ impl Queues {
             self.activate(pod, now);
         } else {
             let seq = self.next_seq();
-            self.put(pod, Place::Backoff(until, seq));
+            self.put(pod, Place::Backoff(until, seq), None);
         }
     }
 
@@ -334,7 +479,8 @@ impl Queues {
     }
 
     /// Moves what is due: backoffs that ended to active, pods unschedulable
-    /// for `max_in_unschedulable` to backoff or active.
+    /// for `max_in_unschedulable` (or their hint's `recheck`) to backoff or
+    /// active.
     pub fn flush(&mut self, now: Instant) {
         while let Some(entry) = self.backoff.first_entry() {
             if entry.key().0 > now {
@@ -346,7 +492,7 @@ impl Queues {
             }
         }
         while let Some(entry) = self.unschedulable.first_entry() {
-            if entry.key().0 + self.config.max_in_unschedulable > now {
+            if entry.key().0 > now {
                 break;
             }
             let key = entry.get().clone();
@@ -359,7 +505,7 @@ impl Queues {
     /// When the next flush has something to move, if ever.
     pub fn next_due(&self) -> Option<Instant> {
         let backoff = self.backoff.keys().next().map(|(at, _)| *at);
-        let unschedulable = self.unschedulable.keys().next().map(|(at, _)| *at + self.config.max_in_unschedulable);
+        let unschedulable = self.unschedulable.keys().next().map(|(at, _)| *at);
         backoff.into_iter().chain(unschedulable).min()
     }
 
@@ -389,17 +535,34 @@ impl Queues {
         Some((pod, flight.cycle, changed))
     }
 
-    /// `pod` fit nowhere: to unschedulable, or to backoff if the cluster
-    /// or the pod changed while it was in flight.
-    pub fn requeue_unschedulable(&mut self, pod: QueuedPod, now: Instant) {
+    /// `pod` fit nowhere, and only what `hint` admits may help: to
+    /// unschedulable, or to backoff if the pod changed, or such an event
+    /// came, while it was in flight.
+    pub fn requeue_unschedulable(&mut self, pod: QueuedPod, hint: Hint, now: Instant) {
         let Some((mut pod, cycle, changed)) = self.land(pod) else { return };
         pod.queued = now;
-        if changed || self.move_request_cycle >= cycle {
+        if changed || self.moved_since(&hint, cycle) {
             self.back_off(pod, now);
         } else {
+            let wait =
+                hint.recheck.map_or(self.config.max_in_unschedulable, |r| r.min(self.config.max_in_unschedulable));
             let seq = self.next_seq();
-            self.put(pod, Place::Unschedulable(now, seq));
+            self.put(pod, Place::Unschedulable(now + wait, seq), Some(hint));
         }
+    }
+
+    /// Whether an event `hint` admits came in scheduling cycle `cycle` or later.
+    fn moved_since(&self, hint: &Hint, cycle: u64) -> bool {
+        let on = hint.node.as_ref().and_then(|n| self.moved_on.get(n));
+        hint.events.kinds().any(|kind| {
+            let k = kind as usize;
+            match &hint.node {
+                Some(_) if kind != ClusterEvent::NodeAdded => {
+                    self.moved_unplaced[k] >= cycle || on.is_some_and(|on| on[k] >= cycle)
+                }
+                _ => self.moved[k] >= cycle,
+            }
+        })
     }
 
     /// Scheduling `pod` failed for another reason (a failed bind): to backoff.
@@ -414,10 +577,54 @@ impl Queues {
         self.in_flight.remove(key);
     }
 
-    /// The cluster changed: every unschedulable pod to backoff (or active
-    /// if its back-off has passed), and pods in flight will not be parked.
-    pub fn on_cluster_event(&mut self, _event: ClusterEvent, now: Instant) {
-        self.move_request_cycle = self.scheduling_cycle;
+    /// The cluster changed by `event` on `node` (`None`: on no node in
+    /// particular): the unschedulable pods it may help to backoff (or
+    /// active if their back-off has passed), and pods in flight it may
+    /// help will not be parked.
+    pub fn on_cluster_event(&mut self, event: ClusterEvent, node: Option<&str>, now: Instant) {
+        let k = event as usize;
+        self.moved[k] = self.scheduling_cycle;
+        match node {
+            Some(node) => match self.moved_on.get_mut(node) {
+                Some(on) => on[k] = self.scheduling_cycle,
+                None => {
+                    let mut on = [0; KINDS];
+                    on[k] = self.scheduling_cycle;
+                    self.moved_on.insert(node.to_string(), on);
+                }
+            },
+            None => self.moved_unplaced[k] = self.scheduling_cycle,
+        }
+        if event == ClusterEvent::NodeDeleted {
+            // Nothing more happens there: its entry goes, and the deletion
+            // counts as on no node, for the pods in flight that waited on it.
+            self.moved_on.remove(node.unwrap_or_default());
+            self.moved_unplaced[k] = self.scheduling_cycle;
+        }
+        // Those whose hint names no node are indexed by kind; those waiting
+        // on a node are few per node.
+        let on_node: Vec<&ObjectKey> = match node {
+            Some(node) if event != ClusterEvent::NodeAdded => self.on_node.get(node).into_iter().flatten().collect(),
+            _ => self.on_node.values().flatten().collect(),
+        };
+        let moving: Vec<ObjectKey> = on_node
+            .into_iter()
+            .filter(|key| self.waiting.get(*key).and_then(|w| w.hint.as_ref()).is_some_and(|h| h.admits(event, node)))
+            .chain(&self.anywhere[k])
+            .cloned()
+            .collect();
+        for key in moving {
+            if let Some(pod) = self.take(&key) {
+                self.back_off(pod, now);
+            }
+        }
+    }
+
+    /// Every unschedulable pod to backoff (or active), and no pod in
+    /// flight parked: after a resync, which may have missed any change.
+    pub fn move_all(&mut self, now: Instant) {
+        self.moved = [self.scheduling_cycle; KINDS];
+        self.moved_unplaced = [self.scheduling_cycle; KINDS];
         let keys: Vec<ObjectKey> = self.unschedulable.values().cloned().collect();
         for key in keys {
             if let Some(pod) = self.take(&key) {
@@ -495,8 +702,8 @@ impl SchedulingQueue {
     }
 
     /// See [`Queues::requeue_unschedulable`].
-    pub fn requeue_unschedulable(&self, pod: QueuedPod) {
-        self.lock().requeue_unschedulable(pod, Instant::now());
+    pub fn requeue_unschedulable(&self, pod: QueuedPod, hint: Hint) {
+        self.lock().requeue_unschedulable(pod, hint, Instant::now());
         self.shared.changed.notify_waiters();
     }
 
@@ -512,8 +719,14 @@ impl SchedulingQueue {
     }
 
     /// See [`Queues::on_cluster_event`].
-    pub fn on_cluster_event(&self, event: ClusterEvent) {
-        self.lock().on_cluster_event(event, Instant::now());
+    pub fn on_cluster_event(&self, event: ClusterEvent, node: Option<&str>) {
+        self.lock().on_cluster_event(event, node, Instant::now());
+        self.shared.changed.notify_waiters();
+    }
+
+    /// See [`Queues::move_all`].
+    pub fn move_all(&self) {
+        self.lock().move_all(Instant::now());
         self.shared.changed.notify_waiters();
     }
 

@@ -30,11 +30,11 @@ use skiff_shutdown::Shutdown;
 use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 
 use crate::algorithm::{self, FitError, Profile};
-use crate::cache::{is_terminal, Cache, Nomination};
+use crate::cache::{is_terminal, Cache, Nomination, UNSEEN_EVICTION_WAIT};
 use crate::config::SchedulerConfig;
 use crate::metrics::metrics;
 use crate::preemption::{self, Budget, Preemption};
-use crate::queue::{ClusterEvent, QueuedPod, SchedulingQueue};
+use crate::queue::{ClusterEvent, Hint, QueuedPod, SchedulingQueue};
 use crate::selector::Selector;
 
 /// Changes an informer buffers for the loop before it must resync.
@@ -276,7 +276,7 @@ impl Scheduler {
         for pod in pods {
             self.enqueue_if_pending(pod);
         }
-        self.queue.on_cluster_event(ClusterEvent::NodeChanged);
+        self.queue.move_all();
         tracing::info!(nodes = self.cache.cluster().node_count(), "scheduler cache rebuilt");
     }
 
@@ -284,14 +284,25 @@ impl Scheduler {
         match change {
             Change::Applied(node) => {
                 let name = node.metadata.name.clone().unwrap_or_default();
-                let known = self.cache.cluster().node(&name).is_some();
+                let event = match self.cache.cluster().node(&name) {
+                    None => Some(ClusterEvent::NodeAdded),
+                    Some(old) if node_update_matters(&old.node, &node) => Some(ClusterEvent::NodeChanged),
+                    // A heartbeat: nothing the filters read.
+                    Some(_) => None,
+                };
                 self.cache.upsert_node(node.clone());
                 if let Some(reason) = self.cache.cluster().node(&name).and_then(|n| n.malformed.clone()) {
                     self.node_skipped(&node, reason);
                 }
-                self.queue.on_cluster_event(if known { ClusterEvent::NodeChanged } else { ClusterEvent::NodeAdded });
+                if let Some(event) = event {
+                    self.queue.on_cluster_event(event, Some(&name));
+                }
             }
-            Change::Deleted(node) => self.cache.remove_node(node.metadata.name.as_deref().unwrap_or_default()),
+            Change::Deleted(node) => {
+                let name = node.metadata.name.as_deref().unwrap_or_default();
+                self.cache.remove_node(name);
+                self.queue.on_cluster_event(ClusterEvent::NodeDeleted, Some(name));
+            }
         }
     }
 
@@ -326,15 +337,26 @@ impl Scheduler {
         match change {
             Change::Applied(pod) => {
                 let key = ObjectKey::of(pod.as_ref());
-                let was_counted = is_bound(&pod);
+                // What the cache counted before: the pod as bound and seen,
+                // or as assumed or holding room (not yet seen bound), or not.
+                let seen_bound = !self.cache.is_assumed(&key) && !self.cache.is_nominated(&key);
+                let before = self.cache.cluster().pod(&key).filter(|_| seen_bound).map(|p| p.pod.clone());
+                let event = match (&before, is_bound(&pod)) {
+                    (_, false) => None,
+                    (Some(_), true) if is_terminal(&pod) => Some(ClusterEvent::PodDeleted),
+                    (None, true) if is_terminal(&pod) => None,
+                    (None, true) => Some(ClusterEvent::AssignedPodAdded),
+                    (Some(old), true) if assigned_update_matters(old, &pod) => Some(ClusterEvent::PodChanged),
+                    // Its status, as the kubelet reports it: nothing the
+                    // filters read.
+                    (Some(_), true) => None,
+                };
                 self.cache.observe_pod(pod.clone());
                 if !self.enqueue_if_pending(pod.clone()) {
                     self.queue.delete(&key);
                 }
-                if was_counted && is_terminal(&pod) {
-                    self.queue.on_cluster_event(ClusterEvent::PodDeleted);
-                } else if was_counted {
-                    self.queue.on_cluster_event(ClusterEvent::PodChanged);
+                if let Some(event) = event {
+                    self.queue.on_cluster_event(event, pod.spec.as_ref().and_then(|s| s.node_name.as_deref()));
                 }
             }
             Change::Deleted(pod) => {
@@ -342,7 +364,10 @@ impl Scheduler {
                 self.cache.remove_pod(&key);
                 self.queue.delete(&key);
                 if is_bound(&pod) {
-                    self.queue.on_cluster_event(ClusterEvent::PodDeleted);
+                    self.queue.on_cluster_event(
+                        ClusterEvent::PodDeleted,
+                        pod.spec.as_ref().and_then(|s| s.node_name.as_deref()),
+                    );
                 }
             }
         }
@@ -397,6 +422,7 @@ impl Scheduler {
                 metrics().attempts.with_label_values(&["unschedulable"]).inc();
                 let cluster = self.cache.cluster();
                 let waiting = held.as_ref().is_some_and(|h| self.cache.victims_remain(h));
+                let held_node = held.as_ref().filter(|_| waiting).map(|h| h.node.clone());
                 let preemption = match preempts(&pod) && !waiting {
                     true => {
                         let budgets: Vec<Budget> =
@@ -424,8 +450,16 @@ impl Scheduler {
                 } else if preemption.is_none() && preempts(&pod) {
                     fit.post_filter = Some(preemption::failure_message(&fit));
                 }
+                // Holding room where its victims are leaving, it goes there
+                // once they have: only what happens on that node concerns
+                // it, and a victim that never shows leaving is waited for
+                // only briefly.
+                let hint = match preemption.as_ref().map(|p| p.node.clone()).or(held_node) {
+                    Some(node) => Hint::holding_room(fit.helped_by, node, UNSEEN_EVICTION_WAIT),
+                    None => Hint::events(fit.helped_by),
+                };
                 self.spawn_unschedulable(pod, &fit, preemption);
-                self.queue.requeue_unschedulable(queued);
+                self.queue.requeue_unschedulable(queued, hint);
             }
         }
     }
@@ -583,6 +617,32 @@ fn controller_selector(controller: &ReplicationController) -> Option<Selector> {
     controller.spec.as_ref()?.selector.as_ref().map(Selector::from_labels)
 }
 
+/// Whether a node's update changes what the filters and scores read: its
+/// labels, spec (taints, cordon), allocatable or capacity, or a condition's
+/// status. A node agent's heartbeat changes none of these.
+fn node_update_matters(old: &Node, new: &Node) -> bool {
+    fn conditions(n: &Node) -> Option<Vec<(&String, &String)>> {
+        let conditions = n.status.as_ref()?.conditions.as_ref()?;
+        Some(conditions.iter().map(|c| (&c.type_, &c.status)).collect())
+    }
+    fn sizes(n: &Node) -> Option<(&Option<Quantities>, &Option<Quantities>)> {
+        n.status.as_ref().map(|s| (&s.allocatable, &s.capacity))
+    }
+    old.metadata.labels != new.metadata.labels
+        || old.spec != new.spec
+        || sizes(old) != sizes(new)
+        || conditions(old) != conditions(new)
+}
+
+type Quantities = std::collections::BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>;
+
+/// Whether a bound pod's update changes what other pods' filters read of
+/// it: its labels (affinity and spread terms) or its spec. Its status, as
+/// its kubelet reports it, does not.
+fn assigned_update_matters(old: &Pod, new: &Pod) -> bool {
+    old.metadata.labels != new.metadata.labels || old.spec != new.spec
+}
+
 fn is_bound(pod: &Pod) -> bool {
     pod.spec.as_ref().and_then(|s| s.node_name.as_deref()).is_some_and(|n| !n.is_empty())
 }
@@ -618,6 +678,8 @@ fn export_queue_lengths(queue: &SchedulingQueue) {
 
 #[cfg(test)]
 mod tests {
+    use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+
     use super::*;
 
     fn pod(status: Value) -> Pod {
@@ -638,6 +700,41 @@ mod tests {
         assert!(unschedulable_status(&shown, "0/4 nodes are available: 4 Insufficient cpu.", None).is_some());
         let patch = unschedulable_status(&shown, message, Some("n2")).expect("a nomination is news");
         assert_eq!(patch["status"]["nominatedNodeName"], "n2");
+    }
+
+    #[test]
+    fn a_heartbeat_or_a_status_report_is_no_cluster_event_but_a_taint_or_a_label_is() {
+        let node: Node = serde_json::from_value(json!({"metadata": {"name": "n1", "labels": {"zone": "a"}},
+            "status": {"allocatable": {"cpu": "4"}, "conditions": [{"type": "Ready", "status": "True",
+                "lastHeartbeatTime": "2026-12-07T10:00:00Z"}]}}))
+        .unwrap();
+        let mut beat = node.clone();
+        beat.status.as_mut().unwrap().conditions.as_mut().unwrap()[0].last_heartbeat_time =
+            serde_json::from_value(json!("2026-12-07T10:00:10Z")).unwrap();
+        assert!(!node_update_matters(&node, &beat));
+        let mut not_ready = beat.clone();
+        not_ready.status.as_mut().unwrap().conditions.as_mut().unwrap()[0].status = "False".into();
+        assert!(node_update_matters(&beat, &not_ready));
+        let tainted: Node = serde_json::from_value(json!({"metadata": node.metadata, "status": node.status,
+            "spec": {"taints": [{"key": "k", "effect": "NoSchedule"}]}}))
+        .unwrap();
+        assert!(node_update_matters(&node, &tainted));
+        let mut relabelled = node.clone();
+        relabelled.metadata.labels.as_mut().unwrap().insert("zone".into(), "b".into());
+        assert!(node_update_matters(&node, &relabelled));
+        let mut grown = node.clone();
+        grown.status.as_mut().unwrap().allocatable.as_mut().unwrap().insert("cpu".into(), Quantity("8".into()));
+        assert!(node_update_matters(&node, &grown));
+
+        let bound: Pod = serde_json::from_value(json!({"metadata": {"name": "p", "labels": {"app": "web"}},
+            "spec": {"nodeName": "n1", "containers": []}}))
+        .unwrap();
+        let mut running = bound.clone();
+        running.status = Some(serde_json::from_value(json!({"phase": "Running", "podIP": "10.0.0.9"})).unwrap());
+        assert!(!assigned_update_matters(&bound, &running));
+        let mut relabelled = running.clone();
+        relabelled.metadata.labels.as_mut().unwrap().insert("app".into(), "db".into());
+        assert!(assigned_update_matters(&running, &relabelled));
     }
 
     #[test]

@@ -74,7 +74,7 @@ async fn an_unschedulable_pod_whose_spec_changed_is_tried_again_at_once() {
     let q = queue();
     q.add(pod("a", 0)).unwrap();
     let a = must_pop_within(&q, NOW).await;
-    q.requeue_unschedulable(a);
+    q.requeue_unschedulable(a, Hint::default());
     assert_eq!(q.lengths().unschedulable, 1);
     // A status-only update changes nothing.
     let mut status_only = (*pod("a", 0)).clone();
@@ -136,17 +136,17 @@ async fn an_event_during_the_attempt_sends_an_unschedulable_pod_to_backoff_not_t
     let q = queue();
     q.add(pod("before", 0)).unwrap();
     q.add(pod("during", 0)).unwrap();
-    q.on_cluster_event(ClusterEvent::NodeAdded);
+    q.on_cluster_event(ClusterEvent::NodeAdded, None);
     // The event came before this attempt: the attempt saw its effect.
     let before = must_pop_within(&q, NOW).await;
-    q.requeue_unschedulable(before);
+    q.requeue_unschedulable(before, Hint::default());
     assert_eq!(q.lengths().unschedulable, 1);
 
     let during = must_pop_within(&q, NOW).await;
-    q.on_cluster_event(ClusterEvent::PodDeleted);
+    q.on_cluster_event(ClusterEvent::PodDeleted, None);
     // The event moved "before" out of the pool; "during" lands in backoff.
     assert_eq!(q.lengths(), QueueLengths { backoff: 1, in_flight: 1, ..QueueLengths::default() });
-    q.requeue_unschedulable(during);
+    q.requeue_unschedulable(during, Hint::default());
     assert_eq!(q.lengths(), QueueLengths { backoff: 2, ..QueueLengths::default() });
 }
 
@@ -155,13 +155,13 @@ async fn a_cluster_event_moves_unschedulable_pods_to_active_once_their_backoff_p
     let q = queue();
     q.add(pod("a", 0)).unwrap();
     let a = must_pop_within(&q, NOW).await;
-    q.requeue_unschedulable(a);
+    q.requeue_unschedulable(a, Hint::default());
     assert!(nothing_within(&q, Duration::from_secs(30)).await, "it waits for an event");
-    q.on_cluster_event(ClusterEvent::NodeChanged);
+    q.on_cluster_event(ClusterEvent::NodeChanged, None);
     assert_eq!(q.lengths().active, 1, "its 1 s back-off ended long ago");
     let a = must_pop_within(&q, NOW).await;
-    q.requeue_unschedulable(a);
-    q.on_cluster_event(ClusterEvent::NodeAdded);
+    q.requeue_unschedulable(a, Hint::default());
+    q.on_cluster_event(ClusterEvent::NodeAdded, None);
     assert_eq!(q.lengths().backoff, 1, "a fresh failure waits out its 2 s back-off");
     let started = Instant::now();
     must_pop_within(&q, Duration::from_secs(60)).await;
@@ -174,7 +174,7 @@ async fn an_unschedulable_pod_is_tried_again_after_max_in_unschedulable_without_
     q.add(pod("a", 0)).unwrap();
     let a = must_pop_within(&q, NOW).await;
     let parked = Instant::now();
-    q.requeue_unschedulable(a);
+    q.requeue_unschedulable(a, Hint::default());
     let again = must_pop_within(&q, Duration::from_secs(3600)).await;
     assert_eq!(parked.elapsed(), Duration::from_secs(5 * 60));
     assert_eq!(again.attempts, 2);
@@ -234,8 +234,118 @@ async fn a_pod_updated_in_flight_comes_back_updated_and_skips_the_pool() {
     respec.spec.as_mut().unwrap().tolerations = Some(vec![Default::default()]);
     q.add(Arc::new(respec)).unwrap();
     assert_eq!(q.lengths(), QueueLengths { in_flight: 1, ..QueueLengths::default() });
-    q.requeue_unschedulable(a);
+    q.requeue_unschedulable(a, Hint::default());
     assert_eq!(q.lengths().backoff, 1);
     let again = must_pop_within(&q, Duration::from_secs(60)).await;
     assert!(again.pod.spec.as_ref().unwrap().tolerations.is_some());
+}
+
+fn insufficient() -> Hint {
+    Hint::events(
+        Events::NONE.with(ClusterEvent::NodeAdded).with(ClusterEvent::NodeChanged).with(ClusterEvent::PodDeleted),
+    )
+}
+
+fn waiting_on(node: &str) -> Hint {
+    Hint::holding_room(insufficient().events, node.into(), Duration::from_secs(5))
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_event_moves_only_the_pods_its_kind_may_help() {
+    let q = queue();
+    q.add(pod("selector", 0)).unwrap();
+    q.add(pod("cpu", 0)).unwrap();
+    let selector = must_pop_within(&q, NOW).await;
+    let cpu = must_pop_within(&q, NOW).await;
+    tokio::time::advance(Duration::from_secs(30)).await;
+    q.requeue_unschedulable(
+        selector,
+        Hint::events(Events::NONE.with(ClusterEvent::NodeAdded).with(ClusterEvent::NodeChanged)),
+    );
+    q.requeue_unschedulable(cpu, insufficient());
+    tokio::time::advance(Duration::from_secs(30)).await;
+
+    // A bound pod's labels changed, a pod was bound: neither helps.
+    q.on_cluster_event(ClusterEvent::PodChanged, Some("n1"));
+    q.on_cluster_event(ClusterEvent::AssignedPodAdded, Some("n1"));
+    assert_eq!(q.lengths().unschedulable, 2);
+    // A deletion frees room, but labels no node.
+    q.on_cluster_event(ClusterEvent::PodDeleted, Some("n1"));
+    assert_eq!(q.lengths().unschedulable, 1);
+    assert_eq!(must_pop_within(&q, NOW).await.key, key("cpu"));
+    q.on_cluster_event(ClusterEvent::NodeChanged, Some("n2"));
+    assert_eq!(must_pop_within(&q, NOW).await.key, key("selector"));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_pod_waiting_on_a_node_moves_for_that_node_or_a_new_one() {
+    let q = queue();
+    q.add(pod("a", 0)).unwrap();
+    let a = must_pop_within(&q, NOW).await;
+    q.requeue_unschedulable(a, waiting_on("n1"));
+    tokio::time::advance(Duration::from_secs(2)).await;
+    q.on_cluster_event(ClusterEvent::PodDeleted, Some("n2"));
+    q.on_cluster_event(ClusterEvent::NodeChanged, Some("n2"));
+    assert_eq!(q.lengths().unschedulable, 1, "events elsewhere leave it waiting");
+    q.on_cluster_event(ClusterEvent::PodDeleted, Some("n1"));
+    assert_eq!(q.lengths().active, 1, "its victim left");
+
+    let a = must_pop_within(&q, NOW).await;
+    q.requeue_unschedulable(a, waiting_on("n1"));
+    q.on_cluster_event(ClusterEvent::NodeAdded, Some("n9"));
+    assert_eq!(q.lengths().backoff, 1, "a node joining may have room");
+
+    let a = must_pop_within(&q, Duration::from_secs(60)).await;
+    q.requeue_unschedulable(a, waiting_on("n1"));
+    q.on_cluster_event(ClusterEvent::NodeDeleted, Some("n1"));
+    assert_eq!(q.lengths().backoff, 1, "the node it waited on is gone");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_pod_waiting_on_a_node_is_tried_again_after_its_recheck_without_an_event() {
+    let q = queue();
+    q.add(pod("a", 0)).unwrap();
+    let a = must_pop_within(&q, NOW).await;
+    let parked = Instant::now();
+    q.requeue_unschedulable(a, waiting_on("n1"));
+    must_pop_within(&q, Duration::from_secs(3600)).await;
+    assert_eq!(parked.elapsed(), Duration::from_secs(5));
+}
+
+#[tokio::test(start_paused = true)]
+async fn only_an_event_its_hint_admits_during_the_attempt_sends_a_pod_to_backoff() {
+    let q = queue();
+    for name in ["a", "b", "c"] {
+        q.add(pod(name, 0)).unwrap();
+    }
+    let a = must_pop_within(&q, NOW).await;
+    q.on_cluster_event(ClusterEvent::PodDeleted, Some("n2"));
+    q.on_cluster_event(ClusterEvent::AssignedPodAdded, Some("n1"));
+    q.requeue_unschedulable(a, waiting_on("n1"));
+    assert_eq!(q.lengths().unschedulable, 1, "a deletion elsewhere and a binding do not concern it");
+
+    let b = must_pop_within(&q, NOW).await;
+    q.on_cluster_event(ClusterEvent::PodDeleted, Some("n1"));
+    // That deletion moved "a" too.
+    assert_eq!(q.lengths().unschedulable, 0);
+    q.requeue_unschedulable(b, waiting_on("n1"));
+    assert_eq!(q.lengths().unschedulable, 0, "a deletion on its node during the attempt");
+
+    let c = must_pop_within(&q, NOW).await;
+    q.on_cluster_event(ClusterEvent::AssignedPodAdded, None);
+    q.requeue_unschedulable(c, Hint::events(Events::NONE.with(ClusterEvent::AssignedPodAdded)));
+    assert_eq!(q.lengths().unschedulable, 0, "an event on no node in particular counts");
+}
+
+#[tokio::test(start_paused = true)]
+async fn move_all_moves_every_unschedulable_pod_whatever_its_hint() {
+    let q = queue();
+    q.add(pod("a", 0)).unwrap();
+    q.add(pod("b", 0)).unwrap();
+    let a = must_pop_within(&q, NOW).await;
+    let b = must_pop_within(&q, NOW).await;
+    q.requeue_unschedulable(a, Hint::events(Events::NONE));
+    q.requeue_unschedulable(b, waiting_on("n1"));
+    q.move_all();
+    assert_eq!(q.lengths(), QueueLengths { backoff: 2, ..QueueLengths::default() });
 }
