@@ -443,6 +443,12 @@ struct SchedulerArgs {
     /// Measured high-priority pods, each preempting a low one (default: --pods / 10).
     #[arg(long)]
     preemption_pods: Option<usize>,
+    /// Pods that fit no node (a nodeSelector no node has), created in each
+    /// workload's namespace before its measured pods and left pending
+    /// while those are scheduled: what the pods a scheduler cannot place
+    /// cost it.
+    #[arg(long, default_value_t = 0)]
+    pending_pods: usize,
     /// Basic pods of the final fill step, left in place for the scheduler's memory.
     #[arg(long, default_value_t = 50_000)]
     fill_to: usize,
@@ -800,6 +806,7 @@ async fn run_scheduler(args: &SchedulerArgs) -> Result<()> {
         affinity_pods: args.affinity_pods,
         spread_pods: args.spread_pods,
         preemption_pods: args.preemption_pods,
+        pending_pods: args.pending_pods,
         fill_to: if args.skip_fill { 0 } else { args.fill_to },
         create_clients: args.create_clients,
         creates_to_every_member: args.creates_to_every_member,

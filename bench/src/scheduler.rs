@@ -62,6 +62,8 @@ const DELETE_INFLIGHT: usize = 64;
 /// A pause after a workload's pods are deleted, so that the scheduler's
 /// cache has seen the deletions before the next workload counts on the room.
 const SETTLE: Duration = Duration::from_secs(2);
+/// A node label no hollow node has: the pods of `--pending-pods` select it.
+const NOWHERE_LABEL: &str = "bench.skiff.dev/nowhere";
 /// Binds in flight at most in the stand-in scheduler.
 const STAND_IN_INFLIGHT: usize = 64;
 /// A basic pod's requests: 40 of them fill a node's cpu.
@@ -138,6 +140,9 @@ pub struct SchedulerConfig {
     pub affinity_pods: Option<usize>,
     pub spread_pods: Option<usize>,
     pub preemption_pods: Option<usize>,
+    /// Pods that fit no node, left pending in each workload's namespace
+    /// while its measured pods are scheduled.
+    pub pending_pods: usize,
     /// Basic pods of the final fill step; 0 skips it.
     pub fill_to: usize,
     /// Concurrent pod creates.
@@ -175,6 +180,8 @@ pub enum Shape {
     Low,
     /// 3 cpu, high priority: needs a low one preempted.
     High,
+    /// Basic, with a nodeSelector no node has: stays pending.
+    Nowhere,
 }
 
 /// One workload, sized.
@@ -345,6 +352,7 @@ pub fn pod(shape: Shape, name: &str, priority: Priority) -> Value {
     let term = |key: &str, value: &str, topology: &str| json!([{"labelSelector": {"matchLabels": {key: value}}, "topologyKey": topology}]);
     match shape {
         Shape::Basic => {}
+        Shape::Nowhere => pod["spec"]["nodeSelector"] = json!({NOWHERE_LABEL: "true"}),
         Shape::AntiAffinity => {
             pod["metadata"]["labels"]["color"] = json!("green");
             pod["spec"]["affinity"] = json!({"podAntiAffinity": {
@@ -897,6 +905,24 @@ pub async fn run(config: &SchedulerConfig) -> Result<SchedulerReport> {
                 if all { "" } else { " (stalled: measured anyway)" }
             ));
         }
+        if config.pending_pods > 0 && workload.kind.is_some() {
+            let batch = Batch {
+                namespace: &workload.namespace,
+                group: "pending",
+                count: config.pending_pods,
+                shape: Shape::Nowhere,
+            };
+            let progress = Progress { expected: AtomicUsize::new(batch.count), creating: AtomicBool::new(true) };
+            let created = create_pods(&clients, &batch, priority, config.create_clients, &progress).await;
+            // Time for the scheduler to try each once and find it fits nowhere.
+            tokio::time::sleep(SETTLE).await;
+            detail.push(format!(
+                "{} pods that fit no node created in {:.1} s ({} errors) and left pending",
+                config.pending_pods,
+                created.elapsed.as_secs_f64(),
+                created.errors
+            ));
+        }
         let batch =
             Batch { namespace: &workload.namespace, group: "m", count: workload.measured, shape: workload.shape };
         let sampler = Sampler::start(pids.clone())?;
@@ -1156,6 +1182,7 @@ mod tests {
             affinity_pods: None,
             spread_pods: None,
             preemption_pods: None,
+            pending_pods: 0,
             fill_to: 50_000,
             create_clients: 64,
             creates_to_every_member: false,
