@@ -74,6 +74,20 @@ impl Setup {
         nodes
     }
 
+    /// Decisions that found no node, over both schedulers.
+    fn unschedulable_attempts(&self) -> u64 {
+        let line = "scheduler_schedule_attempts_total{result=\"unschedulable\"} ";
+        let count = |metrics: String| metrics.lines().find_map(|l| l.strip_prefix(line)?.trim().parse::<u64>().ok());
+        self.schedulers.iter().filter_map(|s| count(s.metrics())).sum()
+    }
+
+    /// [`Setup::unschedulable_attempts`] once it stays put for 2 s.
+    async fn settled_unschedulable_attempts(&self) -> Option<u64> {
+        let before = self.unschedulable_attempts();
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        (before > 0 && self.unschedulable_attempts() == before).then_some(before)
+    }
+
     /// The identity holding the scheduler's Lease.
     fn active(&self) -> String {
         let out = kubectl(
@@ -231,6 +245,26 @@ async fn a_pod_that_fits_nowhere_says_why_and_binds_when_a_fitting_node_joins() 
     ]);
     assert_eq!(condition, "Unschedulable");
     assert_eq!(s.node_of("wait", "huge").await, None);
+
+    // What cannot give it room does not send it round again (kube's
+    // queueing hints): a pod bound elsewhere, its status reported as a
+    // kubelet would, a node's heartbeat.
+    let tried =
+        s.must_eventually("attempts settle", Duration::from_secs(10), || s.settled_unschedulable_attempts()).await;
+    s.apply(&pod("wait", "small", json!({}), "1", json!({})));
+    let [small_node] = s.must_bind("wait", &["small"]).await.try_into().unwrap();
+    let pods = resources::of(Kind::Pod);
+    let mut running = s.client.get(pods, "wait", "small").await.unwrap();
+    running["status"]["phase"] = json!("Running");
+    running["status"]["podIP"] = json!("10.244.0.9");
+    s.client.update_status(pods, &running).await.unwrap();
+    let nodes = resources::of(Kind::Node);
+    let mut beat = s.client.get(nodes, "", &small_node).await.unwrap();
+    beat["status"]["conditions"][0]["lastHeartbeatTime"] = json!("2026-12-07T10:00:10Z");
+    s.client.update_status(nodes, &beat).await.unwrap();
+    // Longer than its back-off, had any of them moved it.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(s.unschedulable_attempts(), tried, "tried again for a change that cannot help it");
 
     s.node("large", "16", json!({}), json!([])).await;
     assert_eq!(s.must_bind("wait", &["huge"]).await, ["large"]);
