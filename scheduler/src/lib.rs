@@ -22,7 +22,8 @@
 //! - `algorithm`: one decision (filter a sample, score, pick), `FitError`, weights and profile.
 //! - `preemption`: which lower-priority pods to evict, on which node, when nothing fits.
 //! - [`queue`]: the pending pods, by priority, with back-off for pods that
-//!   failed and a pool for pods that fit nowhere until the cluster changes.
+//!   failed and a pool for pods that fit nowhere until the cluster changes
+//!   in a way that may help them (queueing hints).
 //! - [`run`]: `run(config, shutdown)`: leader election, informers, and the
 //!   scheduling loop that owns the cache; binding off the loop.
 //! - [`config`]: what `skiff scheduler` takes; the profile file.
