@@ -362,25 +362,31 @@ async fn killing_the_active_scheduler_with_1000_pods_pending_binds_each_once_wit
             (!h.is_empty()).then_some(h)
         })
         .await;
+    let client = s.client.clone();
     let creates = futures::stream::iter(0..1000).map(|i| {
-        let client = s.client.clone();
+        let client = client.clone();
         async move {
             let body: Value = serde_json::from_str(&pod("burst", &format!("p-{i:04}"), json!({}), "100m", json!({})))
                 .expect("a pod manifest");
             client.create(info, "burst", &body).await.map(|_| ())
         }
     });
-    let created: Vec<_> = creates.buffer_unordered(32).collect().await;
-    assert!(created.iter().all(Result::is_ok), "every pod is created");
-    // Killed at its first bindings: a faster build bound all 1,000 between
-    // the 100th and the kill.
-    s.must_eventually("some pods are bound", Duration::from_secs(30), || async {
-        (!ledger.lock().unwrap().node_of.is_empty()).then_some(())
-    })
-    .await;
+    let creating = creates.buffer_unordered(32).collect::<Vec<_>>();
+    // Killed at its first bindings, while the pods are still being
+    // created: waiting for the creates first let a fast build bind all
+    // 1,000 before the kill.
     let active = s.schedulers.iter().position(|c| c.identity == holder).unwrap();
-    s.schedulers[active].kill();
-    let bound_at_kill = ledger.lock().unwrap().node_of.len();
+    let killing = async {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while ledger.lock().unwrap().node_of.is_empty() {
+            assert!(Instant::now() < deadline, "no pod bound within 30 s");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        s.schedulers[active].kill();
+        ledger.lock().unwrap().node_of.len()
+    };
+    let (created, bound_at_kill) = tokio::join!(creating, killing);
+    assert!(created.iter().all(Result::is_ok), "every pod is created");
     s.must_eventually("all 1,000 pods are bound", Duration::from_secs(90), || async {
         (ledger.lock().unwrap().node_of.len() == 1000).then_some(())
     })
