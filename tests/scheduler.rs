@@ -265,6 +265,17 @@ async fn a_pod_that_fits_nowhere_says_why_and_binds_when_a_fitting_node_joins() 
     // Longer than its back-off, had any of them moved it.
     tokio::time::sleep(Duration::from_secs(3)).await;
     assert_eq!(s.unschedulable_attempts(), tried, "tried again for a change that cannot help it");
+    // A node relabelled may help: tried again, it says the same, and its
+    // Event counts twice instead of being listed twice.
+    s.kubectl(&["label", "node", &small_node, "tier=a"]);
+    let describe = s
+        .must_eventually("FailedScheduling counted twice", Duration::from_secs(30), || async {
+            let d = s.kubectl(&["describe", "pod", "-n", "wait", "huge"]);
+            d.contains("(x2 over").then_some(d)
+        })
+        .await;
+    assert_eq!(describe.matches("FailedScheduling").count(), 1, "{describe}");
+    assert_eq!(s.unschedulable_attempts(), tried + 1);
 
     s.node("large", "16", json!({}), json!([])).await;
     assert_eq!(s.must_bind("wait", &["huge"]).await, ["large"]);

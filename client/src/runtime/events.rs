@@ -1,14 +1,17 @@
 //! Events, as `kubectl describe` lists them: a [`Recorder`] writes them
 //! for a component and drops them once one object has had its burst, as
 //! client-go's spam filter does, so a controller or scheduler failing in a
-//! loop cannot flood the store with Events.
+//! loop cannot flood the store with Events. An Event that repeats the last
+//! one about the same object for the same reason raises that one's `count`
+//! and `lastTimestamp` instead of adding another, as client-go's
+//! EventLogger does: `kubectl describe` shows `(x3 over 2m)`.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
-use skiff_api::{meta, resources};
+use skiff_api::{meta, resources, Reason};
 
 use crate::Client;
 
@@ -26,38 +29,75 @@ pub struct Recorder {
     budgets: Mutex<Budgets>,
 }
 
-/// Each object's event budget: tokens left, when they were counted and
-/// the number of its last use, with the objects in the order of their
-/// uses (an object used again is queued again; its earlier places are
-/// skipped), so the least recently used is forgotten first without a
-/// search through all of them.
+/// Each object's event budget (per reason), with the objects in the
+/// order of their uses (an object used again is queued again; its earlier
+/// places are skipped), so the least recently used is forgotten first
+/// without a search through all of them.
 #[derive(Default)]
 struct Budgets {
-    tokens: HashMap<String, (f64, Instant, u64)>,
+    objects: HashMap<String, Budget>,
     order: VecDeque<(String, u64)>,
     uses: u64,
 }
 
+/// One object's budget for one reason.
+struct Budget {
+    /// Events it may still get now.
+    tokens: f64,
+    /// When `tokens` was counted.
+    counted: Instant,
+    /// The number of its last use.
+    used: u64,
+    /// The last Event written about it for this reason.
+    last: Option<Written>,
+}
+
+/// An Event written, and how many times it has been said.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Written {
+    type_: String,
+    message: String,
+    namespace: String,
+    name: String,
+    count: u64,
+}
+
+/// What to do with an Event.
+#[derive(Debug, PartialEq, Eq)]
+enum Admission {
+    /// The object's budget is spent: drop it.
+    Dropped,
+    /// Write a new Event.
+    New,
+    /// Raise the count of the Event that said the same last time.
+    Repeat { namespace: String, name: String, count: u64 },
+}
+
 impl Budgets {
     /// The budget of `key`, made room for and marked as used now.
-    fn touch(&mut self, key: &str, now: Instant) -> &mut (f64, Instant, u64) {
+    fn touch(&mut self, key: &str, now: Instant) -> &mut Budget {
         self.uses += 1;
         let used = self.uses;
-        if !self.tokens.contains_key(key) {
-            while self.tokens.len() >= RECORDER_OBJECTS {
+        if !self.objects.contains_key(key) {
+            while self.objects.len() >= RECORDER_OBJECTS {
                 let Some((oldest, at)) = self.order.pop_front() else { break };
-                if self.tokens.get(&oldest).is_some_and(|b| b.2 == at) {
-                    self.tokens.remove(&oldest);
+                if self.objects.get(&oldest).is_some_and(|b| b.used == at) {
+                    self.objects.remove(&oldest);
                 }
             }
         }
         self.order.push_back((key.to_string(), used));
         if self.order.len() > 2 * RECORDER_OBJECTS {
-            let tokens = &self.tokens;
-            self.order.retain(|(k, at)| tokens.get(k).is_some_and(|b| b.2 == *at));
+            let objects = &self.objects;
+            self.order.retain(|(k, at)| objects.get(k).is_some_and(|b| b.used == *at));
         }
-        let budget = self.tokens.entry(key.to_string()).or_insert((EVENT_BURST as f64, now, used));
-        budget.2 = used;
+        let budget = self.objects.entry(key.to_string()).or_insert(Budget {
+            tokens: EVENT_BURST as f64,
+            counted: now,
+            used,
+            last: None,
+        });
+        budget.used = used;
         budget
     }
 }
@@ -68,34 +108,73 @@ impl Recorder {
         Recorder { component: component.into(), budgets: Mutex::default() }
     }
 
-    /// Whether an event about `object_key` may be sent now.
-    fn allow(&self, object_key: &str, now: Instant) -> bool {
-        let mut budgets = self.budgets.lock().expect("recorder lock poisoned");
-        let (tokens, at, _) = budgets.touch(object_key, now);
-        let earned = now.duration_since(*at).as_secs_f64() / EVENT_REFILL.as_secs_f64();
-        *tokens = (*tokens + earned).min(EVENT_BURST as f64);
-        *at = now;
-        if *tokens >= 1.0 {
-            *tokens -= 1.0;
-            true
-        } else {
-            false
+    fn lock(&self) -> std::sync::MutexGuard<'_, Budgets> {
+        self.budgets.lock().expect("recorder lock poisoned")
+    }
+
+    /// Whether an event about `object_key` (an object and a reason) saying
+    /// `type_` and `message` may be sent now, and as what: a repeat of the
+    /// last one written about it counts once more.
+    fn admit(&self, object_key: &str, type_: &str, message: &str, now: Instant) -> Admission {
+        let mut budgets = self.lock();
+        let budget = budgets.touch(object_key, now);
+        let earned = now.duration_since(budget.counted).as_secs_f64() / EVENT_REFILL.as_secs_f64();
+        budget.tokens = (budget.tokens + earned).min(EVENT_BURST as f64);
+        budget.counted = now;
+        if budget.tokens < 1.0 {
+            return Admission::Dropped;
+        }
+        budget.tokens -= 1.0;
+        match &mut budget.last {
+            Some(last) if last.type_ == type_ && last.message == message => {
+                last.count += 1;
+                Admission::Repeat { namespace: last.namespace.clone(), name: last.name.clone(), count: last.count }
+            }
+            _ => Admission::New,
+        }
+    }
+
+    /// Remembers the Event just written about `object_key`, for its repeats.
+    fn written(&self, object_key: &str, written: Written) {
+        if let Some(budget) = self.lock().objects.get_mut(object_key) {
+            budget.last = Some(written);
         }
     }
 
     /// Writes one Event about `regarding` (an object's JSON), unless its
-    /// budget is spent.
+    /// budget is spent; a repeat of the last one about it for `reason`
+    /// raises that one's count instead.
     pub async fn record(&self, client: &Client, regarding: &Value, type_: &str, reason: &str, message: &str) {
         let uid = meta::uid(regarding).unwrap_or_default();
-        if !self.allow(&format!("{uid}/{reason}"), Instant::now()) {
-            return;
-        }
-        let event = event_for(&self.component, regarding, type_, reason, message, &meta::now_rfc3339());
+        let key = format!("{uid}/{reason}");
+        let now = meta::now_rfc3339();
         let info = resources::of(skiff_api::Kind::Event);
-        let ns = event["metadata"]["namespace"].as_str().unwrap_or("default").to_string();
+        match self.admit(&key, type_, message, Instant::now()) {
+            Admission::Dropped => return,
+            Admission::New => {}
+            Admission::Repeat { namespace, name, count } => {
+                let patch = json!({"count": count, "lastTimestamp": now});
+                match client.patch_raw(info, &namespace, &name, "merge", &patch, "").await {
+                    Ok(_) => return,
+                    // Deleted (or expired) since: said anew below.
+                    Err(e) if e.is(Reason::NotFound) => {}
+                    Err(e) => {
+                        tracing::debug!(%reason, error = %e, "event count not raised");
+                        return;
+                    }
+                }
+            }
+        }
+        let event = event_for(&self.component, regarding, type_, reason, message, &now);
+        let namespace = event["metadata"]["namespace"].as_str().unwrap_or("default").to_string();
         // The Event as stored is of no use here: its JSON is not decoded.
-        if let Err(e) = client.create_raw(info, &ns, &event).await {
-            tracing::debug!(%reason, error = %e, "event not recorded");
+        match client.create_raw(info, &namespace, &event).await {
+            Ok(_) => {
+                let name = event["metadata"]["name"].as_str().unwrap_or_default().to_string();
+                let (type_, message) = (type_.to_string(), message.to_string());
+                self.written(&key, Written { type_, message, namespace, name, count: 1 });
+            }
+            Err(e) => tracing::debug!(%reason, error = %e, "event not recorded"),
         }
     }
 }
@@ -143,6 +222,47 @@ pub fn event_for(component: &str, regarding: &Value, type_: &str, reason: &str, 
 mod tests {
     use super::*;
 
+    impl Recorder {
+        /// Whether an event about `object_key` may be sent now.
+        fn allow(&self, object_key: &str, now: Instant) -> bool {
+            self.admit(object_key, "Warning", "the same", now) != Admission::Dropped
+        }
+    }
+
+    fn written(message: &str) -> Written {
+        let (namespace, name) = ("shop".to_string(), "web-1.17f".to_string());
+        Written { type_: "Warning".into(), message: message.into(), namespace, name, count: 1 }
+    }
+
+    #[test]
+    fn a_repeat_of_the_last_event_about_an_object_raises_its_count() {
+        let recorder = Recorder::new("test");
+        let now = Instant::now();
+        let key = "uid-1/FailedScheduling";
+        assert_eq!(recorder.admit(key, "Warning", "0/3 nodes", now), Admission::New);
+        recorder.written(key, written("0/3 nodes"));
+        for count in 2..=4 {
+            let repeat = Admission::Repeat { namespace: "shop".into(), name: "web-1.17f".into(), count };
+            assert_eq!(recorder.admit(key, "Warning", "0/3 nodes", now), repeat);
+        }
+        assert_eq!(recorder.admit(key, "Warning", "0/4 nodes", now), Admission::New, "another message");
+        assert_eq!(recorder.admit(key, "Normal", "0/3 nodes", now), Admission::New, "another type");
+        recorder.written(key, Written { type_: "Normal".into(), ..written("0/3 nodes") });
+        let repeat = Admission::Repeat { namespace: "shop".into(), name: "web-1.17f".into(), count: 2 };
+        assert_eq!(recorder.admit(key, "Normal", "0/3 nodes", now), repeat, "the last one written counts");
+        assert_eq!(recorder.admit("uid-2/FailedScheduling", "Normal", "0/3 nodes", now), Admission::New);
+    }
+
+    #[test]
+    fn repeats_spend_the_objects_budget_too() {
+        let recorder = Recorder::new("test");
+        let now = Instant::now();
+        assert_eq!(recorder.admit("k", "Warning", "m", now), Admission::New);
+        recorder.written("k", written("m"));
+        let admitted = (0..40).filter(|_| recorder.admit("k", "Warning", "m", now) != Admission::Dropped).count();
+        assert_eq!(admitted, EVENT_BURST as usize - 1);
+    }
+
     #[test]
     fn an_object_gets_its_burst_of_events_then_one_per_refill() {
         let recorder = Recorder::new("test");
@@ -162,8 +282,8 @@ mod tests {
             recorder.allow(&format!("uid-{i}"), start + Duration::from_millis(i as u64));
         }
         let budgets = recorder.budgets.lock().unwrap();
-        assert_eq!(budgets.tokens.len(), RECORDER_OBJECTS);
-        assert!(!budgets.tokens.contains_key("uid-0"));
+        assert_eq!(budgets.objects.len(), RECORDER_OBJECTS);
+        assert!(!budgets.objects.contains_key("uid-0"));
         assert!(budgets.order.len() <= 2 * RECORDER_OBJECTS);
     }
 
@@ -185,8 +305,8 @@ mod tests {
             }
         }
         let budgets = recorder.budgets.lock().unwrap();
-        assert_eq!(budgets.tokens.len(), RECORDER_OBJECTS);
-        assert!(budgets.tokens.contains_key("busy"));
+        assert_eq!(budgets.objects.len(), RECORDER_OBJECTS);
+        assert!(budgets.objects.contains_key("busy"));
         assert!(budgets.order.len() <= 2 * RECORDER_OBJECTS);
     }
 
