@@ -11,7 +11,7 @@
 use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap};
 
-use rocksdb::{ColumnFamily, ReadOptions, SnapshotWithThreadMode, WriteBatch, DB};
+use rocksdb::{ColumnFamily, DBRawIterator, ReadOptions, SnapshotWithThreadMode, WriteBatch, DB};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
@@ -279,6 +279,20 @@ pub struct Reader<'a> {
     snapshot: Option<SnapshotWithThreadMode<'a, DB>>,
 }
 
+/// The newest record of `key` at or below `revision`, tombstones included,
+/// sought with `it` (from [`Reader::one_key_iterator`]).
+fn record_in(it: &mut DBRawIterator<'_>, key: &[u8], revision: i64) -> Result<Option<KvRecord>, EngineError> {
+    it.seek_for_prev(hist_key(key, revision));
+    if let (Some(k), Some(v)) = (it.key(), it.value()) {
+        let (found, _) = decode_hist_key(k)?;
+        if found == key {
+            return Ok(Some(decode(CF_HIST, v)?));
+        }
+    }
+    it.status()?;
+    Ok(None)
+}
+
 impl<'a> Reader<'a> {
     /// A point-in-time view for serving clients.
     pub fn snapshot(db: &'a DB) -> Self {
@@ -335,16 +349,13 @@ impl<'a> Reader<'a> {
 
     /// The newest record of `key` at or below `revision`, tombstones included.
     pub fn record_at(&self, key: &[u8], revision: i64) -> Result<Option<KvRecord>, EngineError> {
-        let mut it = self.db.raw_iterator_cf_opt(cf(self.db, CF_HIST), self.one_key_opts());
-        it.seek_for_prev(hist_key(key, revision));
-        if let (Some(k), Some(v)) = (it.key(), it.value()) {
-            let (found, _) = decode_hist_key(k)?;
-            if found == key {
-                return Ok(Some(decode(CF_HIST, v)?));
-            }
-        }
-        it.status()?;
-        Ok(None)
+        record_in(&mut self.one_key_iterator(), key, revision)
+    }
+
+    /// An iterator for [`record_in`], which may look up any number of keys
+    /// in this view.
+    fn one_key_iterator(&self) -> DBRawIterator<'a> {
+        self.db.raw_iterator_cf_opt(cf(self.db, CF_HIST), self.one_key_opts())
     }
 
     /// The newest record at or below `revision` of every key in the range,
@@ -773,6 +784,12 @@ pub struct Applier<'a> {
     /// Newest records read from the database during this batch, so that a
     /// key is sought at most once per batch.
     looked_up: RefCell<HashMap<Vec<u8>, Option<KvRecord>>>,
+    /// The iterator those lookups seek with, made at the batch's first.
+    /// Making one (a reference to every memtable and table file, their
+    /// child iterators, an arena) cost more than its seek: a follower
+    /// spent 7% of its time making one per key created. The database does
+    /// not change until the batch is written, so one serves the batch.
+    seeker: RefCell<Option<DBRawIterator<'a>>>,
     pub batch: WriteBatch,
     pub revision: i64,
     pub compacted: i64,
@@ -847,6 +864,7 @@ impl<'a> Applier<'a> {
             reader,
             cache,
             looked_up: RefCell::new(HashMap::new()),
+            seeker: RefCell::new(None),
             batch: WriteBatch::default(),
             revision,
             compacted,
@@ -942,7 +960,9 @@ impl<'a> Applier<'a> {
         if let Some(r) = self.looked_up.borrow().get(key) {
             return Ok(r.clone());
         }
-        let found = self.reader.record_at(key, i64::MAX)?.filter(|r| !r.deleted);
+        let mut seeker = self.seeker.borrow_mut();
+        let it = seeker.get_or_insert_with(|| self.reader.one_key_iterator());
+        let found = record_in(it, key, i64::MAX)?.filter(|r| !r.deleted);
         self.looked_up.borrow_mut().insert(key.to_vec(), found.clone());
         Ok(found)
     }
