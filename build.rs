@@ -58,7 +58,8 @@ fn newest_lld() -> Option<(PathBuf, u32)> {
         for entry in entries.flatten() {
             let name = entry.file_name();
             let name = name.to_string_lossy();
-            if name != "ld.lld" && !name.strip_prefix("ld.lld-").is_some_and(|v| v.parse::<u32>().is_ok()) {
+            let versioned = name.strip_prefix("ld.lld-").is_some_and(|v| v.parse::<u32>().is_ok());
+            if name != "ld.lld" && !versioned {
                 continue;
             }
             // Debian's `ld.lld-16` links to `/usr/lib/llvm-16/bin/lld`,
