@@ -89,7 +89,7 @@ impl Filter {
     }
 }
 
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 enum Index {
     Cluster,
     Namespace(String),
@@ -121,14 +121,70 @@ impl Decoded {
             stored: stored.to_vec(),
         })
     }
+
+    /// Roughly the bytes it holds.
+    fn size(&self) -> usize {
+        self.json.len() + self.stored.len() + 64 * (self.labels.len() + self.fields.len())
+    }
+}
+
+/// The decoded newest version of recently changed objects, by key: one
+/// change's new version is the old version of that object's next change,
+/// which would otherwise be decoded a second time. Two generations, each
+/// up to half of [`RECENT_BYTES`]: when the young one is full it becomes
+/// the old one and the previous old one is dropped.
+#[derive(Default)]
+struct Recent {
+    young: HashMap<Vec<u8>, (i64, Arc<Decoded>)>,
+    old: HashMap<Vec<u8>, (i64, Arc<Decoded>)>,
+    young_bytes: usize,
+}
+
+/// What a feed's [`Recent`] holds at most. A scheduled pod changes twice
+/// within a few hundred ms (created, then bound). At 2,000 pods/s a pod
+/// feed decodes some 25 MB of versions a second (each kept as stored and
+/// as sent), so 4 MiB per generation keep the newest 150-300 ms: most
+/// bindings find their pod's first version. A kubelet's status write,
+/// seconds later, usually decodes its old version again.
+const RECENT_BYTES: usize = 8 << 20;
+
+impl Recent {
+    /// The object as decoded at `mod_revision`, if kept.
+    fn get(&self, key: &[u8], mod_revision: i64) -> Option<Arc<Decoded>> {
+        [&self.young, &self.old]
+            .into_iter()
+            .find_map(|g| g.get(key))
+            .filter(|(revision, _)| *revision == mod_revision)
+            .map(|(_, decoded)| decoded.clone())
+    }
+
+    fn put(&mut self, key: &[u8], mod_revision: i64, decoded: Arc<Decoded>) {
+        let size = decoded.size();
+        if self.young_bytes + size > RECENT_BYTES / 2 {
+            self.old = std::mem::take(&mut self.young);
+            self.young_bytes = 0;
+        }
+        self.old.remove(key);
+        self.young_bytes += size;
+        if let Some((_, replaced)) = self.young.insert(key.to_vec(), (mod_revision, decoded)) {
+            self.young_bytes -= replaced.size();
+        }
+    }
+
+    fn forget(&mut self, key: &[u8]) {
+        self.old.remove(key);
+        if let Some((_, removed)) = self.young.remove(key) {
+            self.young_bytes -= removed.size();
+        }
+    }
 }
 
 /// One key's change at one revision.
 #[derive(Debug)]
 struct Change {
     revision: i64,
-    old: Option<Decoded>,
-    new: Option<Decoded>,
+    old: Option<Arc<Decoded>>,
+    new: Option<Arc<Decoded>>,
     /// The old object stamped with this revision: what DELETED carries.
     old_at_revision: OnceLock<Arc<Vec<u8>>>,
 }
@@ -164,7 +220,7 @@ impl Change {
                 }
             }
         }
-        keys.sort_by_key(|k| format!("{k:?}"));
+        keys.sort();
         keys.dedup();
         keys
     }
@@ -182,17 +238,31 @@ fn decoded(objects: &ObjectStore, kind: Kind, kv: &KeyValue) -> Option<Decoded> 
     }
 }
 
-/// The changes a revision made to keys under `prefix`.
-fn changes_of(objects: &ObjectStore, kind: Kind, prefix: &[u8], rev: &RevisionEvents) -> Vec<Arc<Change>> {
+/// The changes a revision made to keys under `prefix`. The old versions
+/// are taken from `recent` when it has them, and the new ones kept there.
+fn changes_of(
+    objects: &ObjectStore,
+    kind: Kind,
+    prefix: &[u8],
+    rev: &RevisionEvents,
+    recent: &mut Recent,
+) -> Vec<Arc<Change>> {
     rev.events
         .iter()
         .filter(|e| e.kv.key.starts_with(prefix))
         .map(|e| {
-            let old = e.prev_kv.as_ref().and_then(|p| decoded(objects, kind, p));
+            let old = e
+                .prev_kv
+                .as_ref()
+                .and_then(|p| recent.get(&p.key, p.mod_revision).or_else(|| decoded(objects, kind, p).map(Arc::new)));
             let new = match e.kind {
-                EventKind::Put => decoded(objects, kind, &e.kv),
+                EventKind::Put => decoded(objects, kind, &e.kv).map(Arc::new),
                 EventKind::Delete => None,
             };
+            match &new {
+                Some(n) => recent.put(&e.kv.key, e.kv.mod_revision, n.clone()),
+                None => recent.forget(&e.kv.key),
+            }
             Arc::new(Change { revision: rev.revision, old, new, old_at_revision: OnceLock::new() })
         })
         .collect()
@@ -433,12 +503,13 @@ async fn run_feed(feed: Arc<Feed>, objects: ObjectStore, mut changes: Changes) {
     let prefix = feed.info.prefix().into_bytes();
     let kind = feed.info.kind_id;
     let mut tick = tokio::time::interval(PROGRESS_TICK);
+    let mut recent = Recent::default();
     loop {
         tokio::select! {
             next = changes.next() => match next {
                 Ok(revisions) => {
                     for rev in &revisions {
-                        feed.publish(&changes_of(&objects, kind, &prefix, rev), rev.revision);
+                        feed.publish(&changes_of(&objects, kind, &prefix, rev, &mut recent), rev.revision);
                     }
                 }
                 Err(ChangesError::Closed) => return,
@@ -448,6 +519,7 @@ async fn run_feed(feed: Arc<Feed>, objects: ObjectStore, mut changes: Changes) {
                     // current state.
                     tracing::warn!(resource = feed.info.plural, error = %e, "watch feed lost its history; watchers cut off");
                     feed.close_all();
+                    recent = Recent::default();
                     feed.publish(&[], changes.skip_to_current());
                 }
             },
@@ -566,13 +638,14 @@ impl Watcher {
     /// Sends the changes in (delivered, to] from RocksDB.
     async fn replay(&mut self, to: i64) -> Result<(), Stop> {
         let prefix = self.feed.info.prefix().into_bytes();
+        let mut recent = Recent::default();
         while self.delivered < to {
             let revisions = read_revisions(&self.objects.store, self.delivered + 1).await.map_err(Stop::Error)?;
             if revisions.is_empty() {
                 break;
             }
             for rev in revisions.iter().take_while(|r| r.revision <= to) {
-                for change in changes_of(&self.objects, self.feed.info.kind_id, &prefix, rev) {
+                for change in changes_of(&self.objects, self.feed.info.kind_id, &prefix, rev, &mut recent) {
                     if let Some((kind, bytes)) = change.event_for(&self.filter) {
                         self.send(kind, bytes).await?;
                     }
@@ -648,11 +721,44 @@ mod tests {
         .unwrap()
     }
 
+    #[test]
+    fn recent_gives_back_only_the_version_asked_for_and_stays_bounded() {
+        let mut recent = Recent::default();
+        let v1 = Arc::new(Decoded::new(Kind::Pod, &pod("a", "", "web"), 5).unwrap());
+        recent.put(b"/pods/default/a", 5, v1.clone());
+        assert!(Arc::ptr_eq(&recent.get(b"/pods/default/a", 5).unwrap(), &v1));
+        assert!(recent.get(b"/pods/default/a", 4).is_none(), "another version of the key");
+        assert!(recent.get(b"/pods/default/b", 5).is_none());
+        let v2 = Arc::new(Decoded::new(Kind::Pod, &pod("a", "n1", "web"), 7).unwrap());
+        recent.put(b"/pods/default/a", 7, v2.clone());
+        assert!(recent.get(b"/pods/default/a", 5).is_none(), "replaced");
+        assert!(Arc::ptr_eq(&recent.get(b"/pods/default/a", 7).unwrap(), &v2));
+        recent.forget(b"/pods/default/a");
+        assert!(recent.get(b"/pods/default/a", 7).is_none(), "deleted");
+        assert_eq!(recent.young_bytes, 0);
+
+        // Far more than it may hold: the oldest go, the newest stay.
+        let per = Decoded::new(Kind::Pod, &pod("p-0000000", "", "web"), 1).unwrap().size();
+        let n = 4 * RECENT_BYTES / per;
+        for i in 0..n {
+            let name = format!("p-{i:07}");
+            recent.put(
+                name.as_bytes(),
+                i as i64,
+                Arc::new(Decoded::new(Kind::Pod, &pod(&name, "", "web"), 1).unwrap()),
+            );
+        }
+        let held: usize = [&recent.young, &recent.old].iter().flat_map(|g| g.values()).map(|(_, d)| d.size()).sum();
+        assert!(held <= RECENT_BYTES, "{held} bytes held");
+        assert!(recent.get(format!("p-{:07}", n - 1).as_bytes(), n as i64 - 1).is_some());
+        assert!(recent.get(b"p-0000000", 0).is_none());
+    }
+
     fn change(old: Option<Vec<u8>>, new: Option<Vec<u8>>, revision: i64) -> Change {
         Change {
             revision,
-            old: old.and_then(|b| Decoded::new(Kind::Pod, &b, revision - 1)),
-            new: new.and_then(|b| Decoded::new(Kind::Pod, &b, revision)),
+            old: old.and_then(|b| Decoded::new(Kind::Pod, &b, revision - 1)).map(Arc::new),
+            new: new.and_then(|b| Decoded::new(Kind::Pod, &b, revision)).map(Arc::new),
             old_at_revision: OnceLock::new(),
         }
     }
