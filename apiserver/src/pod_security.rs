@@ -63,6 +63,24 @@ impl Level {
 /// Refuses a pod write that breaks its namespace's enforced level, warns
 /// `ctx` of one that breaks its warned level, and records in its audit
 /// event one that breaks its audited level.
+/// The labels of a stored Namespace, without decoding the rest of it (its
+/// managed fields, its status) on every pod create.
+fn namespace_labels(json: &[u8]) -> Result<Value, ApiError> {
+    #[derive(serde::Deserialize)]
+    struct Namespace {
+        #[serde(default)]
+        metadata: Metadata,
+    }
+    #[derive(serde::Deserialize, Default)]
+    struct Metadata {
+        #[serde(default)]
+        labels: Value,
+    }
+    serde_json::from_slice::<Namespace>(json)
+        .map(|n| n.metadata.labels)
+        .map_err(|e| ApiError::internal(format!("stored namespace is not JSON: {e}")))
+}
+
 pub(crate) async fn admit(
     objects: &ObjectStore,
     ctx: &Context,
@@ -78,8 +96,7 @@ pub(crate) async fn admit(
     }
     let key = resources::of(Kind::Namespace).key(None, attrs.namespace);
     let Some(namespace) = objects.get(&key, 0).await?.0 else { return Ok(()) };
-    let namespace = namespace.decode()?;
-    let labels = &namespace["metadata"]["labels"];
+    let labels = &namespace_labels(&namespace.json)?;
     if let Some(warned) = labels[WARN].as_str().map(|l| Level::parse(Some(l))) {
         let found = violations(warned, pod);
         if !found.is_empty() {
@@ -356,6 +373,19 @@ mod tests {
     fn restricted_container(name: &str) -> Value {
         json!({"name": name, "image": "i", "securityContext": {"allowPrivilegeEscalation": false,
             "runAsNonRoot": true, "seccompProfile": {"type": "RuntimeDefault"}, "capabilities": {"drop": ["ALL"]}}})
+    }
+
+    #[test]
+    fn a_namespaces_labels_are_read_as_the_whole_object_has_them() {
+        let ns = json!({"apiVersion": "v1", "kind": "Namespace",
+            "metadata": {"name": "a", "labels": {ENFORCE: "restricted", "x": "y"},
+                "managedFields": [{"manager": "kubectl", "fieldsV1": {"f:metadata": {}}}]},
+            "spec": {"finalizers": ["kubernetes"]}, "status": {"phase": "Active"}});
+        for ns in [ns, json!({"metadata": {"name": "b"}}), json!({"kind": "Namespace"})] {
+            let labels = namespace_labels(&serde_json::to_vec(&ns).unwrap()).unwrap();
+            assert_eq!(labels, ns["metadata"]["labels"]);
+        }
+        assert!(namespace_labels(b"{not json").is_err());
     }
 
     #[test]

@@ -82,7 +82,29 @@ async fn find_account(objects: &ObjectStore, attrs: &Attributes<'_>, name: &str)
             ),
         ));
     };
-    account.decode()
+    account_parts(&account.json)
+}
+
+/// What admission reads of a stored ServiceAccount, its uid and
+/// `automountServiceAccountToken`, as a JSON object with just those: every
+/// pod create reads its account, and decoding all of it (its managed
+/// fields, its secrets) each time cost more than the rest of the lookup.
+fn account_parts(json: &[u8]) -> Result<Value, ApiError> {
+    #[derive(serde::Deserialize)]
+    struct Account {
+        #[serde(default)]
+        metadata: Metadata,
+        #[serde(rename = "automountServiceAccountToken", default)]
+        automount: Value,
+    }
+    #[derive(serde::Deserialize, Default)]
+    struct Metadata {
+        #[serde(default)]
+        uid: Value,
+    }
+    let account: Account = serde_json::from_slice(json)
+        .map_err(|e| ApiError::internal(format!("stored service account is not JSON: {e}")))?;
+    Ok(json!({"metadata": {"uid": account.metadata.uid}, "automountServiceAccountToken": account.automount}))
 }
 
 /// The type of a legacy service account token Secret.
@@ -220,6 +242,23 @@ fn mount_token(pod: &mut Value, name: &str, account: &Value, suffix: &str) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_accounts_parts_read_as_the_whole_account() {
+        let full = json!({"apiVersion": "v1", "kind": "ServiceAccount",
+            "metadata": {"name": "default", "namespace": "team", "uid": "u-1",
+                "managedFields": [{"manager": "skiff", "fieldsV1": {"f:secrets": {}}}]},
+            "secrets": [{"name": "t"}], "automountServiceAccountToken": false});
+        for account in [full, json!({"metadata": {"name": "x"}}), json!({})] {
+            let parts = account_parts(&serde_json::to_vec(&account).unwrap()).unwrap();
+            assert_eq!(meta::uid(&parts), meta::uid(&account));
+            assert_eq!(
+                parts["automountServiceAccountToken"].as_bool(),
+                account["automountServiceAccountToken"].as_bool()
+            );
+        }
+        assert!(account_parts(b"[").is_err());
+    }
 
     fn pod() -> Value {
         json!({"metadata": {"name": "p", "namespace": "team"}, "spec": {
