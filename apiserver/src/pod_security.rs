@@ -60,9 +60,6 @@ impl Level {
     }
 }
 
-/// Refuses a pod write that breaks its namespace's enforced level, warns
-/// `ctx` of one that breaks its warned level, and records in its audit
-/// event one that breaks its audited level.
 /// The labels of a stored Namespace, without decoding the rest of it (its
 /// managed fields, its status) on every pod create.
 fn namespace_labels(json: &[u8]) -> Result<Value, ApiError> {
@@ -81,6 +78,9 @@ fn namespace_labels(json: &[u8]) -> Result<Value, ApiError> {
         .map_err(|e| ApiError::internal(format!("stored namespace is not JSON: {e}")))
 }
 
+/// Refuses a pod write that breaks its namespace's enforced level, warns
+/// `ctx` of one that breaks its warned level, and records in its audit
+/// event one that breaks its audited level.
 pub(crate) async fn admit(
     objects: &ObjectStore,
     ctx: &Context,
